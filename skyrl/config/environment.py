@@ -1,0 +1,39 @@
+"""Schema of the ``environment`` group: which text environment scores rollouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl.config.errors import require
+
+
+@dataclass
+class EnvironmentConfig:
+    """A registered environment by ``name``, or a user class by ``_target_``."""
+
+    name: str = "math"
+    """Registered environment name (math, reasoning_gym, tools, ...)."""
+    _target_: str | None = None
+    """Import path of a user environment class; overrides ``name``."""
+    dataset: str | None = None
+    """reasoning_gym: the reasoning-gym dataset name."""
+    timeout_s: float = 10.0
+    """Per-call time limit of env.step / the reward function, in seconds."""
+    max_observation_chars: int = 2048
+    """Tool output longer than this is truncated, in characters."""
+    tool_timeout_s: float = 5.0
+    """tools: wall-clock limit of one Python tool call, in seconds."""
+    tool_memory_bytes: int = 512 * 1024 * 1024
+    """tools: address-space limit of the Python tool subprocess, in bytes."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the environment's constructor."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.name) or bool(self._target_), "name", "set a registered name or _target_")
+        require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
+        require(self.tool_timeout_s > 0, "tool_timeout_s", f"must be > 0, got {self.tool_timeout_s}")
+        require(self.tool_memory_bytes >= 16 << 20, "tool_memory_bytes", f"must be >= 16 MiB, got {self.tool_memory_bytes}")
+        if self.name == "reasoning_gym" and not self._target_:
+            require(self.dataset is not None, "dataset", "environment=reasoning_gym needs a reasoning-gym dataset name, e.g. basic_arithmetic")
+        require(self.max_observation_chars >= 1, "max_observation_chars", f"must be >= 1, got {self.max_observation_chars}")

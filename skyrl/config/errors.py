@@ -1,0 +1,34 @@
+"""The one exception type for bad configuration, and the check helper schemas use.
+
+A ``ConfigError`` always names the key it is about. Schemas raise it with the
+key relative to their own node (``"train_batch_size"``); the validator prefixes
+the path of the node (``"trainer.train_batch_size"``) before it reaches the user.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; ``key`` is its dotted path."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
+
+    def under(self, prefix: str) -> ConfigError:
+        """The same error with ``prefix.`` put in front of its key."""
+        return ConfigError(f"{prefix}.{self.key}" if prefix else self.key, self.message)
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    """Raise ``ConfigError(key, message)`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(key, message)
+
+
+def require_choice(value: object, choices: tuple | list, key: str) -> None:
+    """Raise unless ``value`` is one of ``choices``, listing them."""
+    if value not in choices:
+        listed = ", ".join(str(c) for c in choices)
+        raise ConfigError(key, f"got {value!r}; expected one of: {listed}")

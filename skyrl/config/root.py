@@ -1,0 +1,65 @@
+"""The root schema and its registration in Hydra's ConfigStore.
+
+Each group option YAML under ``conf/`` names its schema first in its defaults
+list (e.g. ``trainer/deepspeed.yaml`` -> ``trainer_schema``), so every key is
+typed and a typo fails at compose time with the key path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from skyrl.config.algorithm import AlgorithmConfig
+from skyrl.config.data import DataConfig
+from skyrl.config.environment import EnvironmentConfig
+from skyrl.config.generator import GeneratorConfig, HFGeneratorConfig, VLLMGeneratorConfig
+from skyrl.config.trainer import TrainerConfig
+
+
+@dataclass
+class ModelConfig:
+    """The policy model (and the reference, which starts as a copy of it)."""
+
+    path: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    """Local directory or HF model id."""
+    tokenizer_path: str | None = None
+    """Tokenizer directory or id; None = ``path``."""
+    trust_remote_code: bool = False
+    """Passed to transformers ``from_pretrained``."""
+
+
+@dataclass
+class SkyRLConfig:
+    """A whole run: the five groups plus the model and extra imports."""
+
+    trainer: TrainerConfig = MISSING
+    generator: GeneratorConfig = MISSING
+    algorithm: AlgorithmConfig = MISSING
+    environment: EnvironmentConfig = MISSING
+    data: DataConfig = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    imports: list[str] = field(default_factory=list)
+    """Modules imported before validation, e.g. a recipe that registers its own loss."""
+
+
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "trainer": {"trainer_schema": TrainerConfig},
+    "generator": {"hf_schema": HFGeneratorConfig, "vllm_schema": VLLMGeneratorConfig},
+    "algorithm": {"algorithm_schema": AlgorithmConfig},
+    "environment": {"environment_schema": EnvironmentConfig},
+    "data": {"data_schema": DataConfig},
+}
+"""Schema names each group's option YAMLs may list in their defaults."""
+
+
+def register_configs() -> None:
+    """Store the root and group schemas in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="skyrl_schema", node=SkyRLConfig)
+    for group, schemas in GROUP_SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=name, node=node)

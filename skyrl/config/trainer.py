@@ -1,0 +1,142 @@
+"""Schema of the ``trainer`` group: batch sizes, DeepSpeed, optimizer, schedule.
+
+Batch sizes are counted in PROMPTS, not sequences: a training step takes
+``train_batch_size`` prompts; each policy mini-batch holds all sequences of
+``policy_mini_batch_size`` prompts, however many samples and turns they produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from skyrl.config.errors import require, require_choice
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = 1.0e-6
+    """Peak learning rate (after warm-up)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW beta1, beta2."""
+    eps: float = 1.0e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global L2 norm; 0 disables clipping."""
+    lr_scheduler: str = "constant"
+    """``constant`` or ``cosine`` (after warm-up)."""
+    lr_warmup_steps: int = 0
+    """Linear warm-up length, in OPTIMIZER steps (not training steps)."""
+    min_lr_ratio: float = 0.0
+    """Cosine floor as a fraction of ``lr``."""
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(len(self.betas) == 2, "betas", f"needs two values, got {list(self.betas)}")
+        require(all(0 <= b < 1 for b in self.betas), "betas", f"must be in [0, 1), got {list(self.betas)}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+        require_choice(self.lr_scheduler, ("constant", "cosine"), "lr_scheduler")
+        require(self.lr_warmup_steps >= 0, "lr_warmup_steps", f"must be >= 0, got {self.lr_warmup_steps}")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+
+
+@dataclass
+class TrainerConfig:
+    """The RL loop and the DeepSpeed workers that train the policy (and critic)."""
+
+    strategy: str = "deepspeed"
+    """Training backend; ``deepspeed`` is the only one."""
+    seed: int = 42
+    """Seed for data order, sampling and model init (each rank adds its rank)."""
+    dry_run: bool = False
+    """Validate, print the plan (batch sizes, optimizer steps, world layout) and exit."""
+
+    epochs: int = 1
+    """Passes over the training prompts (ignored when ``total_steps`` is set)."""
+    total_steps: int | None = None
+    """Training steps to run; None = as many as ``epochs`` give."""
+    train_batch_size: int = 16
+    """Prompts per training step."""
+    policy_mini_batch_size: int = 8
+    """Prompts per policy mini-batch; one optimizer step each."""
+    critic_mini_batch_size: int = 8
+    """Prompts per critic mini-batch (PPO with a critic)."""
+    update_epochs_per_batch: int = 1
+    """Passes over each training batch; optimizer steps per training step =
+    train_batch_size / policy_mini_batch_size * update_epochs_per_batch."""
+    micro_batch_max_tokens: int | None = None
+    """Token budget of one packed micro batch; None = the maximum sequence length
+    (generator.max_prompt_length + generator.max_generate_length)."""
+    critic_only_steps: int = 0
+    """Training steps at the start that train only the critic (PPO warm-up)."""
+
+    dp_size: int = 2
+    """Data-parallel DeepSpeed workers per role (Ray actors)."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage, 0-3."""
+    precision: str = "fp32"
+    """``fp32`` or ``bf16`` (bf16 is for GPUs; it is 50-100x slower on our CPUs)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+    offload_optimizer: bool = False
+    """Keep optimizer state in CPU memory (ZeRO offload)."""
+    colocate_policy_ref: bool = True
+    """Place the reference model on the policy workers' bundles."""
+    num_cpus_per_worker: float = 1.0
+    """Logical Ray CPUs per worker actor (fractions allowed)."""
+    num_gpus_per_worker: float = 0.0
+    """GPUs per worker actor; 0 on CPU machines."""
+    collective_timeout_min: int = 30
+    """Timeout of torch.distributed collectives, in minutes."""
+
+    policy_optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer of the policy."""
+    critic_optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5.0e-6))
+    """Optimizer of the critic."""
+    critic_model_path: str | None = None
+    """Initial critic weights; None = the policy model with a fresh value head."""
+
+    ckpt_interval: int = 0
+    """Save a checkpoint every N training steps; 0 = only at the end."""
+    max_ckpts_to_keep: int = 2
+    """Older checkpoints beyond this count are deleted; 0 keeps all."""
+    resume: str = "auto"
+    """``auto`` (latest checkpoint of this output dir, if any), ``none``, or a checkpoint path."""
+    export_hf: bool = True
+    """Write a from_pretrained-loadable copy of the final policy."""
+    eval_interval: int = 0
+    """Evaluate every N training steps; 0 = only at the end."""
+    eval_before_train: bool = False
+    """Evaluate once before the first step."""
+    max_consecutive_nonfinite: int = 3
+    """Abort after this many consecutive steps with a NaN/inf loss or grad norm."""
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """Metric sinks: console, jsonl, tensorboard, wandb, mlflow."""
+    output_dir: str | None = None
+    """Where checkpoints and metrics go; None = Hydra's run directory."""
+
+    def __post_init__(self) -> None:
+        require_choice(self.strategy, ("deepspeed",), "strategy")
+        require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        require(self.total_steps is None or self.total_steps >= 1, "total_steps", f"must be >= 1 or null, got {self.total_steps}")
+        for key in ("train_batch_size", "policy_mini_batch_size", "critic_mini_batch_size", "update_epochs_per_batch", "dp_size"):
+            value = getattr(self, key)
+            require(value >= 1, key, f"must be >= 1, got {value}")
+        mbt = self.micro_batch_max_tokens
+        require(mbt is None or mbt >= 1, "micro_batch_max_tokens", f"must be >= 1 or null, got {mbt}")
+        require(self.critic_only_steps >= 0, "critic_only_steps", f"must be >= 0, got {self.critic_only_steps}")
+        require(self.zero_stage in (0, 1, 2, 3), "zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage}")
+        require_choice(self.precision, ("fp32", "bf16"), "precision")
+        require(self.num_cpus_per_worker > 0, "num_cpus_per_worker", f"must be > 0, got {self.num_cpus_per_worker}")
+        require(self.num_gpus_per_worker >= 0, "num_gpus_per_worker", f"must be >= 0, got {self.num_gpus_per_worker}")
+        require(self.collective_timeout_min >= 1, "collective_timeout_min", f"must be >= 1, got {self.collective_timeout_min}")
+        require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
+        require(self.max_ckpts_to_keep >= 0, "max_ckpts_to_keep", f"must be >= 0, got {self.max_ckpts_to_keep}")
+        require(self.eval_interval >= 0, "eval_interval", f"must be >= 0, got {self.eval_interval}")
+        require(self.max_consecutive_nonfinite >= 1, "max_consecutive_nonfinite", f"must be >= 1, got {self.max_consecutive_nonfinite}")
+        for name in self.loggers:
+            require_choice(name, ("console", "jsonl", "tensorboard", "wandb", "mlflow"), "loggers")

@@ -1,0 +1,108 @@
+"""Validation of a composed config: each group's own invariants, then cross-group rules.
+
+Runs right after composition and before anything heavy (Ray, models) starts.
+It never mutates the config: it builds typed copies and raises ``ConfigError``
+naming the full key path of the first problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from omegaconf import DictConfig, OmegaConf
+
+from skyrl.config.errors import ConfigError, require
+from skyrl.config.root import SkyRLConfig
+
+GROUPS = ("trainer", "generator", "algorithm", "environment", "data", "model")
+
+STEP_WISE_INCOMPATIBLE_ESTIMATORS = ("gae", "reinforce_pp")
+"""Estimators that need per-token credit along one sequence, which step-wise splits apart."""
+
+
+def validate(cfg: DictConfig) -> SkyRLConfig:
+    """Check ``cfg`` and return it as typed dataclasses; raise ``ConfigError`` on the first problem."""
+    _run_imports(cfg)
+    for group in GROUPS:
+        _check_node(cfg[group], group)
+    typed: SkyRLConfig = OmegaConf.to_object(cfg)
+    _check_batch_sizes(typed)
+    _check_algorithm(typed)
+    return typed
+
+
+def _run_imports(cfg: DictConfig) -> None:
+    for i, module in enumerate(cfg.get("imports") or []):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise ConfigError(f"imports[{i}]", f"cannot import {module!r}: {exc}") from exc
+
+
+def _check_node(node: DictConfig, path: str) -> None:
+    """Build the node's dataclass (running ``__post_init__``), innermost nodes first."""
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and OmegaConf.get_type(child) not in (dict, None):
+            _check_node(child, f"{path}.{key}")
+    if not dataclasses.is_dataclass(OmegaConf.get_type(node)):
+        return
+    try:
+        OmegaConf.to_object(node)
+    except ConfigError as exc:
+        raise exc.under(path) from None
+
+
+def _check_batch_sizes(cfg: SkyRLConfig) -> None:
+    t, g = cfg.trainer, cfg.generator
+    require(
+        t.train_batch_size % t.policy_mini_batch_size == 0,
+        "trainer.policy_mini_batch_size",
+        f"train_batch_size ({t.train_batch_size}) must be divisible by policy_mini_batch_size ({t.policy_mini_batch_size})",
+    )
+    if cfg.algorithm.uses_critic:
+        require(
+            t.train_batch_size % t.critic_mini_batch_size == 0,
+            "trainer.critic_mini_batch_size",
+            f"train_batch_size ({t.train_batch_size}) must be divisible by critic_mini_batch_size ({t.critic_mini_batch_size})",
+        )
+    if not g.step_wise:
+        # Step-wise mini-batches hold a varying number of sequences (turns), so only
+        # the fixed-size case can be required to split evenly across DP ranks.
+        seqs = t.policy_mini_batch_size * g.n_samples_per_prompt
+        require(
+            seqs % t.dp_size == 0,
+            "trainer.dp_size",
+            f"a policy mini-batch has {seqs} sequences (policy_mini_batch_size x n_samples_per_prompt), not divisible by dp_size ({t.dp_size})",
+        )
+    if t.micro_batch_max_tokens is not None:
+        require(
+            t.micro_batch_max_tokens <= g.max_seq_len,
+            "trainer.micro_batch_max_tokens",
+            f"{t.micro_batch_max_tokens} exceeds the longest sequence, generator.max_prompt_length + max_generate_length = {g.max_seq_len}",
+        )
+
+
+def _check_algorithm(cfg: SkyRLConfig) -> None:
+    a = cfg.algorithm
+    if cfg.generator.step_wise:
+        require(
+            a.advantage_estimator not in STEP_WISE_INCOMPATIBLE_ESTIMATORS,
+            "algorithm.advantage_estimator",
+            f"{a.advantage_estimator!r} cannot be used with generator.step_wise=true (use an outcome estimator such as grpo or rloo)",
+        )
+    _check_registered_names(a)
+
+
+def _check_registered_names(a) -> None:
+    from skyrl import algorithms
+
+    for key, registry in (
+        ("advantage_estimator", algorithms.ADVANTAGE_ESTIMATORS),
+        ("policy_loss", algorithms.POLICY_LOSSES),
+        ("loss_reduction", algorithms.LOSS_REDUCTIONS),
+        ("kl_estimator", algorithms.KL_ESTIMATORS),
+    ):
+        name = getattr(a, key)
+        require(name in registry, f"algorithm.{key}", f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}")

@@ -1,0 +1,83 @@
+"""The run plan: what one training step will do, derived from the config alone.
+
+``trainer.dry_run=true`` prints it and exits; the trainer logs it at start.
+Nothing here starts Ray or loads a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skyrl.config.root import SkyRLConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Batch arithmetic and world layout of a run."""
+
+    prompts_per_step: int
+    trajectories_per_step: int
+    step_wise: bool
+    max_turns: int
+    mini_batches_per_step: int
+    optimizer_steps_per_step: int
+    micro_batch_max_tokens: int
+    max_seq_len: int
+    total_steps: int | None
+    dp_size: int
+    roles: dict[str, str]
+    engines: str
+
+
+def make_plan(cfg: SkyRLConfig) -> RunPlan:
+    """Derive the plan; ``total_steps`` is None when it depends on a dataset file's length."""
+    t, g, a = cfg.trainer, cfg.generator, cfg.algorithm
+    mini_batches = t.train_batch_size // t.policy_mini_batch_size
+    worker = f"{t.dp_size} x DeepSpeed ZeRO-{t.zero_stage} {t.precision}"
+    roles = {"policy": worker}
+    if a.uses_reference:
+        roles["reference"] = "colocated with policy" if t.colocate_policy_ref else worker
+    if a.uses_critic:
+        roles["critic"] = worker
+    return RunPlan(
+        prompts_per_step=t.train_batch_size,
+        trajectories_per_step=t.train_batch_size * g.n_samples_per_prompt,
+        step_wise=g.step_wise,
+        max_turns=g.max_turns,
+        mini_batches_per_step=mini_batches,
+        optimizer_steps_per_step=mini_batches * t.update_epochs_per_batch,
+        micro_batch_max_tokens=t.micro_batch_max_tokens or g.max_seq_len,
+        max_seq_len=g.max_seq_len,
+        total_steps=_total_steps(cfg),
+        dp_size=t.dp_size,
+        roles=roles,
+        engines=f"{g.num_engines} x {g.backend}",
+    )
+
+
+def _total_steps(cfg: SkyRLConfig) -> int | None:
+    t, d = cfg.trainer, cfg.data
+    if t.total_steps is not None:
+        return t.total_steps
+    if d.source == "files":
+        return None
+    return t.epochs * (d.num_train_prompts // t.train_batch_size)
+
+
+def format_plan(plan: RunPlan) -> str:
+    """The plan as an aligned, human-readable block."""
+    sequences = (
+        f"1 to {plan.max_turns} per trajectory (one per LLM turn)" if plan.step_wise else "1 per trajectory"
+    )
+    rows = [
+        ("prompts / step", f"{plan.prompts_per_step} ({plan.trajectories_per_step} trajectories)"),
+        ("training sequences", sequences),
+        ("mini-batches / step", f"{plan.mini_batches_per_step} (in prompt units)"),
+        ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
+        ("micro batch budget", f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})"),
+        ("total steps", "epochs x dataset size / train_batch_size" if plan.total_steps is None else str(plan.total_steps)),
+        *((f"{role} workers", desc) for role, desc in plan.roles.items()),
+        ("inference engines", plan.engines),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(["skyrl run plan"] + [f"  {name:<{width}}  {value}" for name, value in rows])

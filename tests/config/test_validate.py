@@ -1,0 +1,52 @@
+"""Group invariants and cross-group rules raise ConfigError naming the full key."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from skyrl.config import ConfigError, register_configs
+from skyrl.config.validate import validate
+
+
+def _validate(*overrides: str):
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        return validate(compose(config_name="config", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "fragment"),
+    [
+        (["trainer.train_batch_size=-4"], "trainer.train_batch_size", "must be >= 1, got -4"),
+        (["trainer.policy_optimizer.lr=0"], "trainer.policy_optimizer.lr", "must be > 0"),
+        (["trainer.zero_stage=4"], "trainer.zero_stage", "must be 0, 1, 2 or 3"),
+        (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
+        (["trainer.train_batch_size=12"], "trainer.policy_mini_batch_size", "divisible"),
+        # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
+        (["generator.n_samples_per_prompt=3", "trainer.dp_size=5"], "trainer.dp_size", "not divisible by dp_size (5)"),
+        (["trainer.micro_batch_max_tokens=385"], "trainer.micro_batch_max_tokens", "= 384"),
+        (["trainer.micro_batch_max_tokens=0"], "trainer.micro_batch_max_tokens", "must be >= 1"),
+        (["algorithm.use_kl_loss=true", "algorithm.use_kl_in_reward=true"], "algorithm.use_kl_loss", "mutually exclusive"),
+        (["algorithm.advantage_estimator=gae", "generator.step_wise=true"], "algorithm.advantage_estimator", "step_wise"),
+        (["algorithm.policy_loss=nope"], "algorithm.policy_loss", "registered: "),
+        (["imports=[no_such_module_xyz]"], "imports[0]", "cannot import"),
+    ],
+)
+def test_bad_values_name_the_key(overrides, key, fragment):
+    with pytest.raises(ConfigError) as info:
+        _validate(*overrides)
+    assert info.value.key == key
+    assert fragment in info.value.message
+
+
+def test_step_wise_relaxes_dp_divisibility():
+    # 8 prompts x 3 samples = 24 sequences per mini-batch; 5 ranks do not divide it, but
+    # step-wise mini-batches vary in size anyway and are padded per mini-batch.
+    typed = _validate("generator.n_samples_per_prompt=3", "trainer.dp_size=5", "generator.step_wise=true")
+    assert typed.trainer.dp_size == 5
+
+
+def test_micro_batch_budget_at_the_maximum_is_accepted():
+    # max_prompt_length 256 + max_generate_length 128 = 384 tokens
+    assert _validate("trainer.micro_batch_max_tokens=384").trainer.micro_batch_max_tokens == 384
