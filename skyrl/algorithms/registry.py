@@ -31,7 +31,9 @@ class Registry(Generic[F]):
 
         def decorate(fn: F) -> F:
             if name in self._entries and not override and self._entries[name] is not fn:
-                raise ValueError(f"{self.kind} {name!r} is already registered; pass override=True to replace it")
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered; pass override=True to replace it"
+                )
             self._entries[name] = fn
             return fn
 
@@ -42,7 +44,9 @@ class Registry(Generic[F]):
         try:
             return self._entries[name]
         except KeyError:
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}") from None
+            raise KeyError(
+                f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}"
+            ) from None
 
     def names(self) -> list[str]:
         """Registered names, sorted."""

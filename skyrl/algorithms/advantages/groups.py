@@ -1,0 +1,55 @@
+"""Per-prompt groups (by uid), per-token broadcasting, and masked whitening."""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_index(uids: list[str], device: torch.device | str | None = None) -> torch.Tensor:
+    """``[B]`` int64 group number of each row, numbered in order of first appearance."""
+    numbers: dict[str, int] = {}
+    index = [numbers.setdefault(uid, len(numbers)) for uid in uids]
+    return torch.tensor(index, dtype=torch.long, device=device)
+
+
+def group_sum_count(values: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row sum of ``values [B]`` over the row's group, and the group's size, both ``[B]``."""
+    num_groups = int(group.max()) + 1 if group.numel() else 0
+    sums = torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, group, values
+    )
+    counts = torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, group, torch.ones_like(values)
+    )
+    return sums[group], counts[group]
+
+
+def group_mean_std(
+    values: torch.Tensor, group: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row group mean, unbiased group std (0 for a group of one) and group size, all ``[B]``."""
+    sums, counts = group_sum_count(values, group)
+    mean = sums / counts
+    sq_sums, _ = group_sum_count((values - mean) ** 2, group)
+    std = torch.where(counts > 1, (sq_sums / (counts - 1).clamp(min=1)).sqrt(), 0.0)
+    return mean, std, counts
+
+
+def broadcast_to_tokens(per_seq: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` -> ``[B, S]``: each sequence's scalar on its loss tokens, exactly 0 elsewhere."""
+    return torch.where(loss_mask > 0, per_seq.unsqueeze(1).to(torch.float32), 0.0)
+
+
+def masked_whiten(values: torch.Tensor, loss_mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` over the loss tokens (unbiased std); 0 off the mask.
+
+    Fewer than two loss tokens: only the mean is removed (the std is undefined).
+    """
+    mask = loss_mask > 0
+    x = torch.where(mask, values, 0.0)
+    n = mask.sum()
+    mean = x.sum() / n.clamp(min=1)
+    centered = torch.where(mask, x - mean, 0.0)
+    var = (centered**2).sum() / (n - 1).clamp(min=1)
+    scale = torch.where(n > 1, var.sqrt() + eps, 1.0)
+    return torch.where(mask, centered / scale, 0.0)

@@ -1,0 +1,72 @@
+"""PPO clipped surrogate, with DAPO clip-higher, dual clip and optional TIS.
+
+PPO (Schulman et al. 2017, eq. 7), per token with r_t = pi(y_t) / pi_old(y_t):
+
+    L_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)
+
+Separate ``eps_clip_low`` / ``eps_clip_high`` are DAPO's clip-higher (Yu et al. 2025,
+eq. 10; 0.2 / 0.28). Dual clip (Ye et al. 2020, "Mastering Complex Control in
+MOBA Games with Deep RL") bounds the loss of negative-advantage tokens whose
+ratio exploded: for A_t < 0, ``L_t = min(L_t, -c A_t)`` with c = ``clip_ratio_c``.
+With ``tis_cap`` each L_t is multiplied by ``min(pi_old / pi_rollout, tis_cap)``.
+The reduction is the mini-batch weights: ``loss = sum_t w_t L_t``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from skyrl.algorithms.policy_losses.terms import (
+    approx_kl,
+    check_policy_inputs,
+    masked_log_ratio,
+    tis_weights,
+    token_counts,
+    token_sums,
+    weighted_sum,
+)
+from skyrl.algorithms.registry import POLICY_LOSSES
+from skyrl.config.algorithm import AlgorithmConfig
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, cfg: AlgorithmConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token ``(loss, clipped, dual_clipped)`` of the PPO objective for given ratios."""
+    surr_unclipped = -advantages * ratio
+    surr_clipped = -advantages * ratio.clamp(1.0 - cfg.eps_clip_low, 1.0 + cfg.eps_clip_high)
+    loss = torch.maximum(surr_unclipped, surr_clipped)
+    clipped = surr_clipped > surr_unclipped
+    dual_clipped = torch.zeros_like(clipped)
+    if cfg.clip_ratio_c is not None:
+        bound = -advantages * cfg.clip_ratio_c
+        dual_clipped = (advantages < 0) & (loss > bound)
+        loss = torch.where(dual_clipped, bound, loss)
+    return loss, clipped, dual_clipped
+
+
+@POLICY_LOSSES.register("ppo")
+def ppo(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_weights: torch.Tensor,
+    loss_mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    rollout_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level clipped surrogate; metrics: clip/dual_clip/tis_clip tokens, approx_kl_sum."""
+    check_policy_inputs(
+        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
+        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
+    )  # fmt: skip
+    mask = loss_mask > 0
+    log_ratio = masked_log_ratio(logprobs, old_logprobs, mask)
+    adv = torch.where(mask, advantages, 0.0)
+    per_token, clipped, dual_clipped = clipped_surrogate(torch.exp(log_ratio), adv, cfg)
+    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, mask, cfg)
+    if tis is not None:
+        per_token = per_token * tis
+    metrics = token_counts(mask, clip=clipped, dual_clip=dual_clipped)
+    metrics.update(token_sums(mask, approx_kl=approx_kl(log_ratio)), **tis_metrics)
+    return weighted_sum(per_token, loss_weights, mask), metrics

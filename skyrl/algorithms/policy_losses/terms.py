@@ -1,0 +1,96 @@
+"""Pieces every policy loss shares: input checks, the masked log-ratio, TIS, the weighted sum, metrics.
+
+Metrics convention: every value a loss returns is *additive*: a count of loss
+tokens (``loss_tokens``, ``<name>_tokens``) or a sum over loss tokens
+(``<name>_sum``). Summing the dicts of all micro batches and DP ranks gives the
+mini-batch totals exactly; ``finalize_metrics`` then turns ``clip_tokens`` into
+``clip_frac`` and ``approx_kl_sum`` into ``approx_kl`` (token means).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from skyrl.algorithms.shapes import check_same_shape
+from skyrl.config.algorithm import AlgorithmConfig
+
+LOG_RATIO_CLAMP = 20.0
+"""|log pi/pi_old| is clamped to this before exp (numerical guard, as in verl)."""
+
+
+def check_policy_inputs(**tensors: torch.Tensor | None) -> None:
+    """All token tensors ``[N, S]`` alike; raises with every shape otherwise."""
+    check_same_shape(**tensors)
+
+
+def masked_log_ratio(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``log pi - log pi_old`` on loss tokens (clamped to +-20), exactly 0 elsewhere (NaN-safe)."""
+    log_ratio = torch.where(mask, logprobs - old_logprobs, 0.0)
+    return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def tis_weights(
+    old_logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Truncated importance sampling ``min(pi_old / pi_rollout, tis_cap)`` (no gradient), or None when off.
+
+    Corrects the mismatch between the inference engine's sampler and the trainer
+    (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training").
+    """
+    if cfg.tis_cap is None:
+        return None, {}
+    if rollout_logprobs is None:
+        raise ValueError(
+            "algorithm.tis_cap is set but no rollout_logprobs were given to the policy loss"
+        )
+    ratio = torch.exp(masked_log_ratio(old_logprobs, rollout_logprobs, mask)).detach()
+    capped = mask & (ratio > cfg.tis_cap)
+    return torch.where(mask, ratio.clamp(max=cfg.tis_cap), 1.0), {
+        "tis_clip_tokens": float(capped.sum())
+    }
+
+
+def weighted_sum(
+    per_token_loss: torch.Tensor, loss_weights: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``sum(per_token_loss * loss_weights)`` over loss tokens; 0 (not NaN) when nothing is masked in."""
+    return torch.where(mask, per_token_loss * loss_weights, 0.0).sum()
+
+
+def token_counts(mask: torch.Tensor, **flags: torch.Tensor) -> dict[str, float]:
+    """``{"loss_tokens": n, "<name>_tokens": count of flag on loss tokens, ...}``."""
+    out = {"loss_tokens": float(mask.sum())}
+    for name, flag in flags.items():
+        out[f"{name}_tokens"] = float((flag & mask).sum())
+    return out
+
+
+def token_sums(mask: torch.Tensor, **values: torch.Tensor) -> dict[str, float]:
+    """``{"<name>_sum": sum of value over loss tokens, ...}`` (no gradient)."""
+    return {
+        f"{name}_sum": float(torch.where(mask, v.detach(), 0.0).sum()) for name, v in values.items()
+    }
+
+
+def approx_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+    """k3 estimate of KL(pi_old || pi) per token: ``(r - 1) - log r`` with ``r = pi / pi_old``."""
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def finalize_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """Token means from additive sums: ``x_tokens -> x_frac``, ``x_sum -> x``; other keys kept."""
+    n = max(sums.get("loss_tokens", 0.0), 1.0)
+    out: dict[str, float] = {}
+    for key, value in sums.items():
+        if key.endswith("_tokens") and key != "loss_tokens":
+            out[key.removesuffix("_tokens") + "_frac"] = value / n
+        elif key.endswith("_sum"):
+            out[key.removesuffix("_sum")] = value / n
+        else:
+            out[key] = value
+    return out

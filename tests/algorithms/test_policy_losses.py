@@ -1,0 +1,189 @@
+"""Policy losses: PPO (clip-higher, dual clip), GSPO, CISPO, TIS (skyrl/algorithms/policy_losses/)."""
+
+import math
+
+import pytest
+import torch
+
+from skyrl.algorithms import POLICY_LOSSES, compute_loss_weights, finalize_metrics
+from skyrl.config.algorithm import AlgorithmConfig
+
+NAN = float("nan")
+ASYM = AlgorithmConfig(eps_clip_low=0.2, eps_clip_high=0.28)
+
+
+def _one_token(name: str, ratio: float, adv: float, cfg: AlgorithmConfig = ASYM):
+    """Loss and d loss / d logprob of one token with weight 1 (old logprob 0, so log ratio = logprob)."""
+    logprobs = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    ones = torch.ones(1, 1)
+    loss, metrics = POLICY_LOSSES.get(name)(
+        logprobs, torch.zeros(1, 1), torch.tensor([[adv]]), ones, ones, cfg
+    )
+    loss.backward()
+    return loss.item(), logprobs.grad.item(), metrics
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, expected_loss, expected_grad, clipped",
+    [
+        # inside [0.8, 1.28]: L = -A r, dL/dlogp = -A r
+        (1.1, 1.0, -1.1, -1.1, 0),
+        # A > 0 above 1 + 0.28: max(-1.5, -1.28) = -1.28, no gradient
+        (1.5, 1.0, -1.28, 0.0, 1),
+        # A > 0 below 1 - 0.2: max(-0.5, -0.8) = -0.5 (pessimistic: unclipped), gradient -0.5
+        (0.5, 1.0, -0.5, -0.5, 0),
+        # A < 0 below 0.8: max(0.5, 0.8) = 0.8, no gradient
+        (0.5, -1.0, 0.8, 0.0, 1),
+        # A < 0 above 1.28: max(1.5, 1.28) = 1.5, gradient 1.5
+        (1.5, -1.0, 1.5, 1.5, 0),
+        # 1.25 is inside the asymmetric range (would be clipped at 1.2 with symmetric 0.2)
+        (1.25, 1.0, -1.25, -1.25, 0),
+        (1.25, -2.0, 2.5, 2.5, 0),
+        # A = 2, r = 0.75 < 0.8: max(-1.5, -1.6) = -1.5
+        (0.75, 2.0, -1.5, -1.5, 0),
+    ],
+)
+def test_ppo_clip_both_sides_asymmetric(ratio, adv, expected_loss, expected_grad, clipped):
+    loss, grad, metrics = _one_token("ppo", ratio, adv)
+    assert loss == pytest.approx(expected_loss, abs=1e-6)
+    assert grad == pytest.approx(expected_grad, abs=1e-6)
+    assert metrics["clip_tokens"] == clipped
+    assert metrics["loss_tokens"] == 1
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, expected_loss, dual",
+    [
+        # A < 0, r = 5: PPO gives max(5, 1.28) = 5; dual clip bounds it at -A c = 3
+        (5.0, -1.0, 3.0, 1),
+        # A < 0, r = 2: 2 < 3, unchanged
+        (2.0, -1.0, 2.0, 0),
+        # A > 0: dual clip does not apply; max(-5, -1.28) = -1.28
+        (5.0, 1.0, -1.28, 0),
+    ],
+)
+def test_ppo_dual_clip(ratio, adv, expected_loss, dual):
+    cfg = AlgorithmConfig(eps_clip_low=0.2, eps_clip_high=0.28, clip_ratio_c=3.0)
+    loss, _, metrics = _one_token("ppo", ratio, adv, cfg)
+    assert loss == pytest.approx(expected_loss, abs=1e-5)
+    assert metrics["dual_clip_tokens"] == dual
+
+
+def test_ppo_approx_kl_metric():
+    # k3 of KL(old || new) with r = 1.5: (1.5 - 1) - log 1.5 = 0.0945348919
+    _, _, metrics = _one_token("ppo", 1.5, 1.0)
+    assert metrics["approx_kl_sum"] == pytest.approx(0.5 - math.log(1.5), abs=1e-6)
+
+
+def test_gspo_uses_sequence_ratio():
+    # row 0: token log-ratios (0.2, 0.0) -> s = exp(0.1) = 1.10517 inside [0.8, 1.28]:
+    #        each token L = -A s = -1.10517, gradient d/dlogp_t = -A s (GSPO-token)
+    # row 1: log-ratios (0.5, 0.3) -> s = exp(0.4) = 1.49182 > 1.28: each token -1.28, no gradient
+    #        (both tokens share s, so they are clipped together)
+    # the third column is masked out (NaN).
+    old = torch.tensor([[-1.0, -2.0, NAN], [-1.0, -1.0, NAN]])
+    logprobs = (old + torch.tensor([[0.2, 0.0, 0.0], [0.5, 0.3, 0.0]])).requires_grad_()
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, NAN], [1.0, 1.0, NAN]])
+    loss, metrics = POLICY_LOSSES.get("gspo")(logprobs, old, adv, mask, mask, ASYM)
+    loss.backward()
+    s0 = math.exp(0.1)
+    assert loss.item() == pytest.approx(-2 * s0 - 2 * 1.28, abs=1e-5)
+    torch.testing.assert_close(
+        logprobs.grad, torch.tensor([[-s0, -s0, 0.0], [0.0, 0.0, 0.0]]), rtol=0, atol=1e-6
+    )
+    assert metrics["clip_tokens"] == 2
+
+
+def test_gspo_differs_from_token_ppo():
+    # log-ratios (0.4, -0.4): sequence ratio 1 (no clip), token ratios 1.49 and 0.67 (both clip-relevant)
+    old = torch.zeros(1, 2)
+    logprobs = torch.tensor([[0.4, -0.4]])
+    ones = torch.ones(1, 2)
+    gspo, _ = POLICY_LOSSES.get("gspo")(logprobs, old, ones, ones, ones, ASYM)
+    ppo, _ = POLICY_LOSSES.get("ppo")(logprobs, old, ones, ones, ones, ASYM)
+    assert gspo.item() == pytest.approx(-2.0, abs=1e-6)  # -A * 1 per token
+    assert ppo.item() == pytest.approx(
+        -1.28 - math.exp(-0.4), abs=1e-6
+    )  # max(-1.49, -1.28) + max(-0.67, -0.8)
+
+
+def test_cispo_clipped_stop_gradient_weight():
+    # eps_low 1 (no lower bound), eps_high 0.28.
+    # t0: old p 0.4, new p 0.6 -> r 1.5 -> weight 1.28; A 1: L = -1.28 log 0.6; dL/dlogp = -1.28
+    # t1: old p 0.4, new p 0.2 -> r 0.5 -> weight 0.5; A -2: L = -0.5*(-2) log 0.2 = log 0.2; dL/dlogp = 1
+    cfg = AlgorithmConfig(eps_clip_low=1.0, eps_clip_high=0.28)
+    old = torch.log(torch.tensor([[0.4, 0.4]]))
+    logprobs = torch.log(torch.tensor([[0.6, 0.2]])).requires_grad_()
+    ones = torch.ones(1, 2)
+    loss, metrics = POLICY_LOSSES.get("cispo")(
+        logprobs, old, torch.tensor([[1.0, -2.0]]), ones, ones, cfg
+    )
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.28 * math.log(0.6) + math.log(0.2), abs=1e-5)
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.28, 1.0]]), rtol=0, atol=1e-5)
+    assert metrics["clip_tokens"] == 1
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "cispo"])
+def test_tis_truncated_importance_weight(name):
+    # logprobs = old = log 0.5 (ratio 1), A = 1: per-token loss -A r = -1 for ppo/gspo,
+    # -1 * A * log 0.5 = -log 0.5 for cispo.
+    # TIS weights pi_old / pi_rollout: t0 0.5 / 0.125 = 4 -> capped 2; t1 0.5 / 1 = 0.5
+    cfg = AlgorithmConfig(tis_cap=2.0)
+    old = torch.full((1, 2), math.log(0.5))
+    rollout = torch.log(torch.tensor([[0.125, 1.0]]))
+    ones = torch.ones(1, 2)
+    loss, metrics = POLICY_LOSSES.get(name)(
+        old.clone(), old, ones, ones, ones, cfg, rollout_logprobs=rollout
+    )
+    per_token = -math.log(0.5) if name == "cispo" else -1.0
+    assert loss.item() == pytest.approx(per_token * (2.0 + 0.5), abs=1e-5)
+    assert metrics["tis_clip_tokens"] == 1
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        POLICY_LOSSES.get(name)(old, old, ones, ones, ones, cfg)
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "cispo"])
+def test_fully_masked_gives_zero_and_masked_nan_does_not_leak(name):
+    zeros = torch.zeros(2, 3)
+    nan = torch.full((2, 3), NAN)
+    logprobs = nan.clone().requires_grad_()
+    loss, metrics = POLICY_LOSSES.get(name)(logprobs, nan, nan, zeros, zeros, AlgorithmConfig())
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.equal(logprobs.grad, zeros)
+    assert metrics["loss_tokens"] == 0
+
+    # partly masked with NaN off the mask: finite loss and gradient
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    values = torch.tensor([[-1.0, -2.0, NAN], [NAN, -0.5, NAN]])
+    logprobs = (values + 0.1).detach().requires_grad_()
+    weights = compute_loss_weights("token_mean", mask, ["a", "b"], 3)
+    adv = torch.where(mask > 0, 1.0, NAN)
+    loss, _ = POLICY_LOSSES.get(name)(logprobs, values, adv, weights, mask, AlgorithmConfig())
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.isfinite(logprobs.grad).all()
+
+
+def test_shape_mismatch_names_shapes():
+    with pytest.raises(ValueError, match=r"logprobs=\(2, 3\).*advantages=\(2, 4\)"):
+        POLICY_LOSSES.get("ppo")(
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+            torch.zeros(2, 4),
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+            ASYM,
+        )
+
+
+def test_finalize_metrics():
+    sums = {"loss_tokens": 8.0, "clip_tokens": 2.0, "approx_kl_sum": 0.4, "other": 3.0}
+    assert finalize_metrics(sums) == {
+        "loss_tokens": 8.0,
+        "clip_frac": 0.25,
+        "approx_kl": 0.05,
+        "other": 3.0,
+    }
