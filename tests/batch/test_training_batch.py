@@ -1,0 +1,129 @@
+import pickle
+
+import pytest
+import torch
+
+from skyrl.batch import TrainingInputBatch, pad_training_input_batch
+
+
+def make_batch(lengths=(3, 5, 2, 4), seq_len=6, uids=None) -> TrainingInputBatch:
+    n = len(lengths)
+    attention = torch.zeros(n, seq_len, dtype=torch.long)
+    for i, length in enumerate(lengths):
+        attention[i, :length] = 1
+    ids = torch.arange(n * seq_len).reshape(n, seq_len) * attention
+    loss = attention.float()
+    loss[:, 0] = 0
+    uids = uids or [f"u{i // 2}" for i in range(n)]
+    return TrainingInputBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "loss_mask": loss,
+            "advantages": torch.randn(n, seq_len) * attention,
+            "rewards": torch.arange(n, dtype=torch.float32),
+        },
+        metadata={
+            "uids": list(uids),
+            "is_last_step": [i % 2 == 1 for i in range(n)],
+            "trajectory_ids": [f"t{i}" for i in range(n)],
+            "pad_size": 0,
+        },
+    )
+
+
+def test_len_slice_and_metadata():
+    b = make_batch()
+    assert len(b) == 4
+    s = b[1:3]
+    assert len(s) == 2
+    assert torch.equal(s["input_ids"], b["input_ids"][1:3])
+    assert s.metadata["uids"] == ["u0", "u1"]
+    assert s.metadata["is_last_step"] == [True, False]
+    assert s.metadata["pad_size"] == 0
+    picked = b[[3, 0]]
+    assert picked.metadata["trajectory_ids"] == ["t3", "t0"]
+    assert torch.equal(picked.rewards, torch.tensor([3.0, 0.0]))
+
+
+def test_missing_optional_fields_are_none():
+    b = make_batch()
+    assert b["old_logprobs"] is None and b.values is None and b.ref_logprobs is None
+    with pytest.raises(KeyError):
+        b["not_a_field"]
+    with pytest.raises(AttributeError):
+        b.not_a_field  # noqa: B018
+
+
+def test_chunk_cat_select_to():
+    b = make_batch()
+    parts = b.chunk(2)
+    assert [len(p) for p in parts] == [2, 2]
+    again = TrainingInputBatch.cat(parts)
+    for k in b.keys():
+        assert torch.equal(again[k], b[k])
+    assert again.metadata["uids"] == b.metadata["uids"]
+    with pytest.raises(ValueError, match="equal chunks"):
+        b.chunk(3)
+    sel = b.select(["input_ids", "values"], metadata_keys=["uids"])
+    assert sel.keys() == ["input_ids"] and list(sel.metadata) == ["uids"]
+    moved = b.to("cpu")
+    assert moved.input_ids.device.type == "cpu" and len(moved) == 4
+
+
+def test_rejects_mismatched_sizes():
+    with pytest.raises(ValueError, match="batch size"):
+        TrainingInputBatch({"a": torch.zeros(2, 3), "b": torch.zeros(3, 3)})
+    with pytest.raises(ValueError, match="per-row list"):
+        TrainingInputBatch({"a": torch.zeros(2, 3)}, {"uids": ["x"]})
+
+
+def test_pickle_keeps_tensors_bf16_and_ships_only_the_slice():
+    b = make_batch().replace(values=torch.randn(4, 6).to(torch.bfloat16))
+    back = pickle.loads(pickle.dumps(b))
+    assert back.values.dtype == torch.bfloat16 and torch.equal(back.values, b.values)
+    assert back.metadata == b.metadata
+    big = TrainingInputBatch({"x": torch.zeros(10_000, 100)})
+    one_row = pickle.dumps(big[:1])
+    assert len(one_row) < 10_000  # the view's 4 MB parent storage is not shipped
+
+
+# ---- pad_training_input_batch, field by field ---------------------------------
+
+
+def test_pad_fields():
+    b = make_batch()
+    before = {k: v.clone() for k, v in b.tensors.items()}
+    meta_before = {k: list(v) if isinstance(v, list) else v for k, v in b.metadata.items()}
+    p = pad_training_input_batch(b, 3)
+    assert p is not b and len(p) == 7
+    assert torch.equal(p.loss_mask[4:], torch.zeros(3, 6))
+    assert torch.equal(p.loss_mask[:4], b.loss_mask)
+    for key in ("input_ids", "attention_mask", "advantages"):
+        assert torch.equal(p[key][4:], b[key][:1].expand(3, -1))
+    assert torch.equal(p.rewards[4:], torch.zeros(3))  # row 0's reward is 0
+    assert p.metadata["uids"] == ["u0", "u0", "u1", "u1", "pad0", "pad1", "pad2"]
+    assert p.metadata["is_last_step"] == [False, True, False, True, True, True, True]
+    assert p.metadata["is_padding"] == [False] * 4 + [True] * 3
+    assert p.metadata["pad_size"] == 3
+    # the input is untouched
+    for k, v in before.items():
+        assert torch.equal(b[k], v)
+    assert b.metadata == meta_before
+
+
+def test_pad_zero_returns_same_object_and_larger_than_batch():
+    b = make_batch()
+    meta = dict(b.metadata)
+    assert pad_training_input_batch(b, 0) is b
+    assert b.metadata == meta
+    p = pad_training_input_batch(b[:1], 5)
+    assert len(p) == 6 and p.metadata["uids"][1:] == [f"pad{i}" for i in range(5)]
+    assert p.loss_mask[1:].sum() == 0
+
+
+def test_pad_zeroes_loss_weights_and_rejects_negative():
+    b = make_batch().replace(loss_weights=torch.ones(4, 6))
+    assert pad_training_input_batch(b, 2).loss_weights[4:].sum() == 0
+    with pytest.raises(ValueError, match="pad_size"):
+        pad_training_input_batch(b, -1)

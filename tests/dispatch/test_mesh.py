@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skyrl.batch import TrainingInputBatch, plan_micro_batches
+from skyrl.dispatch import MeshDispatch, assign_rows_to_ranks
+
+
+def make_batch(lengths, uids=None, seq_len=None) -> TrainingInputBatch:
+    n = len(lengths)
+    seq_len = seq_len or max(lengths)
+    attention = (torch.arange(seq_len) < torch.tensor(lengths)[:, None]).long()
+    return TrainingInputBatch(
+        {
+            "input_ids": (torch.arange(n)[:, None] + 1) * attention,  # row id in every token
+            "attention_mask": attention,
+            "loss_mask": attention.float(),
+        },
+        {
+            "uids": uids or [f"p{i}" for i in range(n)],
+            "is_last_step": [True] * n,
+            "row": list(range(n)),
+        },
+    )
+
+
+@pytest.mark.parametrize("balance", ["tokens", "contiguous"])
+def test_seven_rows_two_mini_batches_dp2(balance):
+    data = make_batch([3, 1, 4, 1, 5, 9, 2])
+    staged = MeshDispatch.stage_chunks(2, data, [(0, 3), (3, 7)], balance=balance)
+    assert len(staged) == 2 and all(len(mb) == 2 for mb in staged)
+    chunks = [c for mb in staged for c in mb]
+    assert [len(c) for c in chunks] == [2, 2, 2, 2]
+    zero_loss_rows = sum(int((c.loss_mask.sum(1) == 0).sum()) for c in chunks)
+    assert zero_loss_rows == 1  # mini-batch 0 (3 rows) gets one padding row, mini-batch 1 none
+    assert staged.pad_sizes == [1, 0]
+    rows0 = sorted(r for c in staged[0] for r in c.metadata["row"])
+    assert rows0 == [0, 0, 1, 2]  # padding copies row 0
+    assert sorted(r for c in staged[1] for r in c.metadata["row"]) == [3, 4, 5, 6]
+    assert data.metadata["row"] == list(range(7)) and len(data) == 7  # input untouched
+
+
+def test_token_balance_beats_contiguous_and_is_reported():
+    lengths = [100, 90, 80, 70, 5, 4, 3, 2]
+    data = make_batch(lengths)
+    balanced = MeshDispatch.stage_chunks(2, data, [(0, 8)])
+    plain = MeshDispatch.stage_chunks(2, data, [(0, 8)], balance="contiguous")
+    tokens = [int(c.attention_mask.sum()) for c in balanced[0]]
+    assert max(tokens) / min(tokens) == pytest.approx(balanced.rank_token_imbalance[0])
+    assert balanced.rank_token_imbalance[0] < 1.1 < plain.rank_token_imbalance[0]
+    assert balanced[0][0].metadata["rank_token_imbalance"] == balanced.rank_token_imbalance[0]
+    for chunk in balanced[0]:  # rows keep their original order on each rank
+        assert chunk.metadata["row"] == sorted(chunk.metadata["row"])
+
+
+def test_loss_weights_fn_sees_unpadded_mini_batch():
+    data = make_batch([2, 3, 4])
+    seen = []
+
+    def weights(mini: TrainingInputBatch) -> torch.Tensor:
+        seen.append(len(mini))
+        return mini.loss_mask / mini.loss_mask.sum()
+
+    staged = MeshDispatch.stage_chunks(2, data, [(0, 3)], loss_weights_fn=weights)
+    assert seen == [3]
+    total = sum(float(c.loss_weights.sum()) for c in staged[0])
+    assert total == pytest.approx(1.0)  # padding rows carry zero weight
+    assert data.loss_weights is None
+
+
+def test_pass_through():
+    assert MeshDispatch.pass_through(3, {"step": 5}) == [{"step": 5}] * 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=40),
+    dp_size=st.integers(1, 4),
+    num_mini=st.integers(1, 3),
+    max_tokens=st.integers(8, 60),
+)
+def test_property_every_real_row_once_equal_micro_batch_counts(
+    lengths, dp_size, num_mini, max_tokens
+):
+    n = len(lengths)
+    cuts = sorted({0, n, *np.linspace(0, n, num_mini + 1).astype(int).tolist()})
+    bounds = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    staged = MeshDispatch.stage_chunks(dp_size, make_batch(lengths), bounds)
+    seen = []
+    for i, (start, end) in enumerate(bounds):
+        chunks = staged[i]
+        assert len({len(c) for c in chunks}) == 1
+        assert sum(len(c) for c in chunks) - (end - start) == staged.pad_sizes[i] < dp_size
+        # each rank plans, then all agree on the MAX count (as the workers all-reduce)
+        target = max(len(plan_micro_batches(c, max_tokens)) for c in chunks)
+        for chunk in chunks:
+            micro = plan_micro_batches(chunk, max_tokens, num_micro_batches=target)
+            assert len(micro) == target
+            for mb in micro:
+                assert mb.num_tokens <= max_tokens or len(mb.row_indices) == 1
+                for r in mb.row_indices:
+                    if not chunk.metadata.get("is_padding", [False] * len(chunk))[r]:
+                        seen.append(chunk.metadata["row"][r])
+    assert sorted(seen) == list(range(n))
+
+
+def test_assign_rows_to_ranks_equal_counts():
+    rows = assign_rows_to_ranks(np.array([5, 1, 9, 3, 7, 2]), 3)
+    assert [len(r) for r in rows] == [2, 2, 2]
+    assert sorted(np.concatenate(rows).tolist()) == list(range(6))
+    with pytest.raises(ValueError, match="pad first"):
+        assign_rows_to_ranks(np.array([1, 2, 3]), 2)
+
+
+@pytest.mark.slow
+def test_stages_into_ray_object_store(ray_cluster):
+    ray = ray_cluster
+    staged = MeshDispatch.stage_chunks(2, make_batch([3, 1, 4]), [(0, 3)])
+    assert isinstance(staged[0][1], ray.ObjectRef)
+    chunk = ray.get(staged[0][1])
+    assert len(chunk) == 2
+    assert isinstance(MeshDispatch.pass_through(2, "x")[0], ray.ObjectRef)
