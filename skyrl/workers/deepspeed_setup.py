@@ -1,0 +1,86 @@
+"""Building a DeepSpeed engine for one role: config dict, model, AdamW, LR schedule.
+
+Departures from DeepSpeed defaults, on purpose:
+- ``managed_gradient_accumulation`` is off: a mini-batch is packed into a
+  varying number of micro batches, the caller scales each micro-batch loss
+  itself and calls ``engine.step()`` exactly once per mini-batch.
+- The optimizer is torch's AdamW (a client optimizer): FusedAdam and
+  DeepSpeedCPUAdam each compile for minutes on CPU.
+- Warm-up and the cosine schedule count OPTIMIZER steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from skyrl.config.trainer import OptimizerConfig, TrainerConfig
+
+
+def deepspeed_config(trainer: TrainerConfig, optimizer: OptimizerConfig | None) -> dict[str, Any]:
+    """The DeepSpeed JSON config for one role (``optimizer`` None = inference only)."""
+    zero: dict[str, Any] = {"stage": trainer.zero_stage}
+    if trainer.offload_optimizer and optimizer is not None and trainer.zero_stage > 0:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    if trainer.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = False
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": optimizer.max_grad_norm if optimizer else 0.0,
+        "zero_optimization": zero,
+        "bf16": {"enabled": trainer.precision == "bf16"},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def lr_lambda(optimizer: OptimizerConfig, total_optimizer_steps: int):
+    """Multiplier of the peak lr after ``step`` optimizer steps: linear warm-up, then constant or cosine."""
+    warmup = optimizer.lr_warmup_steps
+    floor = optimizer.min_lr_ratio
+
+    def multiplier(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if optimizer.lr_scheduler == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_optimizer_steps - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return multiplier
+
+
+def build_engine(
+    model: nn.Module,
+    trainer: TrainerConfig,
+    optimizer_cfg: OptimizerConfig | None,
+    total_optimizer_steps: int,
+):
+    """``deepspeed.initialize`` with a torch AdamW and a LambdaLR schedule (or none for inference)."""
+    import deepspeed
+
+    config = deepspeed_config(trainer, optimizer_cfg)
+    if optimizer_cfg is None:
+        engine, *_ = deepspeed.initialize(model=model, config=config)
+        return engine
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=optimizer_cfg.lr,
+        betas=tuple(optimizer_cfg.betas),
+        eps=optimizer_cfg.eps,
+        weight_decay=optimizer_cfg.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(optimizer_cfg, total_optimizer_steps)
+    )
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
+    )
+    return engine

@@ -1,0 +1,153 @@
+"""A group of ``dp_size`` Ray actors for one role, placed with a placement group.
+
+The group is the only place that talks to Ray for training: it starts the
+actors (one bundle per rank; the reference can share the policy's bundles),
+runs a call on every rank with that rank's staged chunk, and turns a dead
+actor into one error that names the role and the rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import torch
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from skyrl.config.root import SkyRLConfig
+from skyrl.workers.distributed import find_free_port, node_ip
+from skyrl.workers.worker import TrainingWorker
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker actor died (out of memory, killed, crashed)."""
+
+
+class WorkerGroup:
+    """``dp_size`` ranks of one role; ``colocate_with`` shares another group's bundles."""
+
+    def __init__(
+        self,
+        role: str,
+        cfg: SkyRLConfig,
+        total_optimizer_steps: int,
+        colocate_with: WorkerGroup | None = None,
+    ):
+        t = cfg.trainer
+        self.role, self.dp_size = role, t.dp_size
+        self._owns_pg = colocate_with is None
+        share = 0.5 if colocate_with is not None else 1.0
+        if colocate_with is None:
+            bundle = {"CPU": t.num_cpus_per_worker}
+            if t.num_gpus_per_worker:
+                bundle["GPU"] = t.num_gpus_per_worker
+            self.pg: PlacementGroup = placement_group(
+                [dict(bundle) for _ in range(t.dp_size)], strategy="PACK"
+            )
+            ray.get(self.pg.ready(), timeout=120)
+            # The owner of the bundles takes half of each when a colocated role will join it.
+            share = 0.5 if t.colocate_policy_ref and role == "policy" else 1.0
+        else:
+            self.pg = colocate_with.pg
+        actor_cls = ray.remote(TrainingWorker)
+        addr, port = node_ip(), find_free_port()
+        self.actors = [
+            actor_cls.options(
+                num_cpus=t.num_cpus_per_worker * share,
+                num_gpus=t.num_gpus_per_worker * share,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=rank
+                ),
+            ).remote(role, rank, t.dp_size, addr, port, cfg, total_optimizer_steps)
+            for rank in range(t.dp_size)
+        ]
+        self._rank_of = {actor._actor_id.hex(): rank for rank, actor in enumerate(self.actors)}
+        self.get([actor.pid.remote() for actor in self.actors])  # surface start-up failures here
+
+    def get(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
+        """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank."""
+        try:
+            return ray.get(list(refs), timeout=timeout)
+        except RayActorError as exc:
+            rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
+            raise WorkerDiedError(
+                f"{self.role} worker rank {rank} died: {_first_line(exc)}"
+            ) from None
+        except RayTaskError as exc:
+            raise RuntimeError(
+                f"{self.role} worker failed: {_first_line(exc.cause or exc)}"
+            ) from exc
+
+    def run(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method(*args)`` on every rank with the same arguments."""
+        return self.get([getattr(actor, method).remote(*args) for actor in self.actors])
+
+    def run_chunks(self, method: str, chunks: Sequence[Any]) -> list[Any]:
+        """Call ``method(chunks[r])`` on rank ``r``."""
+        if len(chunks) != self.dp_size:
+            raise ValueError(f"{len(chunks)} chunks for {self.dp_size} {self.role} ranks")
+        return self.get(
+            [
+                getattr(actor, method).remote(chunk)
+                for actor, chunk in zip(self.actors, chunks, strict=True)
+            ]
+        )
+
+    def forward(self, staged: Sequence[Sequence[Any]], num_rows: int) -> torch.Tensor:
+        """Per-token outputs for the ``num_rows`` rows that ``staged`` (from MeshDispatch) covers,
+        back in their original order, padding rows dropped."""
+        out: torch.Tensor | None = None
+        for chunks in staged:
+            for result in self.run_chunks("forward", chunks):
+                (key,) = [k for k in result if k != "source_rows"]
+                values = result[key]
+                if out is None:
+                    out = values.new_zeros(num_rows, values.shape[1])
+                rows = torch.as_tensor(result["source_rows"], dtype=torch.long)
+                real = rows >= 0
+                out[rows[real]] = values[real]
+        assert out is not None, "forward got no chunks"
+        return out
+
+    def train_mini_batch(self, chunks: Sequence[Any]) -> dict[str, float]:
+        """One optimizer step on one mini-batch; rank metrics combined (see ``combine_rank_metrics``)."""
+        return combine_rank_metrics(self.run_chunks("train_mini_batch", chunks))
+
+    def shutdown(self) -> None:
+        """Kill the actors (and the placement group if this group owns it)."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        if self._owns_pg:
+            remove_placement_group(self.pg)
+
+
+SAME_ON_ALL_RANKS = ("lr", "grad_norm", "micro_batch_max_tokens")
+MAX_OVER_RANKS = ("max_micro_batch_tokens",)
+
+
+def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Additive metrics summed over ranks; lr/grad norm/cap taken once; maxima as max;
+    fill ratio and rank imbalance recomputed from the summed token counts."""
+    combined = {
+        key: sum(m[key] for m in per_rank)
+        for key in per_rank[0]
+        if key not in SAME_ON_ALL_RANKS + MAX_OVER_RANKS + ("fill_ratio",)
+    }
+    combined.update({k: per_rank[0][k] for k in SAME_ON_ALL_RANKS if k in per_rank[0]})
+    combined.update({k: max(m[k] for m in per_rank) for k in MAX_OVER_RANKS if k in per_rank[0]})
+    tokens = [m.get("local_tokens", 0.0) for m in per_rank]
+    cap, micro = (
+        per_rank[0].get("micro_batch_max_tokens", 0.0),
+        combined.get("local_micro_batches", 0.0),
+    )
+    combined["fill_ratio"] = sum(tokens) / (micro * cap) if micro and cap else 0.0
+    combined["rank_token_imbalance"] = max(tokens) / max(min(tokens), 1.0)
+    return combined
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,58 @@
+"""Loading the models the workers train: the policy/reference LM and the critic.
+
+The critic is the policy's transformer body with a scalar head on every
+position (PPO's value model); its head starts at zero so initial values are 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def load_causal_lm(
+    path: str, precision: str, trust_remote_code: bool = False, gradient_checkpointing: bool = False
+) -> nn.Module:
+    """A ``from_pretrained`` causal LM in the training dtype."""
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=DTYPES[precision], trust_remote_code=trust_remote_code
+    )
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model
+
+
+class ValueModel(nn.Module):
+    """Transformer body + linear value head: ``values[b, t]`` for every position."""
+
+    def __init__(self, body: nn.Module, hidden_size: int):
+        super().__init__()
+        self.body = body
+        self.value_head = nn.Linear(hidden_size, 1, dtype=next(body.parameters()).dtype)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
+        hidden = self.body(
+            input_ids=input_ids, position_ids=position_ids, **kwargs
+        ).last_hidden_state
+        return self.value_head(hidden).squeeze(-1)
+
+
+def load_value_model(
+    path: str, precision: str, trust_remote_code: bool = False, gradient_checkpointing: bool = False
+) -> ValueModel:
+    """The critic: the body of the model at ``path`` with a fresh value head."""
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    body = AutoModel.from_pretrained(
+        path, dtype=DTYPES[precision], trust_remote_code=trust_remote_code
+    )
+    if gradient_checkpointing:
+        body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return ValueModel(body, config.hidden_size)

@@ -1,0 +1,261 @@
+"""One data-parallel rank of one role (policy, reference or critic), run as a Ray actor.
+
+Every call takes the chunk that the dispatch layer staged for this rank. A
+chunk is packed into token-budget micro batches; all ranks agree on the
+micro-batch count (all-reduce MAX, then empty zero-loss fillers), because
+DeepSpeed's collectives hang or leak gradients when counts differ.
+
+Loss scaling: ``loss_weights`` were computed on the whole mini-batch before it
+was split, so the mini-batch loss is the sum of ``(per_token_loss *
+loss_weights)`` over every micro batch of every rank. DeepSpeed AVERAGES
+gradients over ranks, so each rank's loss is multiplied by ``dp_size``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from skyrl.batch import TrainingInputBatch
+from skyrl.batch.packing import (
+    PackedMicroBatch,
+    micro_batch_metrics,
+    plan_micro_batches,
+    unpack_to_rows,
+)
+from skyrl.config.root import SkyRLConfig
+from skyrl.workers.distributed import all_reduce_max, init_distributed, set_dist_env
+
+ROLES = ("policy", "reference", "critic")
+
+
+class TrainingWorker:
+    """A DeepSpeed engine for one role on one rank."""
+
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        world_size: int,
+        master_addr: str,
+        master_port: int,
+        cfg: SkyRLConfig,
+        total_optimizer_steps: int,
+    ):
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
+        trainer = cfg.trainer
+        torch.set_num_threads(max(1, int(trainer.num_cpus_per_worker)))
+        set_dist_env(rank, world_size, master_addr, master_port, trainer.collective_timeout_min)
+        init_distributed(trainer.collective_timeout_min)
+        _seed_everything(trainer.seed)
+        self.engine = self._build_engine(total_optimizer_steps)
+        self.max_tokens = trainer.micro_batch_max_tokens or cfg.generator.max_seq_len
+        temperature = cfg.generator.sampling.temperature
+        self.temperature = temperature if temperature > 0 else 1.0
+
+    def _build_engine(self, total_optimizer_steps: int):
+        from skyrl.workers.deepspeed_setup import build_engine
+        from skyrl.workers.models import load_causal_lm, load_value_model
+
+        t, m = self.cfg.trainer, self.cfg.model
+        if self.role == "critic":
+            model = load_value_model(
+                t.critic_model_path or m.path,
+                t.precision,
+                m.trust_remote_code,
+                t.gradient_checkpointing,
+            )
+            return build_engine(model, t, t.critic_optimizer, total_optimizer_steps)
+        model = load_causal_lm(
+            m.path,
+            t.precision,
+            m.trust_remote_code,
+            t.gradient_checkpointing and self.role == "policy",
+        )
+        if self.role == "reference":
+            model.requires_grad_(False)
+            return build_engine(model, t, None, total_optimizer_steps)
+        return build_engine(model, t, t.policy_optimizer, total_optimizer_steps)
+
+    # -- micro batches -------------------------------------------------------------
+
+    def _micro_batches(self, chunk: TrainingInputBatch) -> list[PackedMicroBatch]:
+        """This rank's packed micro batches, as many as the busiest rank needs."""
+        own = len(plan_micro_batches(chunk, self.max_tokens)) if len(chunk) else 0
+        count = max(1, all_reduce_max(own))
+        return plan_micro_batches(chunk, self.max_tokens, num_micro_batches=count)
+
+    def _model_out(self, mb: PackedMicroBatch, compute_entropy: bool = False):
+        """Per-token logprobs (and entropy) of the policy/reference, or values of the critic, ``[1, T]``."""
+        if self.role == "critic":
+            values = self.engine(
+                input_ids=mb.input_ids,
+                position_ids=mb.position_ids,
+                attention_mask=None,
+                use_cache=False,
+            )
+            # V(state before token t) sits at t: shift right, 0 where a sequence starts.
+            shifted = torch.cat([values.new_zeros(1, 1), values[:, :-1]], dim=1)
+            return shifted.masked_fill(mb.position_ids == 0, 0.0), None
+        from skyrl.workers.logprobs import packed_logprobs
+
+        return packed_logprobs(
+            self.engine, mb, temperature=self.temperature, compute_entropy=compute_entropy
+        )
+
+    # -- calls -----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, chunk: TrainingInputBatch) -> dict[str, Any]:
+        """``logprobs`` (policy/reference) or ``values`` (critic) for every chunk row, ``[rows, S]``,
+        plus the chunk's ``source_rows`` so the caller can put real rows back in order."""
+        self.engine.eval()
+        micro = self._micro_batches(chunk)
+        outputs = [self._model_out(mb)[0].float() for mb in micro]
+        key = "values" if self.role == "critic" else "logprobs"
+        values = unpack_to_rows(micro, outputs, len(chunk)) if len(chunk) else torch.zeros(0, 0)
+        return {key: values, "source_rows": chunk.metadata.get("source_rows")}
+
+    def train_mini_batch(self, chunk: TrainingInputBatch) -> dict[str, float]:
+        """Backward over every micro batch, then exactly ONE optimizer step; additive metrics."""
+        self.engine.train()
+        micro = self._micro_batches(chunk)
+        sums: dict[str, float] = {}
+        for mb in micro:
+            loss, metrics = self._micro_batch_loss(chunk, mb)
+            self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+        self.engine.step()
+        sums.update(micro_batch_metrics(micro, self.max_tokens))
+        grad_norm = self.engine.get_global_grad_norm()
+        sums["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+        sums["lr"] = float(self.engine.get_lr()[0])
+        return sums
+
+    def _micro_batch_loss(
+        self, chunk: TrainingInputBatch, mb: PackedMicroBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        from skyrl.workers.losses import critic_loss, policy_loss
+
+        out, entropy = self._model_out(mb, compute_entropy=self.cfg.algorithm.entropy_coef > 0)
+        if mb.is_empty:  # a filler: zero loss, but its backward keeps ZeRO's collectives in step
+            return out.sum() * 0.0, {}
+        rows = chunk.select_rows(mb.row_indices)
+        unpacked = mb.unpack(out)
+        ent = mb.unpack(entropy) if entropy is not None else None
+        if self.role == "critic":
+            return critic_loss(unpacked, rows, self.cfg.algorithm)
+        return policy_loss(unpacked, ent, rows, self.cfg.algorithm)
+
+    def global_steps(self) -> int:
+        """Optimizer steps taken by the DeepSpeed engine."""
+        return int(self.engine.global_steps)
+
+    # -- weights ---------------------------------------------------------------------
+
+    def _gathered_params(self):
+        """``(name, full fp32-or-bf16 tensor)`` one parameter at a time; under ZeRO-3 every
+        rank must take part in each gather."""
+        import deepspeed
+
+        module = self.engine.module
+        for name, param in module.named_parameters():
+            if hasattr(param, "ds_id"):
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+                    yield name, param.detach().clone()
+            else:
+                yield name, param.detach()
+
+    def state_dict_for_sync(self, all_ranks: bool = False) -> dict[str, torch.Tensor] | None:
+        """Full weights named as the inference engine expects (HF names); rank 0's copy, None
+        elsewhere (every rank's own copy with ``all_ranks``, to check they agree)."""
+        keep = all_ranks or self.rank == 0
+        weights = {}
+        for name, tensor in self._gathered_params():
+            if keep:
+                weights[name] = tensor.cpu().clone()
+        return weights if keep else None
+
+    def iter_weight_buckets(self, bucket_bytes: int = 256 << 20):
+        """Streaming variant: yields ``{name: tensor}`` buckets of about ``bucket_bytes`` (rank 0 only;
+        other ranks take part in the gathers and yield nothing)."""
+        bucket, size = {}, 0
+        for name, tensor in self._gathered_params():
+            if self.rank != 0:
+                continue
+            bucket[name] = tensor.cpu().clone()
+            size += tensor.numel() * tensor.element_size()
+            if size >= bucket_bytes:
+                yield bucket
+                bucket, size = {}, 0
+        if bucket:
+            yield bucket
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    def save_checkpoint(self, ckpt_dir: str, client_state: dict[str, Any] | None = None) -> None:
+        """Model, optimizer, scheduler, step counters (DeepSpeed) and this rank's RNG states."""
+        path = Path(ckpt_dir) / self.role
+        self.engine.save_checkpoint(str(path), tag="state", client_state=client_state or {})
+        torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
+        """Restore what ``save_checkpoint`` wrote; returns the client state."""
+        path = Path(ckpt_dir) / self.role
+        load_optim = self.role != "reference"
+        _, client_state = self.engine.load_checkpoint(
+            str(path),
+            tag="state",
+            load_optimizer_states=load_optim,
+            load_lr_scheduler_states=load_optim,
+        )
+        _set_rng_state(torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False))
+        return client_state or {}
+
+    def export_hf(self, out_dir: str, tokenizer_path: str | None = None) -> None:
+        """A ``from_pretrained``-loadable copy of the policy (and its tokenizer)."""
+        weights = self.state_dict_for_sync()
+        if self.rank != 0:
+            return
+        from transformers import AutoTokenizer
+
+        module = self.engine.module
+        module.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
+        tok_path = tokenizer_path or self.cfg.model.tokenizer_path or self.cfg.model.path
+        AutoTokenizer.from_pretrained(tok_path).save_pretrained(out_dir)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

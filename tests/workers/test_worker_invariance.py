@@ -1,0 +1,260 @@
+"""DeepSpeed workers on Ray give the update of one plain torch step, whatever the layout.
+
+A single-process reference (plain transformers forward on padded rows, torch
+AdamW) is compared with worker groups that differ in dp_size, ZeRO stage,
+micro-batch budget and padding. AdamW runs with eps=1.0 so that the first
+update is ~lr x gradient and thus sensitive to the loss SCALE (with the usual
+eps=1e-8 Adam's first step is ~lr x sign(grad), blind to a wrong dp_size factor).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from transformers import AutoModelForCausalLM
+
+from skyrl.algorithms.reductions import compute_loss_weights
+from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
+from skyrl.config import register_configs
+from skyrl.config.validate import validate
+from skyrl.dispatch import MeshDispatch
+from skyrl.workers.group import WorkerGroup
+
+pytestmark = pytest.mark.slow
+
+LR = 0.05
+MAX_SEQ_LEN = 16  # max_prompt_length 4 + max_generate_length 12
+LENGTHS = [16, 9, 13, 6]
+PROMPT_LEN = 4
+
+
+def make_config(model_path: str, **trainer):
+    overrides = {
+        "dp_size": 2, "zero_stage": 0, "train_batch_size": 2, "policy_mini_batch_size": 2,
+        "collective_timeout_min": 1, "policy_optimizer.lr": LR, "policy_optimizer.eps": 1.0,
+        "policy_optimizer.max_grad_norm": 0.0, **trainer,
+    }  # fmt: skip
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                f"model.path={model_path}", "generator.n_samples_per_prompt=2",
+                "generator.max_prompt_length=4", "generator.max_generate_length=12",
+                *(f"trainer.{k}={v}" for k, v in overrides.items()),
+            ],
+        )  # fmt: skip
+    return validate(cfg)
+
+
+def row_logprobs(model, batch: TrainingInputBatch) -> torch.Tensor:
+    """logprob of token t at t (0 at t=0) from a plain padded forward."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([lp.new_zeros(len(batch), 1), lp], 1) * batch.attention_mask
+
+
+def make_batch(model_path: str, uids: list[str], lengths: list[int]) -> TrainingInputBatch:
+    gen = torch.Generator().manual_seed(7)
+    n = len(lengths)
+    ids = torch.randint(3, 200, (n, MAX_SEQ_LEN), generator=gen)
+    attention = torch.zeros(n, MAX_SEQ_LEN, dtype=torch.long)
+    for i, length in enumerate(lengths):
+        attention[i, :length] = 1
+    loss_mask = attention.float()
+    loss_mask[:, :PROMPT_LEN] = 0
+    advantages = torch.randn(n, 1, generator=gen).expand(n, MAX_SEQ_LEN) * loss_mask
+    batch = TrainingInputBatch(
+        {
+            "input_ids": ids * attention,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "advantages": advantages.contiguous(),
+        },
+        {"uids": uids, "is_last_step": [True] * n},
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    with torch.no_grad():
+        old = row_logprobs(model, batch)  # on-policy: ratio 1 at the first step
+    return batch.replace(old_logprobs=old * loss_mask)
+
+
+def reference_weights(
+    model_path: str, batch: TrainingInputBatch, reduction: str
+) -> dict[str, torch.Tensor]:
+    from skyrl.algorithms import POLICY_LOSSES
+    from skyrl.config.algorithm import AlgorithmConfig
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=1.0, weight_decay=0.0)
+    weights = compute_loss_weights(reduction, batch.loss_mask, batch.metadata["uids"], MAX_SEQ_LEN)
+    loss, _ = POLICY_LOSSES.get("ppo")(
+        row_logprobs(model, batch),
+        batch.old_logprobs,
+        batch.advantages,
+        weights,
+        batch.loss_mask,
+        AlgorithmConfig(),
+    )
+    loss.backward()
+    opt.step()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def train_one_step(
+    group: WorkerGroup,
+    batch: TrainingInputBatch,
+    reduction: str,
+    dp_size: int,
+    train_batch_size: int,
+):
+    uids = batch.metadata["uids"]
+    bounds = compute_prompt_mini_batch_boundaries(uids, train_batch_size, train_batch_size)
+    staged = MeshDispatch.stage_chunks(
+        dp_size,
+        batch,
+        bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            reduction, mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
+    )
+    (chunks,) = staged
+    return group.train_mini_batch(chunks)
+
+
+def assert_weights_close(actual: dict, expected: dict, atol: float):
+    assert actual.keys() == expected.keys()
+    worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
+    assert worst <= atol, f"max weight difference {worst:.3g} > {atol}"
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_path):
+    return make_batch(tiny_model_path, ["a", "a", "b", "b"], LENGTHS)
+
+
+@pytest.fixture(scope="module")
+def dp2_small_micro(ray_cluster, tiny_model_path, tmp_path_factory):
+    """dp 2, ZeRO-0, a 16-token budget (every sequence its own micro batch); reset by checkpoint."""
+    group = WorkerGroup(
+        "policy", make_config(tiny_model_path, micro_batch_max_tokens=16), total_optimizer_steps=10
+    )
+    init_dir = tmp_path_factory.mktemp("init_ckpt")
+    group.run("save_checkpoint", str(init_dir))
+    yield group, str(init_dir)
+    group.shutdown()
+
+
+@pytest.mark.parametrize(
+    "reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean"]
+)
+def test_dp2_many_micro_batches_match_single_process_step(
+    dp2_small_micro, batch, tiny_model_path, reduction
+):
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    metrics = train_one_step(group, batch, reduction, dp_size=2, train_batch_size=2)
+    assert metrics["local_micro_batches"] >= 4  # 4 sequences, 16-token budget
+    per_rank = group.run("state_dict_for_sync", True)
+    for name in per_rank[0]:
+        assert torch.equal(per_rank[0][name], per_rank[1][name]), f"ranks disagree on {name}"
+    assert_weights_close(
+        per_rank[0], reference_weights(tiny_model_path, batch, reduction), atol=1e-6
+    )
+
+
+def test_zero_loss_padding_rows_do_not_change_the_update(dp2_small_micro, tiny_model_path):
+    # 3 sequences of one prompt on 2 ranks: one zero-loss padding row is added.
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    odd = make_batch(tiny_model_path, ["a", "a", "a"], LENGTHS[:3])
+    uids = odd.metadata["uids"]
+    bounds = compute_prompt_mini_batch_boundaries(uids, 1, 1)
+    staged = MeshDispatch.stage_chunks(
+        2,
+        odd,
+        bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
+    )
+    assert staged.pad_sizes == [1]
+    group.train_mini_batch(staged[0])
+    assert_weights_close(
+        group.run("state_dict_for_sync")[0],
+        reference_weights(tiny_model_path, odd, "token_mean"),
+        atol=1e-6,
+    )
+
+
+def test_forward_logprobs_equal_plain_transformers(dp2_small_micro, batch, tiny_model_path):
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], 2, 2)
+    logprobs = group.forward(MeshDispatch.stage_chunks(2, batch, bounds), len(batch))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    with torch.no_grad():
+        expected = row_logprobs(model, batch)
+    torch.testing.assert_close(logprobs * batch.attention_mask, expected, atol=1e-5, rtol=0)
+
+
+def test_checkpoint_resume_gives_the_uninterrupted_next_step(dp2_small_micro, batch, tmp_path):
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    train_one_step(group, batch, "token_mean", 2, 2)
+    group.run("save_checkpoint", str(tmp_path))
+    train_one_step(group, batch, "token_mean", 2, 2)
+    uninterrupted = group.run("state_dict_for_sync")[0]
+    group.run("load_checkpoint", init_dir)  # scramble, then resume
+    group.run("load_checkpoint", str(tmp_path))
+    train_one_step(group, batch, "token_mean", 2, 2)
+    assert_weights_close(group.run("state_dict_for_sync")[0], uninterrupted, atol=0.0)
+
+
+def test_one_optimizer_step_per_mini_batch_for_step_wise_data(dp2_small_micro, tiny_model_path):
+    # 4 prompts x 2 samples with 1..5 turns each (one row per turn): 2 mini-batches of 2 prompts
+    # x 2 update epochs = 4 optimizer steps, whatever the turn counts.
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    turns = [[1, 3], [5, 2], [4, 1], [2, 2]]
+    uids = [f"p{p}" for p, per_sample in enumerate(turns) for t in per_sample for _ in range(t)]
+    lengths = [LENGTHS[i % 4] for i in range(len(uids))]
+    data = make_batch(tiny_model_path, uids, lengths)
+    bounds = compute_prompt_mini_batch_boundaries(uids, 2, 4, step_wise=True)
+    assert len(bounds) == 2
+    before = group.run("global_steps")[0]
+    for _epoch in range(2):
+        staged = MeshDispatch.stage_chunks(
+            2,
+            data,
+            bounds,
+            loss_weights_fn=lambda mb: compute_loss_weights(
+                "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+            ),
+        )
+        for chunks in staged:
+            group.train_mini_batch(chunks)
+    assert group.run("global_steps") == [before + 4, before + 4]
+
+
+@pytest.mark.parametrize(("dp_size", "zero_stage"), [(1, 0), (2, 2), (2, 3)])
+def test_dp_size_and_zero_stage_give_the_same_update(
+    ray_cluster, tiny_model_path, batch, dp_size, zero_stage
+):
+    group = WorkerGroup(
+        "policy",
+        make_config(tiny_model_path, dp_size=dp_size, zero_stage=zero_stage),
+        total_optimizer_steps=10,
+    )
+    try:
+        train_one_step(group, batch, "token_mean", dp_size=dp_size, train_batch_size=2)
+        synced = group.run("state_dict_for_sync")
+        assert all(w is None for w in synced[1:])
+        assert_weights_close(
+            synced[0],
+            reference_weights(tiny_model_path, batch, "token_mean"),
+            atol=1e-6 if zero_stage == 0 else 1e-5,
+        )
+    finally:
+        group.shutdown()
