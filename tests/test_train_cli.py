@@ -21,11 +21,20 @@ def run_cli(tmp_path: Path, *args: str, module: bool = False) -> subprocess.Comp
     ("override", "expected"),
     [
         ("trainer.lr_typo=1", "error: trainer.lr_typo: unknown key"),
-        ("trainer.trian_batch_size=1", "error: trainer.trian_batch_size: unknown key (did you mean 'train_batch_size'?)"),
-        ("trainer.train_batch_size=abc", "error: trainer.train_batch_size: Value 'abc' of type 'str' could not be converted to Integer"),
+        (
+            "trainer.trian_batch_size=1",
+            "error: trainer.trian_batch_size: unknown key (did you mean 'train_batch_size'?)",
+        ),
+        (
+            "trainer.train_batch_size=abc",
+            "error: trainer.train_batch_size: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
         ("algorithm=nope", "error: algorithm=nope: no such option in group 'algorithm'"),
         ("trainer.train_batch_size=-4", "error: trainer.train_batch_size: must be >= 1, got -4"),
-        ("trainer.train_batch_size=12", "error: trainer.policy_mini_batch_size: train_batch_size (12) must be divisible by policy_mini_batch_size (8)"),
+        (
+            "trainer.train_batch_size=12",
+            "error: trainer.policy_mini_batch_size: train_batch_size (12) must be divisible by policy_mini_batch_size (8)",
+        ),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, override, expected):
@@ -65,28 +74,55 @@ def test_dry_run_prints_plan_and_saves_resolved_config(tmp_path):
     result = run_cli(tmp_path, "trainer.dry_run=true", "hydra.run.dir=run0", module=True)
     assert result.returncode == 0, result.stderr
     # 16 prompts / 8 per mini-batch = 2 mini-batches x 1 epoch = 2 optimizer steps
-    plan = {line.split("  ")[1]: line.split()[-1] for line in result.stdout.splitlines() if line.startswith("  ")}
+    plan = {
+        line.split("  ")[1]: line.split()[-1]
+        for line in result.stdout.splitlines()
+        if line.startswith("  ")
+    }
     assert plan["optimizer steps / step"] == "2"
     saved = yaml.safe_load((tmp_path / "run0" / "resolved_config.yaml").read_text())
     assert saved["trainer"]["dry_run"] is True
 
 
 def test_hydra_does_not_chdir(tmp_path):
-    result = run_cli(tmp_path, "trainer.dry_run=true", "hydra.run.dir=elsewhere", "trainer.output_dir=rel_out")
+    result = run_cli(
+        tmp_path, "trainer.dry_run=true", "hydra.run.dir=elsewhere", "trainer.output_dir=rel_out"
+    )
     assert result.returncode == 0, result.stderr
     # a relative output_dir resolves against the launch directory, not Hydra's run dir
     assert (tmp_path / "rel_out" / "resolved_config.yaml").exists()
 
 
 def test_multirun_gives_each_job_its_own_dir(tmp_path):
-    result = run_cli(tmp_path, "-m", "algorithm=grpo", "trainer.seed=1,2", "trainer.dry_run=true", "hydra.sweep.dir=sweep")
+    result = run_cli(
+        tmp_path,
+        "-m",
+        "algorithm=grpo",
+        "trainer.seed=1,2",
+        "trainer.dry_run=true",
+        "hydra.sweep.dir=sweep",
+    )
     assert result.returncode == 0, result.stderr
-    seeds = sorted(yaml.safe_load((tmp_path / "sweep" / str(i) / "resolved_config.yaml").read_text())["trainer"]["seed"] for i in (0, 1))
+    seeds = sorted(
+        yaml.safe_load((tmp_path / "sweep" / str(i) / "resolved_config.yaml").read_text())[
+            "trainer"
+        ]["seed"]
+        for i in (0, 1)
+    )
     assert seeds == [1, 2]
 
 
 def test_multirun_checks_every_sweep_value_first(tmp_path):
-    result = run_cli(tmp_path, "-m", "trainer.train_batch_size=16,abc", "trainer.dry_run=true", "hydra.sweep.dir=sweep")
+    result = run_cli(
+        tmp_path,
+        "-m",
+        "trainer.train_batch_size=16,abc",
+        "trainer.dry_run=true",
+        "hydra.sweep.dir=sweep",
+    )
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: trainer.train_batch_size: Value 'abc' of type 'str' could not be converted to Integer"
+    assert (
+        result.stderr.strip()
+        == "error: trainer.train_batch_size: Value 'abc' of type 'str' could not be converted to Integer"
+    )
     assert not (tmp_path / "sweep").exists(), "no job may start when one sweep value is invalid"

@@ -78,7 +78,11 @@ class AlgorithmConfig:
         require(self.eps_clip_high >= 0, "eps_clip_high", f"must be >= 0, got {self.eps_clip_high}")
         c = self.clip_ratio_c
         require(c is None or c > 1, "clip_ratio_c", f"must be > 1 or null, got {c}")
-        require(self.tis_cap is None or self.tis_cap > 0, "tis_cap", f"must be > 0 or null, got {self.tis_cap}")
+        require(
+            self.tis_cap is None or self.tis_cap > 0,
+            "tis_cap",
+            f"must be > 0 or null, got {self.tis_cap}",
+        )
         require(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
         require(self.init_kl_coef >= 0, "init_kl_coef", f"must be >= 0, got {self.init_kl_coef}")
         require_choice(self.kl_ctrl, ("fixed", "adaptive"), "kl_ctrl")
@@ -86,8 +90,16 @@ class AlgorithmConfig:
         require(self.entropy_coef >= 0, "entropy_coef", f"must be >= 0, got {self.entropy_coef}")
         require(self.value_clip >= 0, "value_clip", f"must be >= 0, got {self.value_clip}")
         require_choice(self.dynamic_sampling, (None, "filter", "replace"), "dynamic_sampling")
-        require(self.max_sample_batches >= 1, "max_sample_batches", f"must be >= 1, got {self.max_sample_batches}")
-        require(self.overlong_buffer_len >= 0, "overlong_buffer_len", f"must be >= 0, got {self.overlong_buffer_len}")
+        require(
+            self.max_sample_batches >= 1,
+            "max_sample_batches",
+            f"must be >= 1, got {self.max_sample_batches}",
+        )
+        require(
+            self.overlong_buffer_len >= 0,
+            "overlong_buffer_len",
+            f"must be >= 0, got {self.overlong_buffer_len}",
+        )
         require(
             not (self.use_kl_loss and self.use_kl_in_reward),
             "use_kl_loss",

@@ -22,7 +22,14 @@ CONFIG_NAME = "config"
 def precheck_command_line(argv: list[str]) -> str | None:
     """The one-line error for ``argv``, or None when it composes and validates."""
     args, _ = get_args_parser().parse_known_args(argv)
-    if args.help or args.hydra_help or args.info or args.shell_completion or args.config_path or args.config_dir:
+    if (
+        args.help
+        or args.hydra_help
+        or args.info
+        or args.shell_completion
+        or args.config_path
+        or args.config_dir
+    ):
         return None  # nothing to compose, or a config tree we do not own
     try:
         candidates = _override_sets(args.overrides, args.multirun)
@@ -37,13 +44,21 @@ def precheck_command_line(argv: list[str]) -> str | None:
 def _override_sets(overrides: list[str], multirun: bool) -> list[list[str]]:
     """One override list per config to check: the fixed ones plus one sweep value at a time."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    plain = [o.input_line for o in parsed if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
+    plain = [
+        o.input_line
+        for o in parsed
+        if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")
+    ]
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if not multirun or not sweeps:
         return [plain + [o.input_line for o in sweeps if not multirun]]
     sets = []
     for sweep in sweeps:
-        prefix = "~" if sweep.is_delete() else ("++" if sweep.is_force_add() else ("+" if sweep.is_add() else ""))
+        prefix = (
+            "~"
+            if sweep.is_delete()
+            else ("++" if sweep.is_force_add() else ("+" if sweep.is_add() else ""))
+        )
         for value in sweep.sweep_string_iterator():
             sets.append([*plain, f"{prefix}{sweep.get_key_element()}={value}"])
     return sets

@@ -36,12 +36,24 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(len(self.betas) == 2, "betas", f"needs two values, got {list(self.betas)}")
-        require(all(0 <= b < 1 for b in self.betas), "betas", f"must be in [0, 1), got {list(self.betas)}")
+        require(
+            all(0 <= b < 1 for b in self.betas),
+            "betas",
+            f"must be in [0, 1), got {list(self.betas)}",
+        )
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         require_choice(self.lr_scheduler, ("constant", "cosine"), "lr_scheduler")
-        require(self.lr_warmup_steps >= 0, "lr_warmup_steps", f"must be >= 0, got {self.lr_warmup_steps}")
-        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        require(
+            self.lr_warmup_steps >= 0,
+            "lr_warmup_steps",
+            f"must be >= 0, got {self.lr_warmup_steps}",
+        )
+        require(
+            0 <= self.min_lr_ratio <= 1,
+            "min_lr_ratio",
+            f"must be in [0, 1], got {self.min_lr_ratio}",
+        )
 
 
 @dataclass
@@ -122,21 +134,61 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         require_choice(self.strategy, ("deepspeed",), "strategy")
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
-        require(self.total_steps is None or self.total_steps >= 1, "total_steps", f"must be >= 1 or null, got {self.total_steps}")
-        for key in ("train_batch_size", "policy_mini_batch_size", "critic_mini_batch_size", "update_epochs_per_batch", "dp_size"):
+        require(
+            self.total_steps is None or self.total_steps >= 1,
+            "total_steps",
+            f"must be >= 1 or null, got {self.total_steps}",
+        )
+        for key in (
+            "train_batch_size",
+            "policy_mini_batch_size",
+            "critic_mini_batch_size",
+            "update_epochs_per_batch",
+            "dp_size",
+        ):
             value = getattr(self, key)
             require(value >= 1, key, f"must be >= 1, got {value}")
         mbt = self.micro_batch_max_tokens
-        require(mbt is None or mbt >= 1, "micro_batch_max_tokens", f"must be >= 1 or null, got {mbt}")
-        require(self.critic_only_steps >= 0, "critic_only_steps", f"must be >= 0, got {self.critic_only_steps}")
-        require(self.zero_stage in (0, 1, 2, 3), "zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage}")
+        require(
+            mbt is None or mbt >= 1, "micro_batch_max_tokens", f"must be >= 1 or null, got {mbt}"
+        )
+        require(
+            self.critic_only_steps >= 0,
+            "critic_only_steps",
+            f"must be >= 0, got {self.critic_only_steps}",
+        )
+        require(
+            self.zero_stage in (0, 1, 2, 3),
+            "zero_stage",
+            f"must be 0, 1, 2 or 3, got {self.zero_stage}",
+        )
         require_choice(self.precision, ("fp32", "bf16"), "precision")
-        require(self.num_cpus_per_worker > 0, "num_cpus_per_worker", f"must be > 0, got {self.num_cpus_per_worker}")
-        require(self.num_gpus_per_worker >= 0, "num_gpus_per_worker", f"must be >= 0, got {self.num_gpus_per_worker}")
-        require(self.collective_timeout_min >= 1, "collective_timeout_min", f"must be >= 1, got {self.collective_timeout_min}")
+        require(
+            self.num_cpus_per_worker > 0,
+            "num_cpus_per_worker",
+            f"must be > 0, got {self.num_cpus_per_worker}",
+        )
+        require(
+            self.num_gpus_per_worker >= 0,
+            "num_gpus_per_worker",
+            f"must be >= 0, got {self.num_gpus_per_worker}",
+        )
+        require(
+            self.collective_timeout_min >= 1,
+            "collective_timeout_min",
+            f"must be >= 1, got {self.collective_timeout_min}",
+        )
         require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
-        require(self.max_ckpts_to_keep >= 0, "max_ckpts_to_keep", f"must be >= 0, got {self.max_ckpts_to_keep}")
+        require(
+            self.max_ckpts_to_keep >= 0,
+            "max_ckpts_to_keep",
+            f"must be >= 0, got {self.max_ckpts_to_keep}",
+        )
         require(self.eval_interval >= 0, "eval_interval", f"must be >= 0, got {self.eval_interval}")
-        require(self.max_consecutive_nonfinite >= 1, "max_consecutive_nonfinite", f"must be >= 1, got {self.max_consecutive_nonfinite}")
+        require(
+            self.max_consecutive_nonfinite >= 1,
+            "max_consecutive_nonfinite",
+            f"must be >= 1, got {self.max_consecutive_nonfinite}",
+        )
         for name in self.loggers:
             require_choice(name, ("console", "jsonl", "tensorboard", "wandb", "mlflow"), "loggers")

@@ -105,4 +105,8 @@ def _check_registered_names(a) -> None:
         ("kl_estimator", algorithms.KL_ESTIMATORS),
     ):
         name = getattr(a, key)
-        require(name in registry, f"algorithm.{key}", f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}")
+        require(
+            name in registry,
+            f"algorithm.{key}",
+            f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}",
+        )

@@ -67,15 +67,25 @@ def _total_steps(cfg: SkyRLConfig) -> int | None:
 def format_plan(plan: RunPlan) -> str:
     """The plan as an aligned, human-readable block."""
     sequences = (
-        f"1 to {plan.max_turns} per trajectory (one per LLM turn)" if plan.step_wise else "1 per trajectory"
+        f"1 to {plan.max_turns} per trajectory (one per LLM turn)"
+        if plan.step_wise
+        else "1 per trajectory"
     )
     rows = [
         ("prompts / step", f"{plan.prompts_per_step} ({plan.trajectories_per_step} trajectories)"),
         ("training sequences", sequences),
         ("mini-batches / step", f"{plan.mini_batches_per_step} (in prompt units)"),
         ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
-        ("micro batch budget", f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})"),
-        ("total steps", "epochs x dataset size / train_batch_size" if plan.total_steps is None else str(plan.total_steps)),
+        (
+            "micro batch budget",
+            f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})",
+        ),
+        (
+            "total steps",
+            "epochs x dataset size / train_batch_size"
+            if plan.total_steps is None
+            else str(plan.total_steps),
+        ),
         *((f"{role} workers", desc) for role, desc in plan.roles.items()),
         ("inference engines", plan.engines),
     ]

@@ -20,7 +20,9 @@ def _all_option_overrides() -> list[str]:
     for path in sorted(CONF.rglob("*.yaml")):
         rel = path.relative_to(CONF)
         if rel.parts[0] in GROUPS:
-            overrides.append(f"{rel.parts[0]}={rel.with_suffix('').relative_to(rel.parts[0]).as_posix()}")
+            overrides.append(
+                f"{rel.parts[0]}={rel.with_suffix('').relative_to(rel.parts[0]).as_posix()}"
+            )
         else:
             assert rel.as_posix() == "config.yaml", f"unexpected config file outside a group: {rel}"
     return overrides

@@ -24,11 +24,23 @@ def _validate(*overrides: str):
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
         (["trainer.train_batch_size=12"], "trainer.policy_mini_batch_size", "divisible"),
         # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
-        (["generator.n_samples_per_prompt=3", "trainer.dp_size=5"], "trainer.dp_size", "not divisible by dp_size (5)"),
+        (
+            ["generator.n_samples_per_prompt=3", "trainer.dp_size=5"],
+            "trainer.dp_size",
+            "not divisible by dp_size (5)",
+        ),
         (["trainer.micro_batch_max_tokens=385"], "trainer.micro_batch_max_tokens", "= 384"),
         (["trainer.micro_batch_max_tokens=0"], "trainer.micro_batch_max_tokens", "must be >= 1"),
-        (["algorithm.use_kl_loss=true", "algorithm.use_kl_in_reward=true"], "algorithm.use_kl_loss", "mutually exclusive"),
-        (["algorithm.advantage_estimator=gae", "generator.step_wise=true"], "algorithm.advantage_estimator", "step_wise"),
+        (
+            ["algorithm.use_kl_loss=true", "algorithm.use_kl_in_reward=true"],
+            "algorithm.use_kl_loss",
+            "mutually exclusive",
+        ),
+        (
+            ["algorithm.advantage_estimator=gae", "generator.step_wise=true"],
+            "algorithm.advantage_estimator",
+            "step_wise",
+        ),
         (["algorithm.policy_loss=nope"], "algorithm.policy_loss", "registered: "),
         (["imports=[no_such_module_xyz]"], "imports[0]", "cannot import"),
     ],
@@ -43,7 +55,9 @@ def test_bad_values_name_the_key(overrides, key, fragment):
 def test_step_wise_relaxes_dp_divisibility():
     # 8 prompts x 3 samples = 24 sequences per mini-batch; 5 ranks do not divide it, but
     # step-wise mini-batches vary in size anyway and are padded per mini-batch.
-    typed = _validate("generator.n_samples_per_prompt=3", "trainer.dp_size=5", "generator.step_wise=true")
+    typed = _validate(
+        "generator.n_samples_per_prompt=3", "trainer.dp_size=5", "generator.step_wise=true"
+    )
     assert typed.trainer.dp_size == 5
 
 
