@@ -28,7 +28,19 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         require_choice(self.source, ("files", "arithmetic", "reasoning_gym", "fake"), "source")
-        require(self.num_train_prompts >= 1, "num_train_prompts", f"must be >= 1, got {self.num_train_prompts}")
-        require(self.num_eval_prompts >= 0, "num_eval_prompts", f"must be >= 0, got {self.num_eval_prompts}")
+        require(
+            self.num_train_prompts >= 1,
+            "num_train_prompts",
+            f"must be >= 1, got {self.num_train_prompts}",
+        )
+        require(
+            self.num_eval_prompts >= 0,
+            "num_eval_prompts",
+            f"must be >= 0, got {self.num_eval_prompts}",
+        )
         if self.source == "files":
-            require(len(self.train_files) > 0, "train_files", "source=files needs at least one training file")
+            require(
+                len(self.train_files) > 0,
+                "train_files",
+                "source=files needs at least one training file",
+            )

@@ -32,8 +32,22 @@ class EnvironmentConfig:
     def __post_init__(self) -> None:
         require(bool(self.name) or bool(self._target_), "name", "set a registered name or _target_")
         require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
-        require(self.tool_timeout_s > 0, "tool_timeout_s", f"must be > 0, got {self.tool_timeout_s}")
-        require(self.tool_memory_bytes >= 16 << 20, "tool_memory_bytes", f"must be >= 16 MiB, got {self.tool_memory_bytes}")
+        require(
+            self.tool_timeout_s > 0, "tool_timeout_s", f"must be > 0, got {self.tool_timeout_s}"
+        )
+        require(
+            self.tool_memory_bytes >= 16 << 20,
+            "tool_memory_bytes",
+            f"must be >= 16 MiB, got {self.tool_memory_bytes}",
+        )
         if self.name == "reasoning_gym" and not self._target_:
-            require(self.dataset is not None, "dataset", "environment=reasoning_gym needs a reasoning-gym dataset name, e.g. basic_arithmetic")
-        require(self.max_observation_chars >= 1, "max_observation_chars", f"must be >= 1, got {self.max_observation_chars}")
+            require(
+                self.dataset is not None,
+                "dataset",
+                "environment=reasoning_gym needs a reasoning-gym dataset name, e.g. basic_arithmetic",
+            )
+        require(
+            self.max_observation_chars >= 1,
+            "max_observation_chars",
+            f"must be >= 1, got {self.max_observation_chars}",
+        )

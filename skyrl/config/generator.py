@@ -29,7 +29,9 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
-        require(self.top_k == -1 or self.top_k >= 1, "top_k", f"must be -1 or >= 1, got {self.top_k}")
+        require(
+            self.top_k == -1 or self.top_k >= 1, "top_k", f"must be -1 or >= 1, got {self.top_k}"
+        )
         require(0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}")
 
 
@@ -60,7 +62,14 @@ class GeneratorConfig:
 
     def __post_init__(self) -> None:
         require_choice(self.backend, ("hf", "vllm"), "backend")
-        for key in ("num_engines", "n_samples_per_prompt", "max_prompt_length", "max_generate_length", "max_turns", "eval_n_samples_per_prompt"):
+        for key in (
+            "num_engines",
+            "n_samples_per_prompt",
+            "max_prompt_length",
+            "max_generate_length",
+            "max_turns",
+            "eval_n_samples_per_prompt",
+        ):
             value = getattr(self, key)
             require(value >= 1, key, f"must be >= 1, got {value}")
 
@@ -81,7 +90,9 @@ class HFGeneratorConfig(GeneratorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.max_batch_size >= 1, "max_batch_size", f"must be >= 1, got {self.max_batch_size}")
+        require(
+            self.max_batch_size >= 1, "max_batch_size", f"must be >= 1, got {self.max_batch_size}"
+        )
 
 
 @dataclass
@@ -103,6 +114,18 @@ class VLLMGeneratorConfig(GeneratorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.kv_cache_memory_bytes >= 1 << 20, "kv_cache_memory_bytes", f"must be >= 1 MiB, got {self.kv_cache_memory_bytes}")
-        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
-        require(self.tensor_parallel_size >= 1, "tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        require(
+            self.kv_cache_memory_bytes >= 1 << 20,
+            "kv_cache_memory_bytes",
+            f"must be >= 1 MiB, got {self.kv_cache_memory_bytes}",
+        )
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
+        require(
+            self.tensor_parallel_size >= 1,
+            "tensor_parallel_size",
+            f"must be >= 1, got {self.tensor_parallel_size}",
+        )

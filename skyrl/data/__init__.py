@@ -1,0 +1,34 @@
+"""Prompt datasets: local files, local ``datasets``, and built-in generated tasks."""
+
+from __future__ import annotations
+
+from skyrl.data.generated import arithmetic_rows, reasoning_gym_rows
+from skyrl.data.prompts import PromptRow, load_hf_dataset, load_prompt_file, row_from_record
+
+
+def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow]:
+    """The ``train`` or ``eval`` prompts a ``DataConfig`` describes."""
+    train = split == "train"
+    if data_cfg.source == "files":
+        files = data_cfg.train_files if train else data_cfg.eval_files
+        return [row for f in files for row in load_prompt_file(f, data_cfg.prompt_key)]
+    n = data_cfg.num_train_prompts if train else data_cfg.num_eval_prompts
+    if data_cfg.source == "arithmetic":
+        return arithmetic_rows(n, data_cfg.seed, split)
+    if data_cfg.source == "reasoning_gym":
+        dataset = getattr(env_cfg, "dataset", None)
+        if not dataset:
+            raise ValueError("data.source=reasoning_gym needs environment.dataset=<name>")
+        return reasoning_gym_rows(dataset, n, data_cfg.seed, split)
+    raise ValueError(f"data.source={data_cfg.source!r} has no prompt rows")
+
+
+__all__ = [
+    "PromptRow",
+    "arithmetic_rows",
+    "load_hf_dataset",
+    "load_prompt_file",
+    "load_prompts",
+    "reasoning_gym_rows",
+    "row_from_record",
+]

@@ -1,0 +1,124 @@
+"""Prompt rows and their loading from parquet / jsonl files or local ``datasets``.
+
+A row is a prompt (a string, or a list of chat messages), the ``data_source``
+it belongs to (metrics such as pass@n are reported per source), and
+``extras``: every other column (e.g. ``answer``), handed to the env's ``init``.
+A malformed row raises ``ValueError`` naming the file and the 1-based row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Message = dict[str, str]
+
+
+@dataclass
+class PromptRow:
+    """One prompt of a dataset."""
+
+    prompt: str | list[Message]
+    """The question as text, or the opening chat messages."""
+    data_source: str
+    """Which dataset the row comes from (metrics are grouped by it)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Everything else (``answer``, reasoning-gym ``entry``, ...), passed to ``env.init``."""
+    uid: str = ""
+    """Stable id of the prompt (all samples and turns of it share it)."""
+
+
+def _check_prompt(prompt: Any) -> str | None:
+    """An error message for an unusable prompt, or None."""
+    if isinstance(prompt, str):
+        return None if prompt else "empty prompt"
+    if isinstance(prompt, list | tuple) and prompt:
+        for j, m in enumerate(prompt):
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                return f"message {j} is not a {{'role', 'content'}} dict"
+            if not isinstance(m.get("content"), str):
+                return f"message {j} has no string 'content'"
+        return None
+    return f"prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}"
+
+
+def row_from_record(
+    record: Mapping[str, Any], where: str, prompt_key: str = "prompt", default_source: str = ""
+) -> PromptRow:
+    """Validate one record; ``where`` (e.g. ``"data.jsonl: row 3"``) prefixes any error."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(record).__name__}")
+    if prompt_key not in record:
+        raise ValueError(f"{where}: missing column {prompt_key!r} (has {sorted(record)})")
+    prompt = record[prompt_key]
+    if isinstance(prompt, list | tuple):
+        prompt = [dict(m) if isinstance(m, Mapping) else m for m in prompt]
+    problem = _check_prompt(prompt)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
+    source = record.get("data_source")
+    source = default_source if source is None else source
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"{where}: 'data_source' must be a non-empty string, got {source!r}")
+    extras = {k: v for k, v in record.items() if k not in (prompt_key, "data_source", "extra_info")}
+    if isinstance(record.get("extra_info"), Mapping):
+        extras.update(record["extra_info"])
+    return PromptRow(prompt, source, extras, uid=str(record.get("uid", "")))
+
+
+def _records(path: Path) -> Iterable[tuple[int, Any]]:
+    if path.suffix == ".jsonl":
+        with path.open() as f:
+            for i, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield i, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
+    elif path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for i, rec in enumerate(pq.read_table(path).to_pylist(), start=1):
+            yield i, rec
+    else:
+        raise ValueError(f"{path}: unsupported file type (use .jsonl or .parquet)")
+
+
+def load_prompt_file(path: str | Path, prompt_key: str = "prompt") -> list[PromptRow]:
+    """Rows of a ``.jsonl`` or ``.parquet`` file; ``data_source`` defaults to the file stem."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"prompt file not found: {path}")
+    rows = [
+        row_from_record(rec, f"{path}: row {i}", prompt_key, default_source=path.stem)
+        for i, rec in _records(path)
+    ]
+    return assign_uids(rows, prefix=path.stem)
+
+
+def load_hf_dataset(
+    dataset_or_dir: Any, prompt_key: str = "prompt", name: str = "dataset"
+) -> list[PromptRow]:
+    """Rows of a local ``datasets.Dataset`` (or a ``save_to_disk`` directory)."""
+    if isinstance(dataset_or_dir, str | Path):
+        import datasets
+
+        name = Path(dataset_or_dir).name
+        dataset_or_dir = datasets.load_from_disk(str(dataset_or_dir))
+    rows = [
+        row_from_record(rec, f"{name}: row {i}", prompt_key, default_source=name)
+        for i, rec in enumerate(dataset_or_dir, start=1)
+    ]
+    return assign_uids(rows, prefix=name)
+
+
+def assign_uids(rows: list[PromptRow], prefix: str) -> list[PromptRow]:
+    """Give rows without a uid the id ``<prefix>-<index>``."""
+    for i, row in enumerate(rows):
+        if not row.uid:
+            row.uid = f"{prefix}-{i}"
+    return rows

@@ -1,0 +1,99 @@
+"""The text-environment interface and its registry.
+
+An environment sees text, not tokens: ``init`` returns the opening chat
+messages, ``step`` takes the assistant's text for one turn and returns the
+next observation messages, the reward, and whether the episode is over. The
+generator owns tokenization, time limits and fault handling (a raising or
+slow env gives reward 0 and counts in ``env/errors``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, str]
+"""A chat message: ``{"role": ..., "content": ...}``."""
+
+
+@dataclass
+class StepResult:
+    """What one ``env.step`` returns."""
+
+    observations: list[Message]
+    """Messages appended after the assistant turn (tool or user role); empty when done."""
+    reward: float
+    """Reward of this step (the trajectory's reward is the last step's)."""
+    done: bool
+    """True when the episode is over."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Free-form diagnostics."""
+
+
+class TextEnv:
+    """Base class: override ``init`` (optional) and ``step``."""
+
+    def __init__(self, max_observation_chars: int = 2048, **kwargs: Any):
+        self.max_observation_chars = max_observation_chars
+
+    def init(
+        self, prompt: str | list[Message], extras: dict[str, Any]
+    ) -> tuple[list[Message], dict]:
+        """Start an episode; return the opening messages and info."""
+        self.extras = extras
+        if isinstance(prompt, str):
+            return [{"role": "user", "content": prompt}], {}
+        return [dict(m) for m in prompt], {}
+
+    def step(self, action_text: str) -> StepResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (processes, files)."""
+
+    def truncate(self, text: str) -> str:
+        """Cut observation text to ``max_observation_chars``, marking the cut."""
+        limit = self.max_observation_chars
+        if len(text) <= limit:
+            return text
+        return text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
+
+
+ENV_REGISTRY: dict[str, type[TextEnv]] = {}
+
+
+def register_env(name: str) -> Callable[[type[TextEnv]], type[TextEnv]]:
+    """Class decorator: make an environment available as ``environment.name=<name>``."""
+
+    def wrap(cls: type[TextEnv]) -> type[TextEnv]:
+        ENV_REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def env_class(name: str | None = None, target: str | None = None) -> type[TextEnv]:
+    """The class for a registered ``name`` or an import path ``target`` (which wins)."""
+    if target:
+        module, _, attr = target.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
+    import skyrl.envs.builtin  # noqa: F401  (registers the built-ins)
+
+    if name not in ENV_REGISTRY:
+        raise KeyError(f"unknown environment {name!r}; registered: {sorted(ENV_REGISTRY)}")
+    return ENV_REGISTRY[name]
+
+
+def make_env_factory(cfg) -> Callable[[], TextEnv]:
+    """A zero-argument constructor of fresh envs from an ``EnvironmentConfig``."""
+    cls = env_class(cfg.name, cfg._target_)
+    kwargs = dict(cfg.kwargs or {})
+    kwargs.setdefault("max_observation_chars", cfg.max_observation_chars)
+    if cfg.dataset is not None:
+        kwargs.setdefault("dataset", cfg.dataset)
+    if cfg.name == "tools" and not cfg._target_:
+        kwargs.setdefault("tool_timeout_s", cfg.tool_timeout_s)
+        kwargs.setdefault("tool_memory_bytes", cfg.tool_memory_bytes)
+    return lambda: cls(**kwargs)

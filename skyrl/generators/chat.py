@@ -1,0 +1,57 @@
+"""Chat-template rendering in token space, so sampled tokens are never re-rendered.
+
+The first prompt is rendered with the tokenizer's chat template. After each
+assistant turn the conversation is EXTENDED, never re-rendered: the exact
+sampled tokens stay, then the template's own text after an assistant message
+(e.g. ``"\\n"`` after ``<|im_end|>`` in ChatML) plus the observation messages
+and the next generation prompt are tokenized and appended. Those appended
+tokens are the toolkit's, so their loss mask is 0.
+"""
+
+from __future__ import annotations
+
+from skyrl.envs.base import Message
+
+_PROBE = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": "probe"}]
+
+
+class ChatTokens:
+    """Token-level view of a tokenizer's chat template."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.eos_id: int = tokenizer.eos_token_id
+        base = self.render_text(_PROBE)
+        eos = tokenizer.eos_token or ""
+        cut = base.rfind(eos) if eos else -1
+        # Template text following the assistant's EOS (ChatML: "\n").
+        self.assistant_tail = base[cut + len(eos) :] if cut >= 0 else ""
+        self._probe_text = base
+
+    def render_text(self, messages: list[Message], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        """The opening prompt with the generation prompt appended."""
+        return self.encode(self.render_text(messages, add_generation_prompt=True))
+
+    def observation_ids(
+        self, observations: list[Message], response_ended_with_eos: bool
+    ) -> list[int]:
+        """Tokens to append after an assistant turn: [EOS], template tail, observations, generation prompt."""
+        full = self.render_text(_PROBE + observations, add_generation_prompt=True)
+        if not full.startswith(self._probe_text):
+            raise ValueError(
+                "the chat template re-renders earlier turns when messages are added; "
+                "token-level multi-turn needs an append-only template"
+            )
+        ids = [] if response_ended_with_eos else [self.eos_id]
+        return ids + self.encode(self.assistant_tail + full[len(self._probe_text) :])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,37 @@
+"""Rollout metrics: lengths, turns, truncation, reward, pass@n per data source, env errors, speed.
+
+``pass@n/<source>`` is the fraction of prompts with at least one sample whose
+reward is >= 1 (full credit), over the ``n`` samples generated per prompt.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]:
+    if not trajs:
+        return {}
+    gen_lens = [sum(len(t.response_ids) for t in tr.turns) for tr in trajs]
+    by_prompt: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for tr in trajs:
+        by_prompt[(tr.row.data_source, tr.row.uid)].append(tr.reward)
+    passes: dict[str, list[float]] = defaultdict(list)
+    for (source, _), rewards in by_prompt.items():
+        passes[source].append(float(max(rewards) >= 1.0))
+    m = {
+        "generate/response_length_mean": sum(gen_lens) / len(trajs),
+        "generate/response_length_max": float(max(gen_lens)),
+        "generate/turns_mean": sum(len(t.turns) for t in trajs) / len(trajs),
+        "generate/truncation_rate": sum(
+            t.stop_reason in ("length", "budget", "max_turns") for t in trajs
+        )
+        / len(trajs),
+        "generate/reward_mean": sum(t.reward for t in trajs) / len(trajs),
+        "env/errors": float(sum(t.env_errors for t in trajs)),
+        "generate/tokens_per_s": sum(gen_lens) / max(elapsed_s, 1e-9),
+        "generate/seconds": elapsed_s,
+    }
+    for source, vals in passes.items():
+        m[f"generate/pass@{n_samples}/{source}"] = sum(vals) / len(vals)
+    return m

@@ -1,0 +1,149 @@
+"""``GeneratorOutput``: rollouts as training sequences, its invariants, and the tensor batch.
+
+One row per training sequence. Whole-trajectory mode: one row per trajectory
+(prompt + every turn; observations and template tokens have loss mask 0).
+Step-wise mode: one row per LLM turn (prompt = the full context at that turn,
+response = that turn's sampled tokens), ``is_last_step`` True exactly on each
+trajectory's last turn, the reward on the last step (0 on the others).
+Rows are grouped by prompt (``uids``), then by trajectory, in turn order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GeneratorOutput:
+    """Per-row token lists and metadata; ``B`` = number of rows."""
+
+    prompt_token_ids: list[list[int]]
+    """[B][P_i] prompt tokens of each row."""
+    response_token_ids: list[list[int]]
+    """[B][R_i] response tokens of each row (generated, plus observations in whole-trajectory mode)."""
+    loss_masks: list[list[int]]
+    """[B][R_i] 1 on tokens the model sampled, 0 on observations / template / appended tokens."""
+    rollout_logprobs: list[list[float]]
+    """[B][R_i] engine logprob of each sampled response token (0 where loss mask is 0)."""
+    rewards: list[float]
+    """[B] trajectory reward on its last row, 0 on earlier steps."""
+    uids: list[str]
+    """[B] prompt id (shared by all samples and turns of one prompt)."""
+    trajectory_ids: list[str]
+    """[B] ``<uid>/<sample index>``."""
+    is_last_step: list[bool]
+    """[B] True on the last row of each trajectory (every row in whole-trajectory mode)."""
+    data_sources: list[str]
+    """[B] the prompt's data source."""
+    stop_reasons: list[str]
+    """[B] ``stop``, ``length`` (turn hit max tokens), ``budget`` (trajectory token budget ran out),
+    ``max_turns``, or ``env_error``."""
+    step_wise: bool = False
+    """Whether rows are turns (True) or whole trajectories (False)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Rollout metrics (see ``skyrl.generators.metrics``)."""
+
+    def __len__(self) -> int:
+        return len(self.uids)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the row / trajectory of the first broken invariant."""
+        n = len(self.uids)
+        for name in (
+            "prompt_token_ids", "response_token_ids", "loss_masks", "rollout_logprobs",
+            "rewards", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons",
+        ):  # fmt: skip
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"GeneratorOutput.{name} has {len(getattr(self, name))} rows, uids has {n}"
+                )
+        for i in range(n):
+            r = len(self.response_token_ids[i])
+            if len(self.loss_masks[i]) != r or len(self.rollout_logprobs[i]) != r:
+                raise ValueError(
+                    f"row {i}: loss mask / logprobs length differ from response length {r}"
+                )
+        seen: set[str] = set()
+        prev_tid = None
+        for i, tid in enumerate(self.trajectory_ids):
+            if tid != prev_tid:
+                if tid in seen:
+                    raise ValueError(f"row {i}: trajectory {tid!r} rows are not contiguous")
+                seen.add(tid)
+                prev_tid = tid
+            last = i + 1 == n or self.trajectory_ids[i + 1] != tid
+            if self.is_last_step[i] != last:
+                raise ValueError(
+                    f"row {i}: is_last_step={self.is_last_step[i]} but trajectory {tid!r} {'ends' if last else 'continues'} here"
+                )
+            if not last and self.rewards[i] != 0:
+                raise ValueError(f"row {i}: reward {self.rewards[i]} on a non-last step of {tid!r}")
+            if not self.step_wise and not last:
+                raise ValueError(
+                    f"row {i}: whole-trajectory mode has one row per trajectory, {tid!r} has more"
+                )
+            if self.step_wise and i > 0 and self.trajectory_ids[i - 1] == tid:
+                check_prefix(
+                    self.prompt_token_ids[i - 1] + self.response_token_ids[i - 1],
+                    self.prompt_token_ids[i],
+                    tid,
+                    turn=int(sum(1 for t in self.trajectory_ids[:i] if t == tid)),
+                )
+            if self.uids[i] != tid.rsplit("/", 1)[0]:
+                raise ValueError(
+                    f"row {i}: trajectory {tid!r} does not belong to uid {self.uids[i]!r}"
+                )
+
+
+def check_prefix(previous: list[int], prompt: list[int], trajectory_id: str, turn: int) -> None:
+    """Token-prefix invariant: turn ``turn``'s prompt extends the previous prompt + response."""
+    if prompt[: len(previous)] != previous:
+        at = next(
+            (k for k, (a, b) in enumerate(zip(previous, prompt, strict=False)) if a != b),
+            min(len(previous), len(prompt)),
+        )
+        raise ValueError(
+            f"trajectory {trajectory_id!r}: turn {turn}'s prompt does not extend turn {turn - 1}'s "
+            f"prompt + response (first difference at token {at})"
+        )
+
+
+def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
+    """``TrainingInputBatch`` with right-padded ``[B, S]`` tensors aligned with ``input_ids``.
+
+    ``loss_mask`` and ``rollout_logprobs`` at position t refer to token t (0 on the
+    prompt and padding); ``rewards`` is ``[B]``; metadata carries ``uids``,
+    ``trajectory_ids``, ``is_last_step`` and ``data_sources``.
+    """
+    import torch
+
+    from skyrl.batch import TrainingInputBatch
+
+    output.validate()
+    seqs = [p + r for p, r in zip(output.prompt_token_ids, output.response_token_ids, strict=True)]
+    b, s = len(seqs), max((len(x) for x in seqs), default=0)
+    input_ids = torch.full((b, s), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((b, s), dtype=torch.long)
+    loss_mask = torch.zeros((b, s), dtype=torch.float32)
+    logprobs = torch.zeros((b, s), dtype=torch.float32)
+    for i, seq in enumerate(seqs):
+        p, n = len(output.prompt_token_ids[i]), len(seq)
+        input_ids[i, :n] = torch.tensor(seq, dtype=torch.long)
+        attention[i, :n] = 1
+        loss_mask[i, p:n] = torch.tensor(output.loss_masks[i], dtype=torch.float32)
+        logprobs[i, p:n] = torch.tensor(output.rollout_logprobs[i], dtype=torch.float32)
+    return TrainingInputBatch(
+        {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "rollout_logprobs": logprobs,
+            "rewards": torch.tensor(output.rewards, dtype=torch.float32),
+        },
+        {
+            "uids": list(output.uids),
+            "trajectory_ids": list(output.trajectory_ids),
+            "is_last_step": list(output.is_last_step),
+            "data_sources": list(output.data_sources),
+        },
+    )

@@ -1,0 +1,158 @@
+"""Tiny random causal LMs with a tokenizer trained locally, for tests and ``experiment=smoke``.
+
+No model hub is needed: the tokenizer is a byte-level BPE trained with the
+``tokenizers`` library on a small built-in corpus, wrapped in
+``PreTrainedTokenizerFast`` with ChatML special tokens and a Jinja chat
+template (system / user / assistant / tool roles, ``add_generation_prompt``).
+The model is built from a config with a fixed seed and saved with
+``save_pretrained``, so ``from_pretrained`` (transformers or vLLM) loads it.
+
+Outputs are deterministic and cached under a content key: a second call with
+the same arguments returns the cached directory without rebuilding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""ChatML: every message is ``<|im_start|>role\\ncontent<|im_end|>\\n``."""
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "What is 12 + 7? Think step by step, then answer. The answer is 19. #### 19",
+    "Compute 3 * 4 - 5 = 7. Final answer: \\boxed{7}",
+    "system user assistant tool calculator python result error answer question",
+    "<tool>calculator</tool> <call>2 + 2</call> <result>4</result> <answer>4</answer>",
+    "def add(a, b):\n    return a + b\nprint(add(1, 2))",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 100 1000 + - * / = ( )",
+    "You are a helpful assistant. Please reason step by step.",
+    "Let's solve this. First we add the numbers, then we multiply.",
+]
+
+DEFAULT_CACHE = Path(os.environ.get("SKYRL_TINY_CACHE", Path(tempfile.gettempdir()) / "skyrl-tiny"))
+
+
+def build_tiny_tokenizer(vocab_size: int = 512):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def _cache_key(arch: str, seed: int, config_kwargs: dict, vocab_size: int) -> str:
+    blob = json.dumps(
+        {"arch": arch, "seed": seed, "cfg": config_kwargs, "vocab": vocab_size, "v": 1},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _model_config(arch: str, vocab_size: int, tokenizer, **overrides):
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        torch_dtype="float32",
+    )
+    common.update(overrides)
+    classes = {"qwen2": Qwen2Config, "llama": LlamaConfig}
+    if arch not in classes:
+        raise ValueError(f"arch must be one of {sorted(classes)}, got {arch!r}")
+    return classes[arch](**common)
+
+
+def build_tiny_model(
+    dir: str | os.PathLike | None = None,
+    arch: str = "qwen2",
+    seed: int = 0,
+    vocab_size: int = 512,
+    **config_overrides,
+) -> str:
+    """Write a tiny random fp32 causal LM plus tokenizer and return its directory.
+
+    ``dir=None`` uses a cache folder keyed by the arguments (``$SKYRL_TINY_CACHE``
+    or the temp dir). An explicit ``dir`` is filled by copying the cached build.
+    ``config_overrides`` go to the model config (e.g. ``num_hidden_layers=4``).
+    """
+    key = _cache_key(arch, seed, config_overrides, vocab_size)
+    cached = DEFAULT_CACHE / f"{arch}-{key}"
+    if not (cached / "done").exists():
+        _build_into(cached, arch, seed, vocab_size, config_overrides)
+    if dir is None:
+        return str(cached)
+    dest = Path(dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in cached.iterdir():
+        if item.name != "done":
+            shutil.copy2(item, dest / item.name)
+    return str(dest)
+
+
+def _build_into(out: Path, arch: str, seed: int, vocab_size: int, overrides: dict) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    tokenizer = build_tiny_tokenizer(vocab_size)
+    config = _model_config(arch, len(tokenizer), tokenizer, **overrides)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # a wider init than 0.02 so the random model is not uniform
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(seed + p.numel()))
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    tmp = Path(tempfile.mkdtemp(dir=out.parent if out.parent.exists() else None))
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "done").write_text("ok")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, out)  # atomic: concurrent builders race benignly
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)

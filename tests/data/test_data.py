@@ -1,0 +1,87 @@
+"""Prompt loading: files, datasets, generated sets, and errors naming file and row."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from skyrl.config.data import DataConfig
+from skyrl.config.environment import EnvironmentConfig
+from skyrl.data import arithmetic_rows, load_hf_dataset, load_prompt_file, load_prompts
+from skyrl.envs import make_env_factory
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_jsonl_and_parquet(tmp_path):
+    recs = [
+        {"prompt": "1+1?", "data_source": "gsm", "answer": "2"},
+        {"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4", "extra_info": {"k": 1}},
+    ]
+    write_jsonl(tmp_path / "a.jsonl", recs)
+    rows = load_prompt_file(tmp_path / "a.jsonl")
+    assert [r.data_source for r in rows] == ["gsm", "a"]
+    assert rows[1].extras == {"answer": "4", "k": 1} and rows[0].uid == "a-0"
+    recs[0]["prompt"] = [{"role": "user", "content": "1+1?"}]  # parquet columns have one type
+    pq.write_table(pa.Table.from_pylist(recs), tmp_path / "b.parquet")
+    rows = load_prompt_file(tmp_path / "b.parquet")
+    assert rows[1].prompt == [{"role": "user", "content": "2+2?"}]
+    assert [r.data_source for r in rows] == ["gsm", "b"] and rows[1].extras["answer"] == "4"
+    cfg = DataConfig(source="files", train_files=[str(tmp_path / "a.jsonl")])
+    assert len(load_prompts(cfg)) == 2
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"question": "x"}, "row 2: missing column 'prompt'"),
+        ({"prompt": 3}, "row 2: prompt must be a string"),
+        ({"prompt": [{"role": "user"}]}, "row 2: message 0 has no string 'content'"),
+        ({"prompt": "x", "data_source": 5}, "row 2: 'data_source'"),
+    ],
+)
+def test_malformed_row_names_file_and_row(tmp_path, bad, match):
+    write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "ok"}, bad])
+    with pytest.raises(ValueError, match=match) as err:
+        load_prompt_file(tmp_path / "bad.jsonl")
+    assert "bad.jsonl" in str(err.value)
+
+
+def test_invalid_json_and_parquet_row(tmp_path):
+    (tmp_path / "j.jsonl").write_text('{"prompt": "a"}\n{oops\n')
+    with pytest.raises(ValueError, match=r"j.jsonl: row 2: invalid JSON"):
+        load_prompt_file(tmp_path / "j.jsonl")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "a"}, {"prompt": ""}]), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"p.parquet: row 2: empty prompt"):
+        load_prompt_file(tmp_path / "p.parquet")
+
+
+def test_local_hf_dataset(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"prompt": "q", "answer": "1", "data_source": "d"}])
+    ds.save_to_disk(str(tmp_path / "ds"))
+    [row] = load_hf_dataset(tmp_path / "ds")
+    assert row.prompt == "q" and row.extras == {"answer": "1"} and row.data_source == "d"
+
+
+def test_arithmetic_deterministic_and_graded_by_math_env():
+    a = arithmetic_rows(20, seed=1)
+    assert [r.prompt for r in a] == [r.prompt for r in arithmetic_rows(20, seed=1)]
+    assert [r.prompt for r in a] != [r.prompt for r in arithmetic_rows(20, seed=1, split="eval")]
+    assert len({r.uid for r in a}) == 20
+    env = make_env_factory(EnvironmentConfig(name="math"))()
+    env.init(a[0].prompt, a[0].extras)
+    assert env.step(f"ok\n#### {a[0].extras['answer']}").reward == 1.0
+    env.init(a[0].prompt, a[0].extras)
+    assert env.step(a[0].extras["answer"]).reward == 0.0  # strict format
+
+
+def test_reasoning_gym_source():
+    cfg = DataConfig(source="reasoning_gym", num_train_prompts=4, num_eval_prompts=2)
+    env_cfg = EnvironmentConfig(name="reasoning_gym", dataset="basic_arithmetic")
+    train, ev = load_prompts(cfg, env_cfg), load_prompts(cfg, env_cfg, "eval")
+    assert len(train) == 4 and len(ev) == 2 and train[0].prompt != ev[0].prompt

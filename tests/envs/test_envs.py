@@ -1,0 +1,76 @@
+"""Built-in envs: grading, registry, reasoning-gym scoring, tools and their sandbox."""
+
+import pytest
+
+from skyrl.config.environment import EnvironmentConfig
+from skyrl.envs import env_class, make_env_factory
+from skyrl.envs.grading import extract_answer, grade
+from skyrl.envs.tools import calculator, run_python
+
+
+def test_extract_and_grade():
+    assert extract_answer("so #### 1,234.") == "1234"
+    assert extract_answer("x \\boxed{\\frac{1}{2}} y") == "\\frac{1}{2}"
+    assert extract_answer("<answer> 7 </answer> #### 9") == "7"
+    assert grade("The answer is \\boxed{0.5}", "1/2") == 1.0
+    assert grade("#### 19", "19") == 1.0
+    assert grade("19", "19") == 0.0  # strict: no answer marker, no reward
+    assert grade("#### 18", "19") == 0.0
+
+
+def test_registry_and_target():
+    math_env = make_env_factory(EnvironmentConfig(name="math"))()
+    msgs, _ = math_env.init("What is 1+1?", {"answer": "2"})
+    assert msgs == [{"role": "user", "content": "What is 1+1?"}]
+    res = math_env.step("It is \\boxed{2}")
+    assert res.done and res.reward == 1.0 and res.observations == []
+    from skyrl.envs.tool_env import ToolEnv
+
+    assert env_class(name="math", target="skyrl.envs.tool_env.ToolEnv") is ToolEnv
+    with pytest.raises(KeyError, match="registered"):
+        env_class("nope")
+
+
+def test_reasoning_gym_env_uses_dataset_scorer():
+    from skyrl.data.generated import reasoning_gym_rows
+
+    rows = reasoning_gym_rows("basic_arithmetic", 3, seed=1)
+    assert rows[0].data_source == "reasoning_gym/basic_arithmetic"
+    env = make_env_factory(EnvironmentConfig(name="reasoning_gym", dataset="basic_arithmetic"))()
+    env.init(rows[0].prompt, rows[0].extras)
+    gold = rows[0].extras["entry"]["answer"]
+    assert env.step(f"<answer>{gold}</answer>").reward == 1.0
+    env.init(rows[0].prompt, rows[0].extras)
+    assert env.step("<answer>nonsense</answer>").reward == 0.0
+
+
+def test_tool_env_multi_turn_and_truncation():
+    env = make_env_factory(EnvironmentConfig(name="tools", max_observation_chars=20))()
+    msgs, _ = env.init("What is 6*7?", {"answer": "42"})
+    assert msgs[0]["role"] == "system" and msgs[1]["content"] == "What is 6*7?"
+    r1 = env.step("let me <calculator>6*7</calculator>")
+    assert not r1.done and r1.observations == [{"role": "tool", "content": "42"}]
+    r2 = env.step("<python>print('x' * 100)</python>")
+    assert r2.observations[0]["content"].startswith("x" * 20 + "\n...[truncated 81 chars]")
+    r3 = env.step("<answer>42</answer>")
+    assert r3.done and r3.reward == 1.0
+
+
+def test_calculator_and_python_sandbox():
+    assert calculator("2 * (3 + 4) / 2") == "7"
+    assert calculator("__import__('os')").startswith("error")
+    assert run_python("print(sum(range(5)))").strip() == "10"
+    assert "timed out" in run_python("while True: pass", timeout_s=1.0)
+    assert "network disabled" in run_python(
+        "import socket; socket.create_connection(('1.1.1.1', 80))"
+    )
+    assert "MemoryError" in run_python("x = bytearray(2 << 30)", memory_bytes=256 << 20)
+    assert run_python("import os; print(os.listdir('.'))").strip() == "[]"
+
+
+def test_grading_works_off_the_main_thread():
+    # math-verify's signal-based timeout raises in threads; that must not become reward 0
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(grade, "\\boxed{\\frac{1}{2}}", "0.5").result() == 1.0

@@ -1,0 +1,28 @@
+"""EngineClient: prompt affinity, least-loaded routing, results in order, weight fan-out."""
+
+import torch
+
+from skyrl.config.generator import HFGeneratorConfig
+from skyrl.inference import SamplingParams, make_engine
+from skyrl.inference.client import EngineClient
+from skyrl.models import build_tiny_model
+
+
+def test_two_engines_route_and_match_single():
+    path = build_tiny_model()
+    cfg = HFGeneratorConfig(num_engines=2)
+    client = make_engine(cfg, path, use_ray=False)
+    assert isinstance(client, EngineClient)
+    single = make_engine(HFGeneratorConfig(), path)
+    prompts = [[1, 380, 201, 20 + i] for i in range(4)]
+    keys = ["a", "b", "a", "c"]
+    sp = SamplingParams(temperature=0.0, max_tokens=6)
+    out = client.generate(prompts, sp, route_keys=keys)
+    ref = single.generate(prompts, sp)
+    assert [g[0].token_ids for g in out] == [g[0].token_ids for g in ref]
+    assert client.assignment == {"a": 0, "b": 1, "c": 0} or client.load == [2, 1]
+    assert client.route("a") == client.assignment["a"]
+    new = [(n, torch.zeros_like(p)) for n, p in single.model.named_parameters() if "lm_head" in n]
+    client.update_weights(new)
+    for e in client.engines:
+        assert torch.all(e.model.lm_head.weight == 0)

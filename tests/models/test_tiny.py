@@ -1,0 +1,40 @@
+"""The tiny model builder: loadable, deterministic, cached, and its chat template renders turns."""
+
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from skyrl.models import build_tiny_model
+
+
+def test_loads_and_renders_chat(tmp_path):
+    path = build_tiny_model(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.vocab_size == len(tok)
+    assert model.config.head_dim >= 32 and model.dtype == torch.float32
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+        {"role": "tool", "content": "t"},
+    ]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>tool\nt<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token_id != tok.eos_token_id
+    assert tok.decode(tok.encode("What is 12 + 7?")) == "What is 12 + 7?"
+
+
+def test_deterministic_and_cached(tmp_path):
+    a = build_tiny_model(seed=3)
+    t0 = time.perf_counter()
+    b = build_tiny_model(seed=3)
+    assert a == b and time.perf_counter() - t0 < 0.5
+    c = build_tiny_model(tmp_path / "c", seed=3)
+    ma = AutoModelForCausalLM.from_pretrained(a)
+    mc = AutoModelForCausalLM.from_pretrained(c)
+    for (n, p), (_, q) in zip(ma.named_parameters(), mc.named_parameters(), strict=True):
+        assert torch.equal(p, q), n
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=4))
+    assert not torch.equal(other.lm_head.weight, ma.lm_head.weight)
