@@ -9,23 +9,22 @@ sequences per prompt). Rows of one prompt (same uid) must be contiguous.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-
-import numpy as np
-
-
-def _run_starts(uids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The uids as an object array and the start index of each run of equal
-    consecutive uids (vectorised)."""
-    arr = np.empty(len(uids), dtype=object)
-    arr[:] = uids
-    change = np.flatnonzero(arr[1:] != arr[:-1]) + 1
-    return arr, np.concatenate([[0], change]).astype(np.int64)
+from itertools import compress, islice
 
 
-def _raise_non_contiguous(uids: Sequence[str], starts: np.ndarray) -> None:
+def _run_starts(uids: Sequence[str]) -> list[int]:
+    """Start index of each run of equal consecutive uids (C-level iteration:
+    no per-row Python bytecode, no object array)."""
+    uids = uids if isinstance(uids, list) else list(uids)
+    changed = map(operator.ne, islice(uids, 1, None), uids)
+    return [0, *compress(range(1, len(uids)), changed)]
+
+
+def _raise_non_contiguous(uids: Sequence[str], starts: list[int]) -> None:
     seen: set[str] = set()
-    for start in starts.tolist():
+    for start in starts:
         uid = uids[start]
         if uid in seen:
             raise ValueError(
@@ -42,11 +41,10 @@ def compute_prompt_boundaries(uids: Sequence[str]) -> list[tuple[int, int]]:
     """
     if len(uids) == 0:
         return []
-    arr, starts = _run_starts(uids)
-    if len(set(arr[starts].tolist())) != len(starts):
+    starts = _run_starts(uids)
+    if len(set(map(uids.__getitem__, starts))) != len(starts):
         _raise_non_contiguous(uids, starts)
-    ends = np.append(starts[1:], len(uids))
-    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+    return list(zip(starts, [*starts[1:], len(uids)], strict=True))
 
 
 def compute_prompt_mini_batch_boundaries(

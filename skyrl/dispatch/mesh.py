@@ -41,14 +41,16 @@ def assign_rows_to_ranks(
         return [np.arange(r * n // dp_size, (r + 1) * n // dp_size) for r in range(dp_size)]
     if balance != "tokens":
         raise ValueError(f"unknown balance {balance!r}")
-    order = np.argsort(-lengths, kind="stable")
+    keys = -lengths
+    if n and -(2**15) <= keys.min() and keys.max() < 2**15:
+        keys = keys.astype(np.int16)  # numpy radix-sorts int16: same stable order, ~10x faster
+    order = np.argsort(keys, kind="stable")
     position = np.arange(n)
     lane = position % dp_size
     rank = np.where((position // dp_size) % 2 == 0, lane, dp_size - 1 - lane)
     rank_of_row = np.empty(n, dtype=np.int64)
     rank_of_row[order] = rank
-    by_rank = np.argsort(rank_of_row, kind="stable")
-    return list(by_rank.reshape(dp_size, n // dp_size))
+    return [np.flatnonzero(rank_of_row == r) for r in range(dp_size)]
 
 
 def token_imbalance(lengths: np.ndarray, rank_rows: Sequence[np.ndarray]) -> float:

@@ -139,3 +139,31 @@ def test_property_both_best_fit_variants_agree(lengths, max_tokens):
         for n, bin_id in zip(ordered, assignment, strict=True):
             sums.setdefault(bin_id, []).append(n)
         assert all(sum(v) <= max_tokens or len(v) == 1 for v in sums.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 50), min_size=1, max_size=80),
+    max_tokens=st.integers(1, 80),
+)
+def test_property_run_best_fit_matches_per_sequence_best_fit(lengths, max_tokens):
+    """``pack_micro_batches`` (best fit over runs of equal lengths) opens exactly
+    as many micro batches as per-sequence best fit decreasing."""
+    groups = pack_micro_batches(lengths, max_tokens)
+    reference = _best_fit_bitset(sorted(lengths, reverse=True), max_tokens)
+    assert len(groups) == max(reference) + 1
+    assert all(g == sorted(g) for g in groups)
+    assert [g[0] for g in groups] == sorted(g[0] for g in groups)
+
+
+def test_run_best_fit_matches_on_long_tailed_lengths():
+    rng = np.random.default_rng(1)
+    lengths = np.minimum(
+        rng.integers(50, 501, 20000) + rng.lognormal(np.log(300), 1.0, 20000), 4096
+    )
+    lengths = lengths.astype(int)
+    for cap in (2048, 4096, 16384):
+        groups = pack_micro_batches(lengths, cap)
+        reference = _best_fit_bitset(sorted(lengths.tolist(), reverse=True), cap)
+        assert len(groups) == max(reference) + 1
+        assert all(lengths[g].sum() <= cap or len(g) == 1 for g in groups)
