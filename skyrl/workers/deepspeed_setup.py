@@ -83,4 +83,30 @@ def build_engine(
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
     )
+    if not (engine.zero_optimization() or engine.bfloat16_enabled()):
+        _record_grad_norm(engine)
     return engine
+
+
+def _record_grad_norm(engine) -> None:
+    """ZeRO-0 fp32 engines report no grad norm (DeepSpeed's fp32 clipping drops it): store the
+    pre-clip norm of the all-reduced gradients as ``optimizer._global_grad_norm``, which
+    ``engine.step()`` copies into ``get_global_grad_norm()``."""
+    optimizer = engine.optimizer
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def record(*_args) -> None:
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        optimizer._global_grad_norm = float(norm)
+
+    if engine.gradient_clipping() > 0:
+        clip = engine.clip_fp32_gradients
+
+        def record_then_clip() -> None:
+            record()
+            clip()
+
+        engine.clip_fp32_gradients = record_then_clip
+    else:
+        optimizer.register_step_pre_hook(record)
