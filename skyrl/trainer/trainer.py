@@ -43,13 +43,21 @@ class RLTrainer:
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))
         self.output_dir = output_dir
         self.plan = make_plan(self.cfg)
-        self.train_rows = load_prompts(cfg.data, cfg.environment, "train")
+        self.fake = cfg.data.source == "fake"  # random rollouts, no engine: the trainer path alone
+        self.train_rows = [] if self.fake else load_prompts(cfg.data, cfg.environment, "train")
+        per_epoch = cfg.data.num_train_prompts if self.fake else len(self.train_rows)
         self.total_steps = self.plan.total_steps or cfg.trainer.epochs * (
-            len(self.train_rows) // cfg.trainer.train_batch_size
+            per_epoch // cfg.trainer.train_batch_size
         )
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or model_path)
-        self.engine = make_engine(cfg.generator, model_path, cfg.model.tokenizer_path)
-        self.generator = make_generator(cfg.generator, cfg.environment, self.engine, self.tokenizer)
+        self.engine = (
+            None if self.fake else make_engine(cfg.generator, model_path, cfg.model.tokenizer_path)
+        )
+        self.generator = (
+            None
+            if self.fake
+            else make_generator(cfg.generator, cfg.environment, self.engine, self.tokenizer)
+        )
         optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step
         self.policy = WorkerGroup("policy", self.cfg, optimizer_steps)
         colocate = self.policy if cfg.trainer.colocate_policy_ref else None
@@ -69,8 +77,9 @@ class RLTrainer:
         """Run every step; returns the metrics history (one dict per step)."""
         for step in range(1, self.total_steps + 1):
             started = time.perf_counter()
-            rows = self.sample_prompts(step)
-            batch, metrics = self.generate(rows)
+            batch, metrics = (
+                self.fake_rollouts(step) if self.fake else self.generate(self.sample_prompts(step))
+            )
             batch = self.add_logprobs_and_values(batch)
             batch = self.add_advantages(batch)
             metrics.update(self.train_on(batch))
@@ -104,6 +113,24 @@ class RLTrainer:
         output = self.generator.generate(rows, g.n_samples_per_prompt, sampling)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return to_training_batch(output, pad_id), dict(output.metrics)
+
+    def fake_rollouts(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
+        """``data=fake``: random token rollouts with random 0/1 rewards (same path afterwards)."""
+        from skyrl.workers.fake_rollouts import fake_rollouts
+
+        g = self.cfg.generator
+        batch = fake_rollouts(
+            num_prompts=self.cfg.trainer.train_batch_size,
+            n_samples_per_prompt=g.n_samples_per_prompt,
+            vocab_size=len(self.tokenizer),
+            prompt_len=(1, min(g.max_prompt_length, g.max_seq_len - 1)),
+            response_len_mean=g.max_generate_length / 2,
+            max_seq_len=g.max_seq_len,
+            seed=self.cfg.data.seed + step,
+            step_wise=g.step_wise,
+            max_turns=g.max_turns,
+        )
+        return batch, {"generate/reward_mean": float(batch.rewards.mean())}
 
     def add_logprobs_and_values(self, batch: TrainingInputBatch) -> TrainingInputBatch:
         """Old policy logprobs, reference logprobs and critic values via the workers' forward."""
@@ -159,6 +186,8 @@ class RLTrainer:
 
     def sync_weights(self) -> dict[str, float]:
         """Policy weights (rank 0's gathered copy) into the inference engine."""
+        if self.engine is None:
+            return {}
         started = time.perf_counter()
         self.engine.update_weights(self.policy.run("state_dict_for_sync")[0])
         self.engine.reset_prefix_cache()

@@ -50,3 +50,19 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
         if not torch.equal(p, dict(initial.named_parameters())[n])
     ]
     assert changed, "no parameter changed after two GRPO steps with non-constant rewards"
+
+
+def test_fake_rollouts_drive_the_trainer_without_an_engine(tmp_path):
+    result = subprocess.run(
+        [SKYRL_TRAIN, "experiment=smoke", "data=fake", "hydra.run.dir=run", "trainer.export_hf=false"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records] == [1, 2]
+    # 2 prompts x 2 samples (smoke) = 4 sequences per step, 2 optimizer steps
+    assert all(
+        r["policy/pack/local_samples"] == 4 and r["policy/optimizer_steps"] == 2 for r in records
+    )
