@@ -164,8 +164,9 @@ class RLTrainer:
     def train_on(self, batch: TrainingInputBatch) -> dict[str, float]:
         """``update_epochs_per_batch`` passes over the prompt-unit mini-batches (critic first)."""
         sums: dict[str, dict[str, float]] = {"critic": {}, "policy": {}}
+        staged = self._stage(batch, loss_weights=True)  # the same chunks serve every epoch
         for _ in range(self.cfg.trainer.update_epochs_per_batch):
-            for chunks in self._stage(batch, loss_weights=True):
+            for chunks in staged:
                 if self.critic is not None:
                     _accumulate(sums["critic"], self.critic.train_mini_batch(chunks))
                 _accumulate(

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
+from test_worker_invariance import make_config as make_policy_config
 from transformers import AutoModelForCausalLM
 
 from skyrl.algorithms import compute_loss_weights
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
-from skyrl.config import register_configs
-from skyrl.config.validate import validate
 from skyrl.dispatch import MeshDispatch
 from skyrl.workers.group import WorkerGroup
 from skyrl.workers.models import load_value_model
@@ -28,23 +26,13 @@ LENGTHS = [16, 9, 13, 6]
 UIDS = ["a", "a", "b", "b"]
 
 
-def make_config(model_path: str, **trainer):
-    overrides = {
-        "dp_size": 2, "zero_stage": 0, "train_batch_size": 2, "policy_mini_batch_size": 2,
-        "critic_mini_batch_size": 2, "collective_timeout_min": 1, "micro_batch_max_tokens": 16,
-        "critic_optimizer.lr": 0.01, **trainer,
-    }  # fmt: skip
-    register_configs()
-    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"model.path={model_path}", "generator.n_samples_per_prompt=2",
-                "generator.max_prompt_length=4", "generator.max_generate_length=12",
-                *(f"trainer.{k}={v}" for k, v in overrides.items()),
-            ],
-        )  # fmt: skip
-    return validate(cfg)
+def make_config(model_path: str):
+    return make_policy_config(
+        model_path,
+        critic_mini_batch_size=2,
+        micro_batch_max_tokens=16,
+        **{"critic_optimizer.lr": 0.01},
+    )
 
 
 def make_batch() -> TrainingInputBatch:
