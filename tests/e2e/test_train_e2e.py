@@ -26,6 +26,7 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
             SKYRL_TRAIN, "experiment=smoke", "hydra.run.dir=run",
             "environment._target_=parity_env.ParityEnv",
             "generator.n_samples_per_prompt=4", "generator.max_generate_length=8",
+            "generator.sampling.seed=0",  # reproducible samples: rewards vary within each group
         ],  # fmt: skip
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
