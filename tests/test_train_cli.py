@@ -13,7 +13,7 @@ SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
 
 
 def run_cli(tmp_path: Path, *args: str, module: bool = False) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "skyrl.train", *args] if module else [SKYRL_TRAIN, *args]
+    cmd = [sys.executable, "-m", "skyrl", *args] if module else [SKYRL_TRAIN, *args]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 

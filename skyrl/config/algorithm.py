@@ -70,6 +70,8 @@ class AlgorithmConfig:
     """DAPO soft overlong penalty: tokens before max_generate_length where it ramps; 0 = off."""
     overlong_penalty_factor: float = 1.0
     """DAPO: penalty at max_generate_length."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: truncated trajectories get no loss (their tokens are masked)."""
 
     def __post_init__(self) -> None:
         require(self.gamma > 0 and self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")

@@ -46,13 +46,23 @@ class GeneratorOutput:
     def __len__(self) -> int:
         return len(self.uids)
 
+    def select_rows(self, rows: list[int]) -> GeneratorOutput:
+        """A new output holding ``rows`` (in that order); metrics are kept."""
+        picked = {name: [getattr(self, name)[i] for i in rows] for name in ROW_FIELDS}
+        return GeneratorOutput(**picked, step_wise=self.step_wise, metrics=dict(self.metrics))
+
+    @staticmethod
+    def concat(parts: list[GeneratorOutput]) -> GeneratorOutput:
+        """Rows of every part in order; metrics of the first part."""
+        joined = {name: [x for p in parts for x in getattr(p, name)] for name in ROW_FIELDS}
+        return GeneratorOutput(
+            **joined, step_wise=parts[0].step_wise, metrics=dict(parts[0].metrics)
+        )
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming the row / trajectory of the first broken invariant."""
         n = len(self.uids)
-        for name in (
-            "prompt_token_ids", "response_token_ids", "loss_masks", "rollout_logprobs",
-            "rewards", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons",
-        ):  # fmt: skip
+        for name in ROW_FIELDS:
             if len(getattr(self, name)) != n:
                 raise ValueError(
                     f"GeneratorOutput.{name} has {len(getattr(self, name))} rows, uids has {n}"
@@ -93,6 +103,13 @@ class GeneratorOutput:
                 raise ValueError(
                     f"row {i}: trajectory {tid!r} does not belong to uid {self.uids[i]!r}"
                 )
+
+
+ROW_FIELDS = (
+    "prompt_token_ids", "response_token_ids", "loss_masks", "rollout_logprobs", "rewards",
+    "uids", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons",
+)  # fmt: skip
+"""The per-row list fields, in constructor order."""
 
 
 def check_prefix(previous: list[int], prompt: list[int], trajectory_id: str, turn: int) -> None:

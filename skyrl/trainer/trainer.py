@@ -1,4 +1,4 @@
-"""The RL loop: generate, score, reference/old logprobs, advantages, train, sync, log.
+"""The RL loop: rollouts, logprobs, advantages, train, checkpoint, sync, eval, log.
 
 ``RLTrainer.train`` reads like the algorithm; each stage is one method. The
 mini-batches of a step are cut in PROMPT units, so a step always takes
@@ -8,11 +8,10 @@ optimizer steps, whatever the number of turns.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
-import random
 import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -21,12 +20,27 @@ from skyrl.algorithms import compute_advantages, compute_loss_weights, finalize_
 from skyrl.algorithms.advantages import AdvantageInputs
 from skyrl.algorithms.advantages.step_wise import broadcast_last_step_advantages
 from skyrl.algorithms.kl import masked_kl
+from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.root import SkyRLConfig
 from skyrl.data import PromptRow, load_prompts
 from skyrl.dispatch import MeshDispatch
 from skyrl.models.resolve import resolve_model_path
+from skyrl.trainer import dynamic_sampling as ds
+from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
+from skyrl.trainer.dataloader import PromptLoader
+from skyrl.trainer.evaluation import eval_metrics
 from skyrl.trainer.plan import make_plan
+
+LOW_PASS_RATE_WARNING = 0.7
+"""Dynamic sampling warns when fewer than this share of groups carry signal."""
+
+PHASES = ("generate", "forward", "train", "checkpoint", "sync", "eval")
+"""Timed phases of a step (``timing/<phase>_s``)."""
+
+
+class TrainingAborted(RuntimeError):
+    """The run stopped on purpose (too many consecutive non-finite steps)."""
 
 
 class RLTrainer:
@@ -41,13 +55,16 @@ class RLTrainer:
 
         model_path = resolve_model_path(cfg.model.path)
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))
-        self.output_dir = output_dir
+        self.output_dir = Path(output_dir)
         self.plan = make_plan(self.cfg)
+        t = cfg.trainer
         self.fake = cfg.data.source == "fake"  # random rollouts, no engine: the trainer path alone
-        self.train_rows = [] if self.fake else load_prompts(cfg.data, cfg.environment, "train")
-        per_epoch = cfg.data.num_train_prompts if self.fake else len(self.train_rows)
-        self.total_steps = self.plan.total_steps or cfg.trainer.epochs * (
-            per_epoch // cfg.trainer.train_batch_size
+        rows = [] if self.fake else load_prompts(cfg.data, cfg.environment, "train")
+        self.loader = None if self.fake else PromptLoader(rows, t.train_batch_size, t.seed)
+        self.eval_rows = [] if self.fake else load_prompts(cfg.data, cfg.environment, "eval")
+        per_epoch = cfg.data.num_train_prompts // t.train_batch_size
+        self.total_steps = self.plan.total_steps or t.epochs * (
+            per_epoch if self.fake else self.loader.batches_per_epoch
         )
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or model_path)
         self.engine = (
@@ -60,7 +77,7 @@ class RLTrainer:
         )
         optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step
         self.policy = WorkerGroup("policy", self.cfg, optimizer_steps)
-        colocate = self.policy if cfg.trainer.colocate_policy_ref else None
+        colocate = self.policy if t.colocate_policy_ref else None
         self.reference = (
             WorkerGroup("reference", self.cfg, optimizer_steps, colocate)
             if cfg.algorithm.uses_reference
@@ -69,50 +86,172 @@ class RLTrainer:
         self.critic = (
             WorkerGroup("critic", self.cfg, optimizer_steps) if cfg.algorithm.uses_critic else None
         )
+        self.kl_ctrl = build_kl_controller(cfg.algorithm)
+        self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
+        self.step = 0
+        self.consecutive_nonfinite = 0
         self.history: list[dict[str, float]] = []
+        self.tracker = None
 
     # -- the loop --------------------------------------------------------------------
 
     def train(self) -> list[dict[str, float]]:
-        """Run every step; returns the metrics history (one dict per step)."""
-        for step in range(1, self.total_steps + 1):
-            started = time.perf_counter()
-            batch, metrics = (
-                self.fake_rollouts(step) if self.fake else self.generate(self.sample_prompts(step))
-            )
-            batch = self.add_logprobs_and_values(batch)
-            batch = self.add_advantages(batch)
-            metrics.update(self.train_on(batch))
-            metrics.update(self.sync_weights())
-            metrics["timing/step_s"] = time.perf_counter() - started
-            self.log(step, metrics)
+        """Resume if asked, then run every remaining step; returns the metrics history."""
+        from skyrl.tracking import Tracker
+
+        t = self.cfg.trainer
+        resumed = self.resume()
+        self.tracker = Tracker(
+            loggers=list(t.loggers),
+            output_dir=self.output_dir,
+            config=dataclasses.asdict(self.cfg),
+            run_name=self.output_dir.name,
+            total_steps=self.total_steps,
+            start_step=self.step,
+        )
+        try:
+            if resumed is not None:
+                print(f"resumed from {resumed} at step {self.step}", flush=True)
+                self.sync_weights()
+            if t.eval_before_train and self.step == 0 and self.eval_rows:
+                self.log(0, self.evaluate())
+            while self.step < self.total_steps:
+                self.step += 1
+                self.log(self.step, self.run_step(self.step))
+                self.check_nonfinite()
+        finally:
+            self.tracker.close()
         return self.history
 
-    def sample_prompts(self, step: int) -> list[PromptRow]:
-        """The step's prompts: a seeded shuffle per epoch, independent copies, unique uids."""
-        n = self.cfg.trainer.train_batch_size
-        per_epoch = len(self.train_rows) // n
-        epoch, index = divmod(step - 1, per_epoch)
-        order = list(range(len(self.train_rows)))
-        random.Random(self.cfg.trainer.seed + epoch).shuffle(order)
-        picked = order[index * n : (index + 1) * n]
-        return [
-            dataclasses.replace(copy.deepcopy(self.train_rows[i]), uid=f"s{step}p{j}")
-            for j, i in enumerate(picked)
-        ]
+    def run_step(self, step: int) -> dict[str, float]:
+        """One training step; returns its metrics (timings included)."""
+        t = self.cfg.trainer
+        timer = PhaseTimer()
+        with timer("generate"):
+            batch, metrics = self.fake_rollouts(step) if self.fake else self.collect_rollouts(step)
+        with timer("forward"):
+            batch = self.add_logprobs_and_values(batch)
+        batch, adv_metrics = self.add_advantages(batch)
+        metrics.update(adv_metrics)
+        with timer("train"):
+            metrics.update(self.train_on(batch, step))
+        refused = any(metrics.get(f"{r}/nonfinite", 0.0) > 0 for r in ("policy", "critic"))
+        self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if refused else 0
+        metrics["train/refused"] = float(refused)
+        last = step == self.total_steps
+        if not refused:
+            with timer("sync"):
+                self.sync_weights()
+        if (t.ckpt_interval and step % t.ckpt_interval == 0) or last:
+            with timer("checkpoint"):
+                self.save_checkpoint(step)
+        if self.eval_rows and ((t.eval_interval and step % t.eval_interval == 0) or last):
+            with timer("eval"):
+                metrics.update(self.evaluate())
+        compute = (
+            timer.seconds["generate"]
+            + timer.seconds.get("eval", 0.0)
+            + metrics.pop("forward/compute_s", 0.0)
+            + metrics.pop("policy/compute_s", 0.0)
+            + metrics.pop("critic/compute_s", 0.0)
+        )
+        metrics.update(timer.metrics(compute))
+        return metrics
 
-    def generate(self, rows: list[PromptRow]) -> tuple[TrainingInputBatch, dict[str, float]]:
-        """Rollouts of every prompt, as a training batch plus rollout metrics."""
+    # -- rollouts --------------------------------------------------------------------
+
+    def collect_rollouts(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
+        """The step's prompts -> rollouts -> reward shaping -> dynamic sampling -> batch."""
         from skyrl.generators import to_training_batch
+
+        a, need = self.cfg.algorithm, self.cfg.trainer.train_batch_size
+        rounds, good, flat = [], [], []
+        while True:
+            rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
+            out = self.generate(rows, self.sampling_seed(step, len(rounds)))
+            rounds.append(out)
+            shaping = self.shape_rewards(out)
+            if a.dynamic_sampling != "filter":
+                break
+            informative = ds.informative_uids(out)
+            good.append(ds.keep_groups(out, informative))
+            flat_uids = [u for u in ds.group_rows(out) if u not in informative]
+            flat.append(ds.keep_groups(out, flat_uids))
+            collected = sum(len(set(g.uids)) for g in good)
+            if collected >= need or len(rounds) >= a.max_sample_batches:
+                break
+        metrics = {**merge_rollout_metrics([r.metrics for r in rounds]), **shaping}
+        if a.dynamic_sampling == "filter":
+            out, ds_metrics = self._filled_batch(good, flat, need, len(rounds))
+        elif a.dynamic_sampling == "replace":
+            out, replaced = ds.replace_flat_groups(rounds[0], self.sampling_seed(step, 0))
+            groups = len(ds.group_rows(out))
+            ds_metrics = {"dynamic_sampling/kept_group_frac": 1.0 - replaced / groups}
+        else:
+            out, ds_metrics = rounds[0], {}
+        if ds_metrics.get("dynamic_sampling/kept_group_frac", 1.0) < LOW_PASS_RATE_WARNING:
+            warnings.warn(
+                f"step {step}: dynamic sampling dropped "
+                f"{1 - ds_metrics['dynamic_sampling/kept_group_frac']:.0%} of prompt groups "
+                "(all samples got the same reward)",
+                stacklevel=1,
+            )
+        metrics.update(ds_metrics)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return to_training_batch(out, pad_id), metrics
+
+    def _filled_batch(self, good, flat, need: int, num_rounds: int):
+        """``need`` informative groups; when ``max_sample_batches`` ran out first, topped up with
+        zero-variance groups (zero advantage) so the optimizer-step count stays fixed."""
+        from skyrl.generators.output import GeneratorOutput
+
+        pool = GeneratorOutput.concat(good + flat)
+        uids = list(ds.group_rows(pool))
+        n_good = sum(len(set(g.uids)) for g in good)
+        if n_good < need:
+            warnings.warn(
+                f"dynamic sampling: {n_good} informative groups after {num_rounds} rounds "
+                f"(algorithm.max_sample_batches); topped up with {need - n_good} flat groups",
+                stacklevel=1,
+            )
+        generated = n_good + sum(len(set(f.uids)) for f in flat)
+        metrics = {
+            "dynamic_sampling/kept_group_frac": n_good / generated,
+            "dynamic_sampling/rounds": float(num_rounds),
+        }
+        return ds.keep_groups(pool, uids[:need]), metrics
+
+    def generate(self, rows: list[PromptRow], seed: int, evaluate: bool = False):
+        """Rollouts of every prompt (``GeneratorOutput``), training or eval sampling."""
         from skyrl.inference.base import SamplingParams
 
         g = self.cfg.generator
+        n = g.eval_n_samples_per_prompt if evaluate else g.n_samples_per_prompt
         sampling = SamplingParams.from_config(
-            g.sampling, n=g.n_samples_per_prompt, max_tokens=g.max_generate_length
+            g.eval_sampling if evaluate else g.sampling, n=n, max_tokens=g.max_generate_length
         )
-        output = self.generator.generate(rows, g.n_samples_per_prompt, sampling)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return to_training_batch(output, pad_id), dict(output.metrics)
+        sampling.seed = seed
+        return self.generator.generate(rows, n, sampling)
+
+    def sampling_seed(self, step: int, round_: int) -> int:
+        """Per step and sampling round; from ``generator.sampling.seed`` or ``trainer.seed``."""
+        base = self.cfg.generator.sampling.seed
+        base = self.cfg.trainer.seed if base is None else base
+        return (base * 1_000_003 + step * 1_009 + round_) % (2**31)
+
+    def shape_rewards(self, out) -> dict[str, float]:
+        """DAPO's overlong penalty and overlong filtering, in place."""
+        a, metrics = self.cfg.algorithm, {}
+        if a.overlong_buffer_len > 0:
+            metrics["reward/overlong_penalty_mean"] = ds.overlong_penalty(
+                out,
+                self.cfg.generator.max_generate_length,
+                a.overlong_buffer_len,
+                a.overlong_penalty_factor,
+            )
+        if a.overlong_filter:
+            metrics["reward/overlong_masked"] = float(ds.mask_truncated(out))
+        return metrics
 
     def fake_rollouts(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
         """``data=fake``: random token rollouts with random 0/1 rewards (same path afterwards)."""
@@ -132,6 +271,8 @@ class RLTrainer:
         )
         return batch, {"generate/reward_mean": float(batch.rewards.mean())}
 
+    # -- logprobs, advantages, training ------------------------------------------------
+
     def add_logprobs_and_values(self, batch: TrainingInputBatch) -> TrainingInputBatch:
         """Old policy logprobs, reference logprobs and critic values via the workers' forward."""
         staged = self._stage(batch, loss_weights=False)
@@ -143,13 +284,18 @@ class RLTrainer:
             fields["values"] = self.critic.forward(staged, len(batch)) * mask
         return batch.replace(**fields)
 
-    def add_advantages(self, batch: TrainingInputBatch) -> TrainingInputBatch:
-        """Advantages (and returns) from the registered estimator; step-wise broadcast."""
+    def add_advantages(
+        self, batch: TrainingInputBatch
+    ) -> tuple[TrainingInputBatch, dict[str, float]]:
+        """KL-in-reward (if set), then advantages and returns; step-wise broadcast."""
         a = self.cfg.algorithm
-        token_rewards = None
+        token_rewards, metrics = None, {}
         if a.use_kl_in_reward:
             kl = masked_kl(a.kl_estimator, batch.old_logprobs, batch.ref_logprobs, batch.loss_mask)
-            token_rewards = -a.init_kl_coef * kl
+            token_rewards = -self.kl_ctrl.value * kl
+            mean_kl = float((kl * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
+            metrics = {"algorithm/kl_coef": self.kl_ctrl.value, "algorithm/kl_in_reward": mean_kl}
+            self.kl_ctrl.update(mean_kl, len(batch))
         inputs = AdvantageInputs(
             batch.rewards, batch.loss_mask, batch.metadata["uids"], batch.values, token_rewards
         )
@@ -159,52 +305,106 @@ class RLTrainer:
             )
         else:
             adv, ret = compute_advantages(inputs, a)
-        return batch.replace(advantages=adv, returns=ret)
+        return batch.replace(advantages=adv, returns=ret), metrics
 
-    def train_on(self, batch: TrainingInputBatch) -> dict[str, float]:
-        """``update_epochs_per_batch`` passes over the prompt-unit mini-batches (critic first)."""
+    def train_on(self, batch: TrainingInputBatch, step: int) -> dict[str, float]:
+        """``update_epochs_per_batch`` passes over the prompt-unit mini-batches (critic first);
+        the policy waits during the first ``critic_only_steps`` steps."""
         sums: dict[str, dict[str, float]] = {"critic": {}, "policy": {}}
+        train_policy = step > self.cfg.trainer.critic_only_steps
         staged = self._stage(batch, loss_weights=True)  # the same chunks serve every epoch
         for _ in range(self.cfg.trainer.update_epochs_per_batch):
             for chunks in staged:
                 if self.critic is not None:
                     _accumulate(sums["critic"], self.critic.train_mini_batch(chunks))
-                _accumulate(
-                    sums["policy"], {**self.policy.train_mini_batch(chunks), "optimizer_steps": 1.0}
-                )
+                if train_policy:
+                    _accumulate(
+                        sums["policy"],
+                        {**self.policy.train_mini_batch(chunks), "optimizer_steps": 1.0},
+                    )
         out = {}
         for role, role_sums in sums.items():
             packing = {k: v for k, v in role_sums.items() if k.startswith("pack/")}
+            raw = {k: role_sums.pop(k) for k in RAW_SUMS if k in role_sums}
             losses = {k: v for k, v in role_sums.items() if not k.startswith("pack/")}
-            out.update(
-                {
-                    f"{role}/{k}": v
-                    for k, v in {**finalize_metrics(losses), **packing}.items()
-                    if role_sums
-                }
-            )
+            if role_sums:
+                out.update(
+                    {f"{role}/{k}": v for k, v in {**finalize_metrics(losses), **packing}.items()}
+                )
+            out.update({f"{role}/{k}": v for k, v in raw.items()})
+        forward_s = sum(g.compute_s for g in (self.policy, self.reference, self.critic) if g)
+        for group in (self.policy, self.reference, self.critic):
+            if group is not None:
+                group.compute_s = 0.0
+        out["forward/compute_s"] = forward_s
         return out
 
-    def sync_weights(self) -> dict[str, float]:
+    # -- weights, checkpoints, eval ------------------------------------------------------
+
+    def sync_weights(self) -> None:
         """Policy weights (rank 0's gathered copy) into the inference engine."""
         if self.engine is None:
-            return {}
-        started = time.perf_counter()
+            return
         self.engine.update_weights(self.policy.run("state_dict_for_sync")[0])
         self.engine.reset_prefix_cache()
-        return {"timing/sync_s": time.perf_counter() - started}
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``."""
+        tmp = self.checkpoints.temp_dir(step)
+        for group in (self.policy, self.critic):
+            if group is not None:
+                group.run("save_checkpoint", str(tmp), {"step": step})
+        state = {
+            "step": step,
+            "loader": self.loader.state_dict() if self.loader else None,
+            "kl_coef": self.kl_ctrl.value,
+            "consecutive_nonfinite": self.consecutive_nonfinite,
+        }
+        return self.checkpoints.commit(tmp, step, state)
+
+    def resume(self) -> Path | None:
+        """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh)."""
+        ckpt = resolve_resume(self.cfg.trainer.resume, self.checkpoints)
+        if ckpt is None:
+            return None
+        state = read_trainer_state(ckpt)
+        for group in (self.policy, self.critic):
+            if group is not None:
+                group.run("load_checkpoint", str(ckpt))
+        self.step = int(state["step"])
+        if self.loader is not None and state.get("loader"):
+            self.loader.load_state_dict(state["loader"])
+        self.kl_ctrl.value = float(state["kl_coef"])
+        self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+        return ckpt
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out prompts with eval sampling: pass@1 (and pass@k) per data source."""
+        g = self.cfg.generator
+        started = time.perf_counter()
+        rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(self.eval_rows)]
+        out = self.generate(rows, self.sampling_seed(0, 0), evaluate=True)
+        metrics = eval_metrics(out, g.eval_n_samples_per_prompt)
+        metrics["eval/seconds"] = time.perf_counter() - started
+        return metrics
+
+    def check_nonfinite(self) -> None:
+        """Abort after ``max_consecutive_nonfinite`` refused steps in a row."""
+        limit = self.cfg.trainer.max_consecutive_nonfinite
+        if self.consecutive_nonfinite >= limit:
+            latest = self.checkpoints.latest()
+            where = f"last good checkpoint: {latest}" if latest else "no checkpoint was saved"
+            raise TrainingAborted(
+                f"{self.consecutive_nonfinite} consecutive steps had a non-finite loss or grad "
+                f"norm (trainer.max_consecutive_nonfinite={limit}); stopped at step {self.step}; "
+                f"{where}"
+            )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """One console line per step and one jsonl record."""
+        """To every configured sink (console line, jsonl, trackers)."""
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         self.history.append(record)
-        with open(self.output_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        reward = metrics.get("generate/reward_mean", float("nan"))
-        print(
-            f"step {step}/{self.total_steps}  reward {reward:.3f}  step {metrics['timing/step_s']:.1f}s",
-            flush=True,
-        )
+        self.tracker.log(step, metrics)
 
     def export(self) -> Path:
         """The final policy as a ``from_pretrained`` directory."""
@@ -216,6 +416,9 @@ class RLTrainer:
         for group in (self.critic, self.reference, self.policy):
             if group is not None:
                 group.shutdown()
+        shutdown = getattr(self.engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -235,6 +438,52 @@ class RLTrainer:
 
         return MeshDispatch.stage_chunks(t.dp_size, batch, bounds, loss_weights_fn=weights_fn)
 
+
+class PhaseTimer:
+    """Wall time per phase of one step, and the framework overhead share."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+    def metrics(self, compute_s: float) -> dict[str, float]:
+        """``timing/<phase>_s``, ``timing/step_s`` and ``timing/overhead_frac``: the share of the
+        step that is not generation or the workers' forward / backward / optimizer compute."""
+        step = time.perf_counter() - self.started
+        out = {f"timing/{phase}_s": s for phase, s in self.seconds.items()}
+        out["timing/step_s"] = step
+        out["timing/overhead_frac"] = max(0.0, 1.0 - compute_s / step) if step > 0 else 0.0
+        return out
+
+
+def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Rollout metrics of several sampling rounds: maxima as max, counts and seconds summed,
+    the rest averaged (rounds have the same number of prompts)."""
+    if len(rounds) == 1:
+        return dict(rounds[0])
+    out = {}
+    for key in rounds[0]:
+        values = [r[key] for r in rounds if key in r]
+        if key.endswith("_max"):
+            out[key] = max(values)
+        elif key in ("env/errors", "generate/seconds"):
+            out[key] = sum(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+RAW_SUMS = ("compute_s", "nonfinite")
+"""Worker figures reported as they are: compute seconds summed over mini-batches, and the number
+of refused optimizer steps."""
 
 LAST_VALUE_METRICS = (
     "lr",

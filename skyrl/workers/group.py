@@ -8,6 +8,7 @@ actor into one error that names the role and the rank.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,10 +62,13 @@ class WorkerGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=rank
                 ),
-            ).remote(role, rank, t.dp_size, addr, port, cfg, total_optimizer_steps)
+            ).remote(role, rank, t.dp_size, addr, port, cfg, total_optimizer_steps, os.getcwd())
             for rank in range(t.dp_size)
         ]
         self._rank_of = {actor._actor_id.hex(): rank for rank, actor in enumerate(self.actors)}
+        self.compute_s = 0.0
+        """Seconds the ranks spent computing in ``forward`` (slowest rank per call), for the
+        trainer's overhead share; the trainer resets it."""
         self.get([actor.pid.remote() for actor in self.actors])  # surface start-up failures here
 
     def get(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
@@ -101,8 +105,10 @@ class WorkerGroup:
         back in their original order, padding rows dropped."""
         out: torch.Tensor | None = None
         for chunks in staged:
-            for result in self.run_chunks("forward", chunks):
-                (key,) = [k for k in result if k != "source_rows"]
+            results = self.run_chunks("forward", chunks)
+            self.compute_s += max(r["compute_s"] for r in results)
+            for result in results:
+                (key,) = [k for k in result if k not in ("source_rows", "compute_s")]
                 values = result[key]
                 if out is None:
                     out = values.new_zeros(num_rows, values.shape[1])
@@ -124,8 +130,8 @@ class WorkerGroup:
             remove_placement_group(self.pg)
 
 
-SAME_ON_ALL_RANKS = ("lr", "grad_norm", "pack/micro_batch_max_tokens")
-MAX_OVER_RANKS = ("pack/max_micro_batch_tokens",)
+SAME_ON_ALL_RANKS = ("lr", "grad_norm", "nonfinite", "pack/micro_batch_max_tokens")
+MAX_OVER_RANKS = ("pack/max_micro_batch_tokens", "compute_s")
 RECOMPUTED = ("pack/fill_ratio", "pack/rank_token_imbalance")
 
 

@@ -13,8 +13,12 @@ gradients over ranks, so each rank's loss is multiplied by ``dp_size``.
 
 from __future__ import annotations
 
+import importlib
+import math
 import os
 import random
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +50,12 @@ class TrainingWorker:
         master_port: int,
         cfg: SkyRLConfig,
         total_optimizer_steps: int,
+        driver_cwd: str | None = None,
     ):
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
+        _run_imports(cfg.imports, driver_cwd)
         trainer = cfg.trainer
         torch.set_num_threads(max(1, int(trainer.num_cpus_per_worker)))
         set_dist_env(rank, world_size, master_addr, master_port, trainer.collective_timeout_min)
@@ -116,31 +122,65 @@ class TrainingWorker:
     def forward(self, chunk: TrainingInputBatch) -> dict[str, Any]:
         """``logprobs`` (policy/reference) or ``values`` (critic) for every chunk row, ``[rows, S]``,
         plus the chunk's ``source_rows`` so the caller can put real rows back in order."""
+        started = time.perf_counter()
         self.engine.eval()
         micro = self._micro_batches(chunk)
         outputs = [self._model_out(mb)[0].float() for mb in micro]
         key = "values" if self.role == "critic" else "logprobs"
         values = unpack_to_rows(micro, outputs, len(chunk)) if len(chunk) else torch.zeros(0, 0)
-        return {key: values, "source_rows": chunk.metadata.get("source_rows")}
+        return {
+            key: values,
+            "source_rows": chunk.metadata.get("source_rows"),
+            "compute_s": time.perf_counter() - started,
+        }
 
     def train_mini_batch(self, chunk: TrainingInputBatch) -> dict[str, float]:
-        """Backward over every micro batch, then exactly ONE optimizer step; additive metrics."""
+        """Backward over every micro batch, then exactly ONE optimizer step; additive metrics.
+
+        A non-finite loss (or, at ZeRO 0/1, gradient) on any rank refuses the step on every
+        rank: gradients are dropped, weights and optimizer state stay as they were, and
+        ``nonfinite`` is 1 in the metrics."""
+        started = time.perf_counter()
         self.engine.train()
         micro = self._micro_batches(chunk)
         sums: dict[str, float] = {}
+        finite = True
         for mb in micro:
             loss, metrics = self._micro_batch_loss(chunk, mb)
+            finite = finite and bool(torch.isfinite(loss.detach()))
             self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
-        self.engine.step()
+        refused = all_reduce_max(int(not (finite and self._local_grads_finite()))) > 0
+        if refused:
+            self._drop_gradients()
+        else:
+            self.engine.step()
         sums.update(
             {f"pack/{k}": v for k, v in micro_batch_metrics(micro, self.max_tokens).items()}
         )
-        grad_norm = self.engine.get_global_grad_norm()
+        grad_norm = None if refused else self.engine.get_global_grad_norm()
         sums["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         sums["lr"] = float(self.engine.get_lr()[0])
+        sums["nonfinite"] = float(refused or not math.isfinite(sums["grad_norm"]))
+        sums["compute_s"] = time.perf_counter() - started
         return sums
+
+    def _local_grads_finite(self) -> bool:
+        """At ZeRO 0/1 the accumulated gradients are still local ``.grad`` tensors; at 2/3 they
+        live in the optimizer's partitions and only the loss is checked."""
+        if self.cfg.trainer.zero_stage >= 2:
+            return True
+        grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+        return all(bool(torch.isfinite(g).all()) for g in grads)
+
+    def _drop_gradients(self) -> None:
+        """Forget this mini-batch's gradients without an optimizer step."""
+        if self.engine.zero_optimization():
+            self.engine.optimizer.zero_grad(set_to_none=True)
+        self.engine.zero_grad()
+        if hasattr(self.engine, "_unmanaged_backward_count"):
+            self.engine._unmanaged_backward_count = 0
 
     def _micro_batch_loss(
         self, chunk: TrainingInputBatch, mb: PackedMicroBatch
@@ -236,6 +276,15 @@ class TrainingWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _run_imports(modules: list[str], driver_cwd: str | None) -> None:
+    """The config's ``imports`` (e.g. a recipe's registered loss), importable from the
+    directory the run was started in, as on the driver."""
+    if driver_cwd and driver_cwd not in sys.path:
+        sys.path.insert(0, driver_cwd)
+    for module in modules:
+        importlib.import_module(module)
 
 
 def _seed_everything(seed: int) -> None:

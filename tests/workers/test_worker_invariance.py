@@ -258,3 +258,21 @@ def test_dp_size_and_zero_stage_give_the_same_update(
         )
     finally:
         group.shutdown()
+
+
+def test_non_finite_loss_refuses_the_step_on_every_rank(dp2_small_micro, batch, tiny_model_path):
+    group, init_dir = dp2_small_micro
+    group.run("load_checkpoint", init_dir)
+    before = group.run("state_dict_for_sync")[0]
+    steps_before = group.run("global_steps")
+    poisoned = batch.replace(advantages=batch.advantages.clone())
+    poisoned.advantages[3, PROMPT_LEN] = float("nan")  # one token of one row: one rank's loss
+    metrics = train_one_step(group, poisoned, "token_mean", 2, 2)
+    assert metrics["nonfinite"] == 1.0
+    assert group.run("global_steps") == steps_before  # no optimizer step anywhere
+    assert_weights_close(group.run("state_dict_for_sync")[0], before, atol=0.0)
+    # the refused gradients are gone: the next finite step is exactly a fresh first step
+    metrics = train_one_step(group, batch, "token_mean", 2, 2)
+    assert metrics["nonfinite"] == 0.0
+    expected = reference_weights(tiny_model_path, batch, "token_mean")
+    assert_weights_close(group.run("state_dict_for_sync")[0], expected, atol=2e-6)

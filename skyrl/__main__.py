@@ -1,0 +1,5 @@
+"""``python -m skyrl``: the ``skyrl-train`` command."""
+
+from skyrl.cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""The Python API: compose a config, train, get the result. The CLI calls the same functions.
+
+import skyrl
+cfg = skyrl.compose(["experiment=smoke", "trainer.total_steps=3"])
+result = skyrl.train(cfg)
+result.metric("generate/reward_mean")   # [(step, value), ...]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from skyrl.config.validate import validate
+from skyrl.trainer.plan import format_plan, make_plan
+
+CONF_DIR = Path(__file__).parent / "conf"
+
+
+@dataclass
+class TrainResult:
+    """What a run leaves behind."""
+
+    output_dir: Path
+    """The run directory (config, metrics.jsonl, plot, checkpoints, final_hf)."""
+    history: list[dict[str, float]] = field(default_factory=list)
+    """One metrics dict per logged step (step 0 = eval before training, if any)."""
+    final_hf: Path | None = None
+    """The exported policy (``from_pretrained``-loadable), if exported."""
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The latest checkpoint of the run, if any."""
+        from skyrl.trainer.checkpoint import CheckpointManager
+
+        return CheckpointManager(self.output_dir / "checkpoints", 0).latest()
+
+    def metric(self, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` of every step that logged ``key``."""
+        return [(int(r["step"]), r[key]) for r in self.history if key in r]
+
+    def final(self, key: str) -> float:
+        """The last logged value of ``key`` (nan if never logged)."""
+        values = self.metric(key)
+        return values[-1][1] if values else math.nan
+
+
+def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
+    """The config the CLI would build from these command-line overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from skyrl.config import register_configs
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
+    """Validate ``cfg``, save it resolved into the output dir, print the plan, and run the job
+    (only plan it with ``trainer.dry_run=true``). ``output_dir`` defaults to
+    ``trainer.output_dir``, else ``outputs/<date>/<time>``."""
+    typed = validate(cfg)
+    out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / "resolved_config.yaml", resolve=True)
+    print(format_plan(make_plan(typed)))
+    print(f"  {'output dir':<22}  {out}", flush=True)
+    if typed.trainer.dry_run:
+        return TrainResult(out)
+    return _run(typed, out)
+
+
+def _run(cfg, output_dir: Path) -> TrainResult:
+    """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
+    import ray
+
+    from skyrl.tracking.summary import format_summary, plot_history
+    from skyrl.trainer.trainer import RLTrainer
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=_logical_cpus(cfg),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    trainer = RLTrainer(cfg, output_dir)
+    try:
+        history = trainer.train()
+        final_hf = trainer.export() if cfg.trainer.export_hf else None
+    finally:
+        trainer.shutdown()
+    plot_history(history, output_dir / "metrics.png")
+    print(format_summary(history, output_dir), flush=True)
+    return TrainResult(output_dir, history, final_hf)
+
+
+def _logical_cpus(cfg) -> int:
+    """Ray CPUs for every worker bundle plus the driver (logical: may exceed the cores)."""
+    t, a = cfg.trainer, cfg.algorithm
+    roles = 1 + int(a.uses_critic) + int(a.uses_reference and not t.colocate_policy_ref)
+    return max(os.cpu_count() or 1, math.ceil(t.dp_size * t.num_cpus_per_worker * roles) + 1)
+
+
+def _timestamped_dir() -> Path:
+    import time
+
+    return Path("outputs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")

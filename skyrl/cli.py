@@ -1,0 +1,65 @@
+"""The ``skyrl-train`` entry point (also ``python -m skyrl``).
+
+Hydra composes the config from ``skyrl/conf`` (shipped inside the package, so
+it works from any directory and from a non-editable install). Before Hydra's
+own main runs, the command line is composed and validated once here, so that a
+typo, a wrong type, an unknown option or a violated rule ends with ONE line
+naming the key instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from skyrl.api import TrainResult, train
+from skyrl.config import register_configs
+from skyrl.config.cli_errors import one_line_error
+from skyrl.config.errors import ConfigError
+from skyrl.config.precheck import precheck_command_line
+
+EXIT_CONFIG_ERROR = 2
+EXIT_RUN_FAILED = 1
+
+
+def run(cfg: DictConfig) -> TrainResult:
+    """The Hydra task: train in Hydra's run (or sweep job) directory unless
+    ``trainer.output_dir`` is set."""
+    from hydra.core.hydra_config import HydraConfig
+
+    configured = cfg.trainer.get("output_dir")
+    return train(cfg, configured or HydraConfig.get().runtime.output_dir)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    """Returns the final held-out pass@1 (a sweeper's objective), if the run evaluated."""
+    from skyrl.trainer.trainer import TrainingAborted
+    from skyrl.workers.group import WorkerDiedError
+
+    try:
+        result = run(cfg)
+    except ConfigError as exc:
+        print(one_line_error(exc), file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    except (WorkerDiedError, TrainingAborted) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_RUN_FAILED)
+    objective = result.final("eval/pass@1")
+    return None if objective != objective else objective
+
+
+def main() -> None:
+    """Console script: check the command line, then hand it to Hydra."""
+    register_configs()
+    problem = precheck_command_line(sys.argv[1:])
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Checkpoint directories: ``<output_dir>/checkpoints/global_step_N/`` and a ``latest`` pointer.
+
+A checkpoint is written into ``.tmp_global_step_N`` and renamed when every
+part is on disk; only then is ``latest`` (a one-line text file naming the
+directory) replaced, atomically. A run killed mid-save therefore leaves the
+previous checkpoint and ``latest`` untouched; the half-written temp dir is
+removed by the next save or resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+
+
+class CheckpointManager:
+    """Save, list, prune and find checkpoints under ``root``."""
+
+    def __init__(self, root: Path, max_to_keep: int):
+        self.root, self.max_to_keep = Path(root), max_to_keep
+
+    def temp_dir(self, step: int) -> Path:
+        """A fresh temp dir for step ``step`` (a stale one from a killed save is removed)."""
+        tmp = self.root / f".tmp_global_step_{step}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def commit(self, tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
+        """Write the trainer state, rename ``tmp`` into place, point ``latest`` at it, prune."""
+        _write_atomic(tmp / TRAINER_STATE, json.dumps(trainer_state))
+        final = self.root / f"global_step_{step}"
+        if final.exists():  # a re-run of the same step after a resume from an earlier one
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_atomic(self.root / "latest", final.name + "\n")
+        self._prune()
+        return final
+
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = (STEP_DIR.match(p.name) for p in self.root.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def latest(self) -> Path | None:
+        """The checkpoint ``latest`` names, or None when there is none."""
+        pointer = self.root / "latest"
+        if not pointer.is_file():
+            return None
+        path = self.root / pointer.read_text().strip()
+        if not (path / TRAINER_STATE).is_file():
+            raise ValueError(f"{pointer} names {path}, which is not a complete checkpoint")
+        return path
+
+    def _prune(self) -> None:
+        if self.max_to_keep <= 0:
+            return
+        for step in self.steps()[: -self.max_to_keep]:
+            shutil.rmtree(self.root / f"global_step_{step}", ignore_errors=True)
+
+
+def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
+    """``trainer.resume``: ``none`` -> None; ``auto`` -> ``latest`` if any; else a checkpoint dir
+    (or a run dir / checkpoints dir whose ``latest`` is used)."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        return manager.latest()
+    path = Path(resume).expanduser()
+    for candidate in (path, path / "checkpoints"):
+        if (candidate / TRAINER_STATE).is_file():
+            return candidate
+        if (candidate / "latest").is_file():
+            return CheckpointManager(candidate, 0).latest()
+    raise ValueError(
+        f"trainer.resume={resume}: not a checkpoint (no {TRAINER_STATE}) and no 'latest' pointer"
+    )
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    return json.loads((ckpt / TRAINER_STATE).read_text())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

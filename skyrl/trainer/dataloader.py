@@ -1,0 +1,60 @@
+"""Prompt batches for training steps: a seeded shuffle per epoch, handed out in order.
+
+The loader's whole state is ``(epoch, cursor)``; it goes into every checkpoint,
+so a resumed run draws exactly the prompts the uninterrupted run would have.
+Each batch holds independent deep copies of the rows, so an env or rollout
+function that mutates a row cannot leak state into a later epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+from typing import Any
+
+from skyrl.data import PromptRow
+
+
+class PromptLoader:
+    """Draws ``batch_size`` rows at a time; an epoch ends when fewer than a batch are left."""
+
+    def __init__(self, rows: list[PromptRow], batch_size: int, seed: int):
+        if len(rows) < batch_size:
+            raise ValueError(
+                f"the training set has {len(rows)} prompts, fewer than "
+                f"trainer.train_batch_size={batch_size}"
+            )
+        self.rows, self.batch_size, self.seed = rows, batch_size, seed
+        self.epoch, self.cursor = 0, 0
+        self._order = self._shuffled(0)
+        self._drawn = 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.rows) // self.batch_size
+
+    def next_batch(self, uid_prefix: str) -> list[PromptRow]:
+        """The next ``batch_size`` rows as copies with uids ``<uid_prefix>p<j>``."""
+        if self.cursor + self.batch_size > len(self._order):
+            self.epoch, self.cursor = self.epoch + 1, 0
+            self._order = self._shuffled(self.epoch)
+        picked = self._order[self.cursor : self.cursor + self.batch_size]
+        self.cursor += self.batch_size
+        start, self._drawn = self._drawn, self._drawn + len(picked)
+        return [
+            dataclasses.replace(copy.deepcopy(self.rows[i]), uid=f"{uid_prefix}p{start + j}")
+            for j, i in enumerate(picked)
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "drawn": self._drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.cursor, self._drawn = state["epoch"], state["cursor"], state["drawn"]
+        self._order = self._shuffled(self.epoch)
+
+    def _shuffled(self, epoch: int) -> list[int]:
+        order = list(range(len(self.rows)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order

@@ -1,0 +1,54 @@
+"""Held-out evaluation metrics: pass@1 and pass@k per data source.
+
+A sample passes when its reward is >= 1 (full credit). pass@k uses the
+unbiased estimator over the ``n`` samples of a prompt with ``c`` passes:
+``1 - C(n - c, k) / C(n, k)``, averaged over prompts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+
+from skyrl.generators.output import GeneratorOutput
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of ``k`` of the ``n`` samples (``c`` correct) passes."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def eval_metrics(output: GeneratorOutput, k: int) -> dict[str, float]:
+    """``eval/pass@1``, ``eval/pass@k`` (if k > 1), ``eval/reward_mean`` overall and per source
+    (``eval/<source>/pass@1``...), from the last step of every trajectory."""
+    samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for uid, src, reward, last in zip(
+        output.uids, output.data_sources, output.rewards, output.is_last_step, strict=True
+    ):
+        if last:
+            samples[(src, uid)].append(reward)
+    by_source: dict[str, list[list[float]]] = defaultdict(list)
+    for (src, _), rewards in samples.items():
+        by_source[src].append(rewards)
+    metrics: dict[str, float] = {}
+    everything = [r for groups in by_source.values() for r in groups]
+    for prefix, groups in [("eval", everything)] + [
+        (f"eval/{src}", g) for src, g in sorted(by_source.items())
+    ]:
+        metrics.update(_group_metrics(prefix, groups, k))
+    return metrics
+
+
+def _group_metrics(prefix: str, groups: list[list[float]], k: int) -> dict[str, float]:
+    def mean_pass(kk: int) -> float:
+        return sum(pass_at_k(len(g), sum(r >= 1.0 for r in g), kk) for g in groups) / len(groups)
+
+    out = {
+        f"{prefix}/pass@1": mean_pass(1),
+        f"{prefix}/reward_mean": sum(sum(g) for g in groups) / sum(len(g) for g in groups),
+    }
+    if k > 1:
+        out[f"{prefix}/pass@{k}"] = mean_pass(k)
+    return out

@@ -1,0 +1,58 @@
+"""Checkpoint directories: atomic commit, ``latest`` pointer, pruning, resume resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
+
+
+def _save(manager: CheckpointManager, step: int) -> None:
+    tmp = manager.temp_dir(step)
+    (tmp / "policy").mkdir()
+    (tmp / "policy" / "weights.bin").write_bytes(b"w" * step)
+    manager.commit(tmp, step, {"step": step})
+
+
+def test_commit_renames_points_latest_and_prunes(tmp_path):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=2)
+    for step in (1, 2, 3):
+        _save(manager, step)
+    assert manager.steps() == [2, 3]  # step 1 pruned: keep 2
+    assert manager.latest() == tmp_path / "checkpoints" / "global_step_3"
+    assert read_trainer_state(manager.latest()) == {"step": 3}
+    assert not list((tmp_path / "checkpoints").glob(".tmp_*"))
+
+
+def test_a_save_killed_midway_leaves_the_previous_checkpoint_usable(tmp_path):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    _save(manager, 1)
+    tmp = manager.temp_dir(2)  # the process dies here: workers wrote part of step 2
+    (tmp / "policy").mkdir()
+    assert manager.latest() == tmp_path / "checkpoints" / "global_step_1"
+    assert manager.steps() == [1]  # the temp dir is not a checkpoint
+    assert resolve_resume("auto", manager) == manager.latest()
+    _save(manager, 2)  # the next save of step 2 replaces the stale temp dir
+    assert manager.steps() == [1, 2] and manager.latest().name == "global_step_2"
+
+
+def test_resume_resolution(tmp_path):
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", max_to_keep=0)
+    assert resolve_resume("auto", manager) is None  # nothing saved yet: fresh start
+    assert resolve_resume("none", manager) is None
+    _save(manager, 4)
+    ckpt = tmp_path / "run" / "checkpoints" / "global_step_4"
+    assert resolve_resume("auto", manager) == ckpt
+    assert resolve_resume("none", manager) is None
+    assert resolve_resume(str(ckpt), manager) == ckpt  # a checkpoint dir
+    assert resolve_resume(str(tmp_path / "run"), manager) == ckpt  # a run dir: its latest
+    with pytest.raises(ValueError, match=r"trainer.resume=.*nowhere.*not a checkpoint"):
+        resolve_resume(str(tmp_path / "nowhere"), manager)
+
+
+def test_latest_naming_an_incomplete_dir_is_an_error(tmp_path):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / "latest").write_text("global_step_9\n")
+    with pytest.raises(ValueError, match="global_step_9, which is not a complete checkpoint"):
+        CheckpointManager(root, 0).latest()
