@@ -1,0 +1,93 @@
+"""Console sink: a tqdm progress bar over training steps plus one compact line per step.
+
+The per-step line always goes to stdout (``tqdm.write`` keeps it above the bar); the bar
+itself is drawn only when stdout is a terminal, so CI logs and captured subprocess output
+get the lines without redraw noise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from statistics import fmean
+
+from tqdm import tqdm
+
+from skyrl.tracking import metric_names as names
+from skyrl.tracking.sink import RunInfo
+
+
+class ConsoleSink:
+    """Progress bar (reward and step time as postfix) and a ``step N/T | ...`` line per step."""
+
+    def __init__(self, run: RunInfo) -> None:
+        self.total_steps = run.total_steps
+        self.bar = tqdm(
+            total=run.total_steps,
+            initial=run.start_step,
+            unit="step",
+            desc="train",
+            file=sys.stdout,
+            dynamic_ncols=True,
+            disable=not sys.stdout.isatty(),
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Print the step's line and move the bar to ``step``."""
+        tqdm.write(format_step_line(step, self.total_steps, metrics), file=sys.stdout)
+        sys.stdout.flush()
+        postfix = {"reward": metrics.get(names.REWARD), "step_s": metrics.get(names.STEP_TIME)}
+        self.bar.set_postfix(
+            {k: f"{v:.3g}" for k, v in postfix.items() if v is not None}, refresh=False
+        )
+        self.bar.update(max(0, step - self.bar.n))
+
+    def close(self) -> None:
+        """Leave the finished bar on screen."""
+        self.bar.close()
+
+
+def format_step_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
+    """``step 3/20 | reward 0.312 | eval 0.250 | len 41.2 | kl 0.0012 | loss 0.031 | gnorm 0.84
+    | 12.3s (gen 40% fwd 12% train 45%)``, skipping whatever the step did not log.
+
+    ``eval`` is ``eval/pass@1`` or, when eval sets are logged separately, the mean of their
+    ``eval/...pass@1`` keys.
+    """
+    eval_keys = _line_eval_keys(metrics)
+    values = {
+        "reward": (metrics.get(names.REWARD), ".3f"),
+        "eval": (fmean([metrics[k] for k in eval_keys]) if eval_keys else None, ".3f"),
+        "len": (metrics.get(names.RESPONSE_LENGTH), ".1f"),
+        "kl": (next((metrics[k] for k in names.KL if k in metrics), None), ".2g"),
+        "loss": (metrics.get(names.POLICY_LOSS), ".3g"),
+        "gnorm": (metrics.get(names.GRAD_NORM), ".3g"),
+    }
+    parts = [f"step {step}/{total_steps}"]
+    parts += [
+        f"{label} {value:{spec}}" for label, (value, spec) in values.items() if value is not None
+    ]
+    if names.STEP_TIME in metrics:
+        parts.append(_format_timing(metrics))
+    return " | ".join(parts)
+
+
+def _line_eval_keys(metrics: dict[str, float]) -> list[str]:
+    """``eval/pass@1`` alone when present, else every ``eval/...pass@1`` key."""
+    if "eval/pass@1" in metrics:
+        return ["eval/pass@1"]
+    return names.eval_pass_at_1_keys(metrics)
+
+
+def _format_timing(metrics: dict[str, float]) -> str:
+    """``12.3s (gen 40% fwd 12% train 45%)``: step time and each logged phase's share of it."""
+    step_s = metrics[names.STEP_TIME]
+    text = f"{step_s:.1f}s"
+    if not (math.isfinite(step_s) and step_s > 0):
+        return text
+    shares = [
+        f"{label} {100 * metrics[key] / step_s:.0f}%"
+        for label, key in names.PHASE_TIMES.items()
+        if key in metrics
+    ]
+    return f"{text} ({' '.join(shares)})" if shares else text

@@ -1,0 +1,88 @@
+"""MLflow sink: params from the flattened config, metrics per step.
+
+Without ``MLFLOW_TRACKING_URI`` it writes a local file store under ``<output_dir>/mlruns``
+(browse with ``mlflow ui --backend-store-uri <output_dir>/mlruns``). MLflow 3 keeps that
+store in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE`` is set, so this
+sink sets it (if unset) for that default only; a database store would need SQLAlchemy,
+which ``mlflow-skinny`` does not install. The experiment is ``MLFLOW_EXPERIMENT_NAME`` or
+``skyrl``.
+
+MLflow refuses names outside ``[A-Za-z0-9_-. /]`` (and ``:`` except on Windows), so for this
+sink only ``eval/pass@1`` becomes ``eval/pass_at_1`` and other characters become ``_``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from skyrl.tracking.sink import RunInfo, require
+
+MAX_PARAM_VALUE_CHARS = 6000
+"""MLflow's ``MAX_PARAM_VAL_LENGTH``: longer param values are refused, so they are cut."""
+MAX_KEY_CHARS = 250
+"""MLflow's ``MAX_ENTITY_KEY_LENGTH`` for param and metric names."""
+PARAMS_PER_BATCH = 100
+"""MLflow's ``MAX_PARAMS_TAGS_PER_BATCH``."""
+METRICS_PER_BATCH = 1000
+"""MLflow's ``MAX_METRICS_PER_BATCH``."""
+
+
+class MlflowSink:
+    """One MLflow run per tracker; the config as params, every metric with its step."""
+
+    def __init__(self, run: RunInfo) -> None:
+        require("mlflow", "mlflow", logger="mlflow")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = "file:" + str((run.output_dir / "mlruns").resolve())
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri=uri)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "skyrl")
+        experiment = self.client.get_experiment_by_name(name)
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
+        )
+        self.run_id = self.client.create_run(experiment_id, run_name=run.run_name).info.run_id
+        params = [
+            Param(sanitize_name(key), str(value)[:MAX_PARAM_VALUE_CHARS])
+            for key, value in flatten(run.config)
+        ]
+        for start in range(0, len(params), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=params[start : start + PARAMS_PER_BATCH])
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Log the step's metrics (sanitized names) in as few batches as MLflow allows."""
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        batch = [Metric(sanitize_name(k), v, now_ms, step) for k, v in metrics.items()]
+        for start in range(0, len(batch), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch[start : start + METRICS_PER_BATCH])
+
+    def close(self) -> None:
+        """Mark the run finished."""
+        self.client.set_terminated(self.run_id)
+
+
+def sanitize_name(name: str) -> str:
+    """A name MLflow accepts on every OS: ``@`` -> ``_at_``, other refused characters -> ``_``,
+    empty and dot path segments dropped, at most ``MAX_KEY_CHARS`` long."""
+    name = re.sub(r"[^/\w.\- ]", "_", name.replace("@", "_at_"))
+    name = "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+    return name[:MAX_KEY_CHARS]
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``{"a": {"b": 1}}`` -> ``("a.b", 1)``; non-mapping values (lists too) are leaves."""
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

@@ -1,0 +1,105 @@
+"""``Tracker``: fans each training step's metrics out to the chosen sinks.
+
+``jsonl`` is always on: ``metrics.jsonl`` is the run's record that resume, the plot and the
+end-of-run summary read, whatever else the user picked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from skyrl.tracking.console import ConsoleSink
+from skyrl.tracking.jsonl import JsonlSink
+from skyrl.tracking.mlflow import MlflowSink
+from skyrl.tracking.sink import RunInfo, Sink
+from skyrl.tracking.tensorboard import TensorBoardSink
+from skyrl.tracking.wandb import WandbSink
+
+SINKS: dict[str, Callable[[RunInfo], Sink]] = {
+    "jsonl": JsonlSink,
+    "console": ConsoleSink,
+    "tensorboard": TensorBoardSink,
+    "wandb": WandbSink,
+    "mlflow": MlflowSink,
+}
+"""Logger name -> sink factory; the optional packages are imported only by the chosen sinks.
+A recipe adds its own sink by registering a factory here."""
+
+
+class Tracker:
+    """Logs every step to each chosen sink; ``close`` (or leaving a ``with`` block) finishes them.
+
+    Example::
+
+        with Tracker(["console", "wandb"], output_dir=out, config=cfg, total_steps=20) as t:
+            for step in range(1, 21):
+                t.log(step, {"generate/reward_mean": 0.3, "timing/step_s": 12.0})
+    """
+
+    def __init__(
+        self,
+        loggers: Sequence[str],
+        *,
+        output_dir: Path | str,
+        total_steps: int,
+        config: Mapping[str, Any] | None = None,
+        run_name: str | None = None,
+        start_step: int = 0,
+    ) -> None:
+        unknown = [name for name in loggers if name not in SINKS]
+        if unknown:
+            raise ValueError(f"unknown logger(s) {unknown}; choose from {sorted(SINKS)}")
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        run = RunInfo(
+            output_dir=output_dir,
+            run_name=run_name or output_dir.name,
+            total_steps=total_steps,
+            start_step=start_step,
+            config=dict(config or {}),
+        )
+        self.sinks: list[Sink] = []
+        self.closed = False
+        try:
+            for name in dict.fromkeys(["jsonl", *loggers]):
+                self.sinks.append(SINKS[name](run))
+        except BaseException:
+            self.close()
+            raise
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Send one step's metrics (numbers, converted to float) to every sink."""
+        if self.closed:
+            raise RuntimeError("Tracker.log after close()")
+        values = {name: float(value) for name, value in metrics.items()}
+        for sink in self.sinks:
+            sink.log(step, values)
+
+    def close(self) -> None:
+        """Flush and finish every sink once; later calls do nothing. Closes all sinks even if
+        one fails, then raises the first failure."""
+        if self.closed:
+            return
+        self.closed = True
+        errors = []
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

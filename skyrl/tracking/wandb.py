@@ -1,0 +1,37 @@
+"""Weights & Biases sink.
+
+Runs offline (``<output_dir>/wandb/offline-run-*``, uploadable later with ``wandb sync``)
+unless ``WANDB_MODE`` is set, so a run never needs network or a login by default. Each
+tracker owns its own wandb run (``reinit="create_new"``); a resumed run starts a new one.
+``finish()`` hands the rest to wandb's background service, which completes the offline run
+file shortly after (at the latest in wandb's exit hook, or at ``wandb.teardown()``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from skyrl.tracking.sink import RunInfo, require
+
+
+class WandbSink:
+    """A wandb run named after the skyrl run, with the config recorded."""
+
+    def __init__(self, run: RunInfo) -> None:
+        wandb = require("wandb", "wandb", logger="wandb")
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "skyrl"),
+            name=run.run_name,
+            config=run.config,
+            dir=str(run.output_dir),
+            mode=None if "WANDB_MODE" in os.environ else "offline",
+            reinit="create_new",
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Log the step's metrics at wandb step ``step``."""
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        """Finish the run (writes the offline run file)."""
+        self.run.finish()

@@ -1,0 +1,66 @@
+"""metrics.jsonl: one flushed record per step, null for non-finite values, resume truncation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from skyrl.tracking import Tracker, read_history
+from skyrl.tracking.jsonl import read_records
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_jsonl_is_always_on_and_flushed_per_step(tmp_path):
+    tracker = Tracker([], output_dir=tmp_path, total_steps=3)
+    tracker.log(1, {"generate/reward_mean": 0.5, "policy/optimizer_steps": 2})
+    # readable before close: a killed run keeps every finished step
+    assert lines(tmp_path / "metrics.jsonl") == [
+        {"step": 1, "generate/reward_mean": 0.5, "policy/optimizer_steps": 2.0}
+    ]
+    tracker.close()
+
+
+def test_non_finite_values_are_null_in_the_file_and_nan_in_the_history(tmp_path):
+    with Tracker([], output_dir=tmp_path, total_steps=1) as tracker:
+        tracker.log(1, {"a": float("nan"), "b": float("inf"), "c": 1.0})
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text == '{"step": 1, "a": null, "b": null, "c": 1.0}\n'
+    (record,) = read_history(tmp_path)
+    assert math.isnan(record["a"]) and math.isnan(record["b"]) and record["c"] == 1.0
+
+
+def test_resume_drops_records_after_the_resumed_step(tmp_path):
+    with Tracker([], output_dir=tmp_path, total_steps=4) as tracker:
+        for step in (0, 1, 2, 3):  # step 0: eval before training
+            tracker.log(step, {"x": float(step)})
+    # the run was checkpointed after step 1 and resumed from there: steps 2-3 are redone
+    with Tracker([], output_dir=tmp_path, total_steps=4, start_step=1) as tracker:
+        assert [r["step"] for r in read_records(tmp_path / "metrics.jsonl")] == [0, 1]
+        tracker.log(2, {"x": 20.0})
+    assert [(r["step"], r["x"]) for r in lines(tmp_path / "metrics.jsonl")] == [
+        (0, 0.0),
+        (1, 1.0),
+        (2, 20.0),
+    ]
+    assert not (tmp_path / "metrics.jsonl.tmp").exists()
+
+
+def test_fresh_run_appends(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 5, "x": 1.0}\n')
+    with Tracker([], output_dir=tmp_path, total_steps=1) as tracker:
+        tracker.log(1, {"x": 2.0})
+    assert [r["step"] for r in lines(tmp_path / "metrics.jsonl")] == [5, 1]
+
+
+def test_a_torn_last_line_is_ignored_but_a_torn_middle_line_is_an_error(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "x": 1.0}\n{"step": 2, "x"')
+    assert read_records(path) == [{"step": 1, "x": 1.0}]
+    path.write_text('{"step": 1, "x"\n{"step": 2, "x": 1.0}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:1"):
+        read_records(path)

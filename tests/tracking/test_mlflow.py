@@ -1,0 +1,46 @@
+"""MLflow sink: a local file store with params and per-step metrics, names sanitized."""
+
+from __future__ import annotations
+
+import math
+
+from mlflow.tracking import MlflowClient
+
+from skyrl.tracking import Tracker
+from skyrl.tracking.mlflow import MAX_PARAM_VALUE_CHARS, flatten, sanitize_name
+
+
+def test_file_store_has_params_and_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    # set, then delete: monkeypatch then restores the original state after the sink sets it
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    config = {"trainer": {"lr": 1e-6, "seed": 3}, "prompt": "x" * 7000}
+    with Tracker(["mlflow"], output_dir=tmp_path, total_steps=2, config=config, run_name="m") as t:
+        t.log(0, {"eval/pass@1": 0.1})
+        t.log(1, {"eval/pass@1": 0.3, "generate/reward_mean": float("nan")})
+
+    client = MlflowClient(tracking_uri=f"file:{(tmp_path / 'mlruns').resolve()}")
+    (run,) = client.search_runs([client.get_experiment_by_name("skyrl").experiment_id])
+    assert run.info.run_name == "m" and run.info.status == "FINISHED"
+    assert run.data.params["trainer.lr"] == "1e-06"
+    assert run.data.params["prompt"] == "x" * MAX_PARAM_VALUE_CHARS
+    history = client.get_metric_history(run.info.run_id, "eval/pass_at_1")
+    assert [(m.step, m.value) for m in history] == [(0, 0.1), (1, 0.3)]
+    (reward,) = client.get_metric_history(run.info.run_id, "generate/reward_mean")
+    assert math.isnan(reward.value)
+
+
+def test_sanitize_name():
+    assert sanitize_name("eval/pass@1") == "eval/pass_at_1"
+    assert sanitize_name("a%b:c//d/") == "a_b_c/d"
+    assert sanitize_name("ok/name-1.x y") == "ok/name-1.x y"
+
+
+def test_flatten():
+    assert list(flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None})) == [
+        ("a.b", 1),
+        ("a.c.d", [1, 2]),
+        ("e", None),
+    ]

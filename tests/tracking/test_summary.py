@@ -1,0 +1,88 @@
+"""End-of-run plot and summary text, checked against hand-computed numbers."""
+
+from __future__ import annotations
+
+from matplotlib.image import imread
+
+from skyrl.tracking import format_summary, plot_history
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def small_history() -> list[dict[str, float]]:
+    """Eval before training (step 0) and on steps 3 and 6; six training steps of 10 s."""
+    history = [{"step": 0, "eval/pass@1": 0.2, "timing/eval_s": 3.0}]
+    for step in range(1, 7):
+        record = {
+            "step": step,
+            "generate/reward_mean": step / 10,
+            "generate/response_length_mean": 40.0 + step,
+            "timing/step_s": 10.0,
+            "timing/generate_s": 4.0,
+            "timing/forward_s": 1.0,
+            "timing/train_s": 3.0,
+            "timing/sync_s": 0.5,
+        }
+        if step % 3 == 0:
+            record.update({"eval/pass@1": 0.3 if step == 3 else 0.5, "timing/eval_s": 1.0})
+        history.append(record)
+    return history
+
+
+def test_plot_is_a_png(tmp_path):
+    path = plot_history(small_history(), tmp_path / "plots" / "history.png")
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    height, width, _ = imread(path).shape
+    assert (width, height) == (1300, 360)  # figsize (13, 3.6) at 100 dpi
+
+
+def test_plot_without_any_series_still_renders(tmp_path):
+    path = plot_history([{"step": 1, "policy/loss": 0.1}], tmp_path / "empty.png")
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_summary_numbers(tmp_path):
+    for name in ("metrics.jsonl", "history.png"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "checkpoints").mkdir()
+    text = format_summary(small_history(), tmp_path, extra={"wall time s": 61.234, "model": "m"})
+    # reward first 5: (0.1+0.2+0.3+0.4+0.5)/5 = 0.3; last 5: (0.2+...+0.6)/5 = 0.4
+    # step 0 is not a training step: totals are over steps 1-6, 6 x 10 s = 60 s
+    #   generate 24/60 = 40%, forward 6/60 = 10%, train 18/60 = 30%, sync 3/60 = 5%,
+    #   eval 2/60 = 3.3% (mean 1.00 s over the 2 steps that ran it)
+    # overhead = 1 - (24 + 6 + 18 + 3 + 2) / 60 = 7/60 = 11.7%
+    assert text == "\n".join(
+        [
+            "steps run: 6",
+            "training reward: first 5 steps 0.300 -> last 5 steps 0.400",
+            "eval/pass@1: 0.200 (step 0) -> 0.500 (step 6)",
+            "time per step: 10.00s mean, 60.0s total",
+            "  generate: 4.00s mean, 40% of step time",
+            "  forward: 1.00s mean, 10% of step time",
+            "  train: 3.00s mean, 30% of step time",
+            "  sync: 0.50s mean, 5% of step time",
+            "  eval: 1.00s mean, 3% of step time",
+            "framework overhead: 12% of step time",
+            "outputs:",
+            f"  metrics: {tmp_path / 'metrics.jsonl'}",
+            f"  plot: {tmp_path / 'history.png'}",
+            f"  checkpoints: {tmp_path / 'checkpoints'}",
+            "wall time s: 61.23",
+            "model: m",
+        ]
+    )
+
+
+def test_logged_overhead_is_preferred_and_short_runs_compare_what_they_have(tmp_path):
+    history = [
+        {"step": 1, "generate/reward_mean": 0.0, "timing/step_s": 2.0, "timing/overhead_frac": 0.1},
+        {"step": 2, "generate/reward_mean": 1.0, "timing/step_s": 2.0, "timing/overhead_frac": 0.3},
+    ]
+    text = format_summary(history, tmp_path / "missing")
+    # 2 steps: first 2 mean (0+1)/2 = 0.5 = last 2 mean; overhead (0.1 + 0.3) / 2 = 20%
+    assert text.splitlines() == [
+        "steps run: 2",
+        "training reward: first 2 steps 0.500 -> last 2 steps 0.500",
+        "time per step: 2.00s mean, 4.0s total",
+        "framework overhead: 20% of step time",
+    ]
