@@ -51,6 +51,8 @@ class GeneratorConfig:
     """New tokens per trajectory, over all its turns."""
     max_turns: int = 1
     """LLM turns per trajectory."""
+    max_tokens_per_turn: int | None = None
+    """Cap on one turn's new tokens (multi-turn); None = what is left of max_generate_length."""
     step_wise: bool = False
     """One training sequence per LLM turn instead of one per trajectory."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -72,6 +74,8 @@ class GeneratorConfig:
         ):
             value = getattr(self, key)
             require(value >= 1, key, f"must be >= 1, got {value}")
+        cap = self.max_tokens_per_turn
+        require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
 
     @property
     def max_seq_len(self) -> int:

@@ -62,6 +62,7 @@ class LoopSettings:
     max_generate_length: int
     max_turns: int
     env_timeout_s: float = 10.0
+    max_tokens_per_turn: int | None = None
 
 
 class AgentLoop:
@@ -125,6 +126,7 @@ class AgentLoop:
         prompt_len, reward, stop = len(context), 0.0, "max_turns"
         for turn_idx in range(s.max_turns):
             budget = s.max_generate_length - (len(context) - prompt_len)
+            budget = min(budget, s.max_tokens_per_turn or budget)
             seed = None if sampling.seed is None else sampling.seed + 7919 * sample + turn_idx
             sp = replace(sampling, n=1, max_tokens=budget, seed=seed)
             out = await batcher.generate(context, sp, row.uid)  # engine errors propagate
@@ -233,6 +235,7 @@ def make_generator(gen_cfg, env_cfg, engine, tokenizer) -> Generator:
         max_generate_length=gen_cfg.max_generate_length,
         max_turns=gen_cfg.max_turns,
         env_timeout_s=env_cfg.timeout_s,
+        max_tokens_per_turn=gen_cfg.max_tokens_per_turn,
     )
     loop = AgentLoop(engine, tokenizer, make_env_factory(env_cfg), settings)
     return Generator(loop, step_wise=gen_cfg.step_wise)

@@ -142,7 +142,7 @@ class RLTrainer:
         if not refused:
             with timer("sync"):
                 self.sync_weights()
-        if (t.ckpt_interval and step % t.ckpt_interval == 0) or last:
+        if not refused and ((t.ckpt_interval and step % t.ckpt_interval == 0) or last):
             with timer("checkpoint"):
                 self.save_checkpoint(step)
         if self.eval_rows and ((t.eval_interval and step % t.eval_interval == 0) or last):
@@ -275,7 +275,7 @@ class RLTrainer:
 
     def add_logprobs_and_values(self, batch: TrainingInputBatch) -> TrainingInputBatch:
         """Old policy logprobs, reference logprobs and critic values via the workers' forward."""
-        staged = self._stage(batch, loss_weights=False)
+        staged = self._stage(batch, self.cfg.trainer.policy_mini_batch_size, loss_weights=False)
         mask = batch.loss_mask
         fields = {"old_logprobs": self.policy.forward(staged, len(batch)) * mask}
         if self.reference is not None:
@@ -310,18 +310,25 @@ class RLTrainer:
     def train_on(self, batch: TrainingInputBatch, step: int) -> dict[str, float]:
         """``update_epochs_per_batch`` passes over the prompt-unit mini-batches (critic first);
         the policy waits during the first ``critic_only_steps`` steps."""
+        t = self.cfg.trainer
         sums: dict[str, dict[str, float]] = {"critic": {}, "policy": {}}
-        train_policy = step > self.cfg.trainer.critic_only_steps
-        staged = self._stage(batch, loss_weights=True)  # the same chunks serve every epoch
-        for _ in range(self.cfg.trainer.update_epochs_per_batch):
-            for chunks in staged:
-                if self.critic is not None:
-                    _accumulate(sums["critic"], self.critic.train_mini_batch(chunks))
-                if train_policy:
-                    _accumulate(
-                        sums["policy"],
-                        {**self.policy.train_mini_batch(chunks), "optimizer_steps": 1.0},
-                    )
+        train_policy = step > t.critic_only_steps
+        # staged once: the same chunks serve every epoch
+        policy_staged = self._stage(batch, t.policy_mini_batch_size) if train_policy else []
+        critic_staged = []
+        if self.critic is not None:
+            critic_staged = (
+                policy_staged
+                if policy_staged and t.critic_mini_batch_size == t.policy_mini_batch_size
+                else self._stage(batch, t.critic_mini_batch_size)
+            )
+        for _ in range(t.update_epochs_per_batch):
+            for chunks in critic_staged:
+                _accumulate(sums["critic"], self.critic.train_mini_batch(chunks))
+            for chunks in policy_staged:
+                _accumulate(
+                    sums["policy"], {**self.policy.train_mini_batch(chunks), "optimizer_steps": 1.0}
+                )
         out = {}
         for role, role_sums in sums.items():
             packing = {k: v for k, v in role_sums.items() if k.startswith("pack/")}
@@ -422,11 +429,12 @@ class RLTrainer:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _stage(self, batch: TrainingInputBatch, loss_weights: bool):
+    def _stage(self, batch: TrainingInputBatch, mini_batch_size: int, loss_weights: bool = True):
+        """Prompt-unit mini-batches of ``mini_batch_size`` prompts, split over the DP ranks."""
         t, g, a = self.cfg.trainer, self.cfg.generator, self.cfg.algorithm
         uids = batch.metadata["uids"]
         bounds = compute_prompt_mini_batch_boundaries(
-            uids, t.policy_mini_batch_size, t.train_batch_size, step_wise=g.step_wise
+            uids, mini_batch_size, t.train_batch_size, step_wise=g.step_wise
         )
         weights_fn = None
         if loss_weights:

@@ -72,18 +72,26 @@ class WorkerGroup:
         self.get([actor.pid.remote() for actor in self.actors])  # surface start-up failures here
 
     def get(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
-        """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank."""
+        """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank.
+        A rank that dies inside a collective makes its peers fail too; the dead one is named."""
+        refs = list(refs)
         try:
-            return ray.get(list(refs), timeout=timeout)
-        except RayActorError as exc:
-            rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
-            raise WorkerDiedError(
-                f"{self.role} worker rank {rank} died: {_first_line(exc)}"
-            ) from None
-        except RayTaskError as exc:
-            raise RuntimeError(
-                f"{self.role} worker failed: {_first_line(exc.cause or exc)}"
-            ) from exc
+            return ray.get(refs, timeout=timeout)
+        except (RayActorError, RayTaskError) as first:
+            error = self._explain(refs, first)
+            raise error from (None if isinstance(error, WorkerDiedError) else first)
+
+    def _explain(self, refs: list[ray.ObjectRef], first: Exception) -> Exception:
+        for ref in refs:
+            try:
+                ray.get(ref, timeout=30)
+            except RayActorError as exc:
+                rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
+                return WorkerDiedError(f"{self.role} worker rank {rank} died: {_first_line(exc)}")
+            except Exception:
+                continue
+        cause = getattr(first, "cause", None) or first
+        return RuntimeError(f"{self.role} worker failed: {_first_line(cause)}")
 
     def run(self, method: str, *args: Any) -> list[Any]:
         """Call ``method(*args)`` on every rank with the same arguments."""
