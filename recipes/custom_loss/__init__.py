@@ -1,0 +1,1 @@
+"""Recipe: a policy loss registered from outside ``skyrl/`` (see ``loss.py``)."""

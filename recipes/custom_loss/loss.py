@@ -1,0 +1,64 @@
+"""A policy loss registered from a recipe: the unclipped importance-weighted policy gradient.
+
+Per token, with r_t = pi(y_t) / pi_old(y_t):
+
+    L_t = -A_t * r_t
+
+At r_t = 1 (the first optimizer step on fresh rollouts) its gradient is the
+REINFORCE gradient -A_t * grad log pi(y_t), the same as PPO's; unlike PPO nothing
+is clipped, so later mini-batches or epochs on the same rollouts can move the
+policy arbitrarily far. The experiment therefore takes one optimizer step per
+training step (``train_batch_size == policy_mini_batch_size``).
+
+Importing this module registers it as ``vanilla_pg``; ``conf/experiment/custom_loss.yaml``
+lists the module under ``imports`` and sets ``algorithm.policy_loss: vanilla_pg``.
+It has the shared policy-loss signature and additive metrics (``skyrl/algorithms/
+policy_losses/terms.py``); ``outside_clip_tokens`` counts the tokens PPO would clip.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from skyrl.algorithms import POLICY_LOSSES
+from skyrl.algorithms.policy_losses.terms import (
+    approx_kl,
+    check_policy_inputs,
+    masked_log_ratio,
+    tis_weights,
+    token_counts,
+    token_sums,
+    weighted_sum,
+)
+from skyrl.config.algorithm import AlgorithmConfig
+
+NAME = "vanilla_pg"
+"""The name the loss is registered under (``algorithm.policy_loss``)."""
+
+
+@POLICY_LOSSES.register(NAME)
+def vanilla_pg(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_weights: torch.Tensor,
+    loss_mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    rollout_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``sum_t w_t * (-A_t r_t)`` over loss tokens; metrics: outside_clip tokens, approx_kl_sum."""
+    check_policy_inputs(
+        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
+        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
+    )  # fmt: skip
+    mask = loss_mask > 0
+    log_ratio = masked_log_ratio(logprobs, old_logprobs, mask)
+    ratio = torch.exp(log_ratio)
+    per_token = -torch.where(mask, advantages, 0.0) * ratio
+    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, mask, cfg)
+    if tis is not None:
+        per_token = per_token * tis
+    outside = (ratio < 1.0 - cfg.eps_clip_low) | (ratio > 1.0 + cfg.eps_clip_high)
+    metrics = token_counts(mask, outside_clip=outside)
+    metrics.update(token_sums(mask, approx_kl=approx_kl(log_ratio)), **tis_metrics)
+    return weighted_sum(per_token, loss_weights, mask), metrics

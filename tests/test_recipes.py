@@ -1,0 +1,229 @@
+"""Recipes: every experiment composes, validates and dry-runs; every recipe folder has a README
+with its one command and a matching experiment; the recipes' plug-ins do what they claim."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig, OmegaConf
+
+from skyrl.config import register_configs
+from skyrl.config.validate import validate
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted(p.stem for p in (REPO / "skyrl" / "conf" / "experiment").glob("*.yaml"))
+RECIPES = sorted(
+    p.name for p in (REPO / "recipes").iterdir() if p.is_dir() and not p.name.startswith("__")
+)
+
+RECIPE_SETTINGS: dict[str, dict[str, object]] = {
+    "gsm8k_grpo": {
+        "model.path": "Qwen/Qwen2.5-0.5B-Instruct",
+        "data.source": "files",
+        "generator.backend": "vllm",
+        "trainer.precision": "bf16",
+        "trainer.num_gpus_per_worker": 1.0,
+    },
+    "dapo": {
+        "algorithm.dynamic_sampling": "filter",
+        "algorithm.overlong_buffer_len": 32,
+        "algorithm.eps_clip_high": 0.28,
+        "data.source": "arithmetic",
+    },
+    "dr_grpo": {
+        "algorithm.advantage_estimator": "dr_grpo",
+        "algorithm.norm_adv_by_std": False,
+        "algorithm.loss_reduction": "seq_mean_token_sum_norm",
+    },
+    "ppo_critic": {"algorithm.advantage_estimator": "gae", "trainer.critic_only_steps": 3},
+    "multi_turn_tools": {
+        "environment.name": "tools",
+        "generator.step_wise": True,
+        "generator.max_turns": 3,
+    },
+    "reasoning_gym_curriculum": {
+        "data.source": "reasoning_gym",
+        "environment.name": "reasoning_gym",
+        "environment.dataset": "chain_sum",
+    },
+    "custom_loss": {"algorithm.policy_loss": "vanilla_pg", "imports": ["recipes.custom_loss.loss"]},
+}
+"""What each recipe is about, as keys its composed config must hold."""
+
+
+@pytest.fixture
+def repo_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository root on ``sys.path``, as ``python -m skyrl`` from the root has it."""
+    monkeypatch.syspath_prepend(str(REPO))
+
+
+def _compose(*overrides: str) -> DictConfig:
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+# -- every experiment ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_dry_runs(name: str, tmp_path: Path, repo_on_path, capsys):
+    from skyrl.api import train
+
+    cfg = _compose(f"experiment={name}", "trainer.dry_run=true")
+    result = train(cfg, tmp_path)  # validate, save the resolved config, print the plan
+    assert result.output_dir == tmp_path and not result.history
+    assert "skyrl run plan" in capsys.readouterr().out
+    saved = OmegaConf.load(tmp_path / "resolved_config.yaml")
+    for key, value in RECIPE_SETTINGS.get(name, {}).items():
+        assert OmegaConf.select(saved, key) == value, f"experiment={name}: {key}"
+
+
+def test_every_recipe_setting_names_an_experiment():
+    assert set(RECIPE_SETTINGS) <= set(EXPERIMENTS)
+
+
+# -- recipe folders ------------------------------------------------------------------
+
+
+def test_recipes_exist():
+    assert set(RECIPE_SETTINGS) <= set(RECIPES)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_has_readme_and_experiment(name: str):
+    readme = REPO / "recipes" / name / "README.md"
+    assert readme.is_file(), f"recipes/{name}/ has no README.md"
+    assert (REPO / "conf" / "experiment" / f"{name}.yaml").is_file(), (
+        f"recipes/{name}/ has no conf/experiment/{name}.yaml"
+    )
+    blocks = re.findall(r"```bash\n(.*?)```", readme.read_text(), re.DOTALL)
+    commands = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(commands) == 1, f"recipes/{name}/README.md: expected one command, got {commands}"
+    assert f"experiment={name}" in commands[0] or f"recipes/{name}/" in commands[0]
+
+
+# -- custom_loss ---------------------------------------------------------------------
+
+
+def _loss_example() -> dict[str, torch.Tensor]:
+    """One row, three tokens, the last one not trained; token_mean weights 1/2 each."""
+    return {
+        "logprobs": torch.log(torch.tensor([[0.5, 0.25, 1.0]])),
+        "old_logprobs": torch.log(torch.tensor([[0.25, 0.25, 1.0]])),
+        "advantages": torch.tensor([[1.0, -3.0, 5.0]]),
+        "loss_weights": torch.tensor([[0.5, 0.5, 0.0]]),
+        "loss_mask": torch.tensor([[1.0, 1.0, 0.0]]),
+    }
+
+
+def test_custom_loss_is_registered_and_selected(repo_on_path):
+    from recipes.custom_loss.loss import vanilla_pg
+    from skyrl.algorithms import POLICY_LOSSES
+
+    typed = validate(_compose("experiment=custom_loss"))
+    assert POLICY_LOSSES.get(typed.algorithm.policy_loss) is vanilla_pg
+
+
+def test_custom_loss_hand_value_through_the_worker_objective(repo_on_path):
+    from skyrl.batch import TrainingInputBatch
+    from skyrl.workers.losses import policy_loss
+
+    typed = validate(_compose("experiment=custom_loss"))
+    ex = _loss_example()
+    logprobs = ex.pop("logprobs").requires_grad_(True)
+    loss, metrics = policy_loss(logprobs, None, TrainingInputBatch(ex), typed.algorithm)
+    # r = pi / pi_old = [0.5 / 0.25, 0.25 / 0.25] = [2, 1] on the two loss tokens;
+    # L_t = -A_t r_t = [-1 * 2, 3 * 1] = [-2, 3]; loss = 0.5 * -2 + 0.5 * 3 = 0.5.
+    # PPO would clip r = 2 to 1.2 there: 0.5 * -1.2 + 0.5 * 3 = 0.9.
+    assert loss.item() == pytest.approx(0.5, abs=1e-6)
+    # dL/dlogp_t = w_t * (-A_t r_t) = [0.5 * -2, 0.5 * 3, 0] = [-1, 1.5, 0]
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.0, 1.5, 0.0]]))
+    assert metrics["loss_tokens"] == 2
+    assert metrics["outside_clip_tokens"] == 1  # r = 2 > 1 + eps_clip_high = 1.2
+    # approx_kl = (r - 1) - log r = (2 - 1 - ln 2) + 0
+    assert metrics["approx_kl_sum"] == pytest.approx(1 - math.log(2), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_custom_loss_cli_dry_run_from_the_repo_root(tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "skyrl", "experiment=custom_loss", "trainer.dry_run=true"]
+        + [f"hydra.run.dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"optimizer steps / step\s+1\n", result.stdout)
+
+
+# -- gsm8k_grpo: prepare.py ----------------------------------------------------------
+
+GSM8K_RECORDS = [
+    {"question": "Tom has 3 bags of 24 apples. How many apples?", "answer": "3*24=72\n#### 72"},
+    {"question": "A car costs $1,200 more than $800. Price?", "answer": "1200+800\n#### 2,000"},
+]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_gsm8k_prepare_feeds_the_experiments_data_and_env(tmp_path: Path, suffix, repo_on_path):
+    from recipes.gsm8k_grpo import prepare
+    from skyrl.data import load_prompts
+    from skyrl.envs.grading import grade
+
+    raw, out = tmp_path / f"raw{suffix}", tmp_path / f"train{suffix}"
+    prepare.write_records(GSM8K_RECORDS, raw)
+    prepare.main(["--input", str(raw), "--output", str(out)])
+    typed = validate(_compose("experiment=gsm8k_grpo", f"data.train_files=[{out}]"))
+    rows = load_prompts(typed.data, typed.environment, "train")
+    assert [r.extras["answer"] for r in rows] == ["72", "2000"]
+    assert rows[0].prompt.startswith("Tom has") and "#### <number>" in rows[0].prompt
+    assert grade("3 bags x 24 = 72\n#### 72", rows[0].extras["answer"]) == 1.0
+    assert grade("#### 2,000", rows[1].extras["answer"]) == 1.0
+
+
+def test_gsm8k_prepare_rejects_an_answer_without_a_final_number():
+    from recipes.gsm8k_grpo.prepare import final_answer
+
+    with pytest.raises(ValueError, match="####"):
+        final_answer("no final line")
+
+
+# -- reasoning_gym_curriculum: run.sh ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
+    env = {
+        **os.environ,
+        "CURRICULUM_STAGES": "chain_sum basic_arithmetic",
+        "CURRICULUM_DIR": str(tmp_path),
+        "CURRICULUM_MODEL": "skyrl-tiny",
+        "SKYRL_TRAIN": f"{sys.executable} -m skyrl",
+    }
+    script = REPO / "recipes" / "reasoning_gym_curriculum" / "run.sh"
+    result = subprocess.run(
+        ["bash", str(script), "trainer.dry_run=true"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    first = OmegaConf.load(tmp_path / "stage1-chain_sum" / "resolved_config.yaml")
+    second = OmegaConf.load(tmp_path / "stage2-basic_arithmetic" / "resolved_config.yaml")
+    assert (first.environment.dataset, first.model.path) == ("chain_sum", "skyrl-tiny")
+    assert second.environment.dataset == "basic_arithmetic"
+    assert second.model.path == str(tmp_path / "stage1-chain_sum" / "final_hf")
