@@ -20,6 +20,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
 import typing
@@ -275,9 +276,14 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+_CODE_SPAN = re.compile(r"(``.*?``|`[^`]*`)")
+"""An inline code span (single or double backticks)."""
+
+
 def _prose(text: str) -> str:
-    """Text whose ``<placeholder>`` markdown must not take for an HTML tag."""
-    return text.replace("<", "&lt;")
+    """Text whose ``<placeholder>`` markdown must not take for an HTML tag (code spans kept)."""
+    parts = _CODE_SPAN.split(text)
+    return "".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
 def _cell(text: str) -> str:

@@ -128,3 +128,9 @@ def test_module_entry_point_checks_the_committed_file():
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_placeholders_survive_markdown_outside_code_only():
+    assert reference._prose("a <answer> and ``<dir>/x`` and `<n>`") == (
+        "a &lt;answer> and ``<dir>/x`` and `<n>`"
+    )
