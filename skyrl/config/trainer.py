@@ -126,6 +126,9 @@ class TrainerConfig:
     """Evaluate once before the first step."""
     max_consecutive_nonfinite: int = 3
     """Abort after this many consecutive steps with a NaN/inf loss or grad norm."""
+    dump_rollouts: bool = False
+    """Write each step's training rollouts (tokens, text, loss masks, rewards) to
+    ``<output_dir>/rollouts/step_<N>.jsonl``."""
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     """Metric sinks: console, jsonl, tensorboard, wandb, mlflow."""
     output_dir: str | None = None

@@ -197,6 +197,8 @@ class RLTrainer:
                 stacklevel=1,
             )
         metrics.update(ds_metrics)
+        if self.cfg.trainer.dump_rollouts:
+            dump_rollouts(out, self.tokenizer, self.output_dir / "rollouts" / f"step_{step}.jsonl")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return to_training_batch(out, pad_id), metrics
 
@@ -470,6 +472,29 @@ class PhaseTimer:
         out["timing/step_s"] = step
         out["timing/overhead_frac"] = max(0.0, 1.0 - compute_s / step) if step > 0 else 0.0
         return out
+
+
+def dump_rollouts(out, tokenizer, path: Path) -> None:
+    """One JSON line per training row: ids, text, loss mask, reward and grouping metadata."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(len(out)):
+            row = {
+                "uid": out.uids[i],
+                "trajectory_id": out.trajectory_ids[i],
+                "is_last_step": out.is_last_step[i],
+                "data_source": out.data_sources[i],
+                "reward": out.rewards[i],
+                "stop_reason": out.stop_reasons[i],
+                "prompt_ids": out.prompt_token_ids[i],
+                "response_ids": out.response_token_ids[i],
+                "loss_mask": out.loss_masks[i],
+                "prompt_text": tokenizer.decode(out.prompt_token_ids[i]),
+                "response_text": tokenizer.decode(out.response_token_ids[i]),
+            }
+            f.write(json.dumps(row) + "\n")
 
 
 def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:

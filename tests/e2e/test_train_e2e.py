@@ -27,6 +27,7 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
             "environment._target_=parity_env.ParityEnv",
             "generator.n_samples_per_prompt=4", "generator.max_generate_length=8",
             "generator.sampling.seed=0",  # reproducible samples: rewards vary within each group
+            "trainer.dump_rollouts=true", "trainer.eval_before_train=true",
         ],  # fmt: skip
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -34,8 +35,16 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
     records = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [r["step"] for r in records] == [1, 2]
-    for r in records:
+    assert [r["step"] for r in records] == [0, 1, 2]  # 0: eval before training
+    assert "eval/pass@1" in records[0] and "eval/pass@1" in records[2]
+    dumped = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "rollouts" / "step_2.jsonl").read_text().splitlines()
+    ]
+    assert len(dumped) == 8 and all(len(d["loss_mask"]) == len(d["response_ids"]) for d in dumped)
+    assert (tmp_path / "run" / "metrics.png").stat().st_size > 0
+    assert "training reward:" in result.stdout  # the end-of-run summary
+    for r in records[1:]:
         # 2 prompts / 1 prompt per mini-batch x 1 epoch = 2 optimizer steps;
         # 2 prompts x 4 samples = 8 sequences trained once each
         assert r["policy/optimizer_steps"] == 2
