@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,6 +35,10 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
 
 
 def _run_imports(cfg: DictConfig) -> None:
+    """Import ``cfg.imports``, resolving modules from the working directory too (as
+    ``python -m`` would), so ``imports: [recipes.x.loss]`` works from the repo root."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for i, module in enumerate(cfg.get("imports") or []):
         try:
             importlib.import_module(module)
