@@ -1,0 +1,250 @@
+"""Sweep summaries: one table and one picture comparing the jobs of a Hydra multirun.
+
+``SweepSummary`` is a Hydra callback (``+hydra/callbacks=sweep_summary``). It writes
+``<sweep dir>/summary.csv`` (one row per job: job number, its overrides as columns, final
+metrics, status, output dir) and ``<sweep dir>/summary.png`` (final metrics per job, and the
+training-reward curves).
+
+The summary is rebuilt from the job directories on disk, not from memory, so it is the same
+with every launcher (basic, joblib, ray: their jobs run in other processes). It is rewritten
+after EVERY job, not only at the end: Hydra's basic sweeper re-raises a failed job's error
+after its batch and never calls ``on_multirun_end``, and the table must still be there, with
+that job marked ``failed``. Each job leaves ``job_return.json`` (status, objective, error) in
+its directory; a job directory without one is ``running`` until the multirun ends, then
+``failed`` (its process died before Hydra could record the end).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from skyrl.tracking import metric_names as names
+from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
+
+JOB_RETURN = "job_return.json"
+"""Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``."""
+METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", "eval/pass@1")
+"""Final metrics per job, after the override columns."""
+
+
+class SweepSummary(Callback):
+    """Hydra callback: record each job's end, then rewrite the sweep summary."""
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """Write the job's ``job_return.json``, then the summary so far (others may run)."""
+        from hydra.types import RunMode
+
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        write_job_return(Path(config.hydra.runtime.output_dir), job_return)
+        write_summary(Path(config.hydra.sweep.dir), finished=False)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """The final summary: a job that never recorded its end counts as failed."""
+        csv_path, png_path = write_summary(Path(config.hydra.sweep.dir), finished=True)
+        print(f"sweep summary: {csv_path}\nsweep plot: {png_path}", flush=True)
+
+
+def write_job_return(job_dir: Path, job_return: Any) -> Path:
+    """``job_return.json`` from Hydra's ``JobReturn`` (status, float objective, error text)."""
+    from hydra.core.utils import JobStatus
+
+    ok = job_return.status == JobStatus.COMPLETED
+    value = job_return._return_value  # the property re-raises a failed job's exception
+    record = {
+        "status": "ok" if ok else "failed",
+        "objective": float(value) if ok and isinstance(value, int | float) else None,
+        "error": "" if ok else f"{type(value).__name__}: {value}",
+    }
+    path = job_dir / JOB_RETURN
+    _write_atomic(path, json.dumps(record))
+    return path
+
+
+def write_summary(sweep_dir: Path, finished: bool = True) -> tuple[Path, Path]:
+    """Write ``summary.csv`` and ``summary.png`` for every job found under ``sweep_dir``."""
+    rows = collect_jobs(sweep_dir, finished)
+    csv_path = write_csv(rows, sweep_dir / "summary.csv")
+    png_path = plot_summary(rows, sweep_dir / "summary.png")
+    return csv_path, png_path
+
+
+def collect_jobs(sweep_dir: Path, finished: bool = True) -> list[dict[str, Any]]:
+    """One summary row per job directory (one holding ``.hydra/overrides.yaml``), by job number."""
+    found = Path(sweep_dir).resolve().glob("**/.hydra/overrides.yaml")
+    job_dirs = [p.parent.parent for p in found]
+    rows = [summarize_job(d, finished) for d in job_dirs]
+    return sorted(rows, key=lambda r: (r["job"], r["output_dir"]))
+
+
+def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
+    """Job number, overrides, final metrics, status and output dir of one job directory."""
+    hydra_dir = job_dir / ".hydra"
+    output_dir = _output_dir(job_dir)
+    history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
+    status, error = _status(job_dir, finished)
+    return {
+        "job": _job_number(hydra_dir),
+        "overrides": parse_overrides(OmegaConf.load(hydra_dir / "overrides.yaml")),
+        **final_metrics(history),
+        "status": status,
+        "error": error,
+        "output_dir": str(output_dir),
+        "history": history,
+    }
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """``["algorithm=grpo", "+x.y=1"]`` -> ``{"algorithm": "grpo", "x.y": "1"}``."""
+    parsed = {}
+    for line in overrides:
+        key, _, value = str(line).partition("=")
+        parsed[key.lstrip("+~")] = value
+    return parsed
+
+
+def final_metrics(history: list[dict[str, float]]) -> dict[str, float]:
+    """Training steps, mean training reward of the first / last 5 steps, last eval pass@1."""
+    train = [r for r in history if r["step"] > 0]
+    _, rewards = series(train, names.REWARD)
+    _, pass_at_1 = series(history, "eval/pass@1")
+    n = min(FIRST_LAST_STEPS, len(rewards))
+    return {
+        "steps": len(train),
+        "reward_first5_mean": fmean(rewards[:n]) if rewards else math.nan,
+        "reward_last5_mean": fmean(rewards[-n:]) if rewards else math.nan,
+        "eval/pass@1": pass_at_1[-1] if pass_at_1 else math.nan,
+    }
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """``job, <override keys in first-seen order>, <metrics>, status, error, output_dir``."""
+    keys = list(dict.fromkeys(k for r in rows for k in r["overrides"]))
+    header = ["job", *keys, *METRIC_COLUMNS, "status", "error", "output_dir"]
+    lines = [header]
+    for r in rows:
+        metrics = [_format(r[c]) for c in METRIC_COLUMNS]
+        overrides = [r["overrides"].get(k, "") for k in keys]
+        lines.append([r["job"], *overrides, *metrics, r["status"], r["error"], r["output_dir"]])
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(lines)
+    os.replace(tmp, path)
+    return path
+
+
+def plot_summary(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Three panels: final eval pass@1 and last-5 training reward per job (bars), and each
+    job's training-reward curve."""
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend stays untouched
+
+    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    pass_ax, reward_ax, curve_ax = fig.subplots(1, 3)
+    labels = job_labels(rows)
+    _bars(pass_ax, "final eval pass@1", rows, labels, "eval/pass@1")
+    _bars(reward_ax, f"training reward, last {FIRST_LAST_STEPS} steps", rows, labels,
+          "reward_last5_mean")  # fmt: skip
+    _curves(curve_ax, rows, labels)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}{path.suffix}")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    return path
+
+
+def job_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """``#<job> key=value ...`` with only the overrides that differ between jobs."""
+    keys = list(dict.fromkeys(k for r in rows for k in r["overrides"]))
+    varying = [k for k in keys if len({r["overrides"].get(k) for r in rows}) > 1]
+    return [
+        " ".join([f"#{r['job']}", *(f"{k.split('.')[-1]}={r['overrides'].get(k, '')}"
+                                    for k in varying)])
+        for r in rows
+    ]  # fmt: skip
+
+
+def _bars(ax: Any, title: str, rows: list[dict[str, Any]], labels: list[str], key: str) -> None:
+    """One bar per job with its value written at the end (a missing value draws no bar and
+    says why: ``failed``, ``running`` or ``n/a``); failed jobs are grey."""
+    values = [r[key] if math.isfinite(r[key]) else 0.0 for r in rows]
+    colors = ["tab:blue" if r["status"] == "ok" else "lightgray" for r in rows]
+    bars = ax.barh(range(len(rows)), values, color=colors)
+    texts = [
+        f"{r[key]:.3f}"
+        if math.isfinite(r[key])
+        else (r["status"] if r["status"] != "ok" else "n/a")
+        for r in rows
+    ]
+    ax.bar_label(bars, labels=[f" {t}" for t in texts], fontsize="small")
+    if not any(values):
+        ax.set_xlim(0, 1)  # all zero or missing: keep a readable axis
+    ax.set_yticks(range(len(rows)), labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_title(title)
+
+
+def _curves(ax: Any, rows: list[dict[str, Any]], labels: list[str]) -> None:
+    """Training reward over steps, one line per job that logged it."""
+    ax.set_title("training reward")
+    ax.set_xlabel("step")
+    plotted = 0
+    for r, label in zip(rows, labels, strict=True):
+        steps, values = series([h for h in r["history"] if h["step"] > 0], names.REWARD)
+        if steps:
+            ax.plot(steps, values, marker="o", markersize=3, label=label)
+            plotted += 1
+    if plotted:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+
+
+def _output_dir(job_dir: Path) -> Path:
+    """Where the job's trainer wrote: ``trainer.output_dir`` if the job set it, else the job dir."""
+    config_path = job_dir / ".hydra" / "config.yaml"
+    if config_path.exists():
+        configured = OmegaConf.select(OmegaConf.load(config_path), "trainer.output_dir")
+        if configured:
+            return Path(configured)
+    return job_dir
+
+
+def _job_number(hydra_dir: Path) -> int:
+    """``hydra.job.num`` from the job's saved Hydra config (-1 if unreadable)."""
+    try:
+        return int(OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num)
+    except Exception:
+        return -1
+
+
+def _status(job_dir: Path, finished: bool) -> tuple[str, str]:
+    """``(status, error)`` from ``job_return.json``; without it, running or (at the end) failed."""
+    path = job_dir / JOB_RETURN
+    if path.exists():
+        record = json.loads(path.read_text())
+        return record["status"], record.get("error", "")
+    if finished:
+        return "failed", "the job ended without recording a result (killed or exited)"
+    return "running", ""
+
+
+def _format(value: Any) -> str:
+    """Floats with 6 significant digits, NaN as empty; anything else as ``str``."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return str(value)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` through a temporary file, so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

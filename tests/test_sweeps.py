@@ -1,0 +1,174 @@
+"""Sweeps: the summary writer on fake job directories (fast), and through the real CLI on the
+tiny model (slow): a 2-job multirun with the summary callback, and a 2-trial Optuna search."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from skyrl.sweeps import SweepSummary, collect_jobs, write_job_return, write_summary
+
+SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
+TINY_JOB = [
+    "experiment=smoke", "trainer.total_steps=1", "trainer.export_hf=false",
+    "data.num_eval_prompts=2", "generator.max_generate_length=8",
+]  # fmt: skip
+
+
+def make_job(sweep_dir: Path, num: int, overrides: list[str], rewards: list[float],
+             pass_at_1: float | None) -> Path:  # fmt: skip
+    """A job directory as Hydra and the trainer leave it: .hydra/*.yaml and metrics.jsonl."""
+    job_dir = sweep_dir / str(num)
+    (job_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(overrides), job_dir / ".hydra" / "overrides.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"job": {"num": num}}}), job_dir / ".hydra" / "hydra.yaml"
+    )
+    OmegaConf.save(
+        OmegaConf.create({"trainer": {"output_dir": None}}), job_dir / ".hydra" / "config.yaml"
+    )
+    records = [{"step": i + 1, "generate/reward_mean": r} for i, r in enumerate(rewards)]
+    if pass_at_1 is not None and records:
+        records[-1]["eval/pass@1"] = pass_at_1
+    (job_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return job_dir
+
+
+def job_return(status: JobStatus, value) -> JobReturn:
+    """A Hydra ``JobReturn`` as ``run_job`` hands it to ``on_job_end``."""
+    ret = JobReturn()
+    ret.status = status
+    ret._return_value = value
+    return ret
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_summary_rows_metrics_and_statuses(tmp_path):
+    rewards = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    ok = make_job(tmp_path, 0, ["algorithm=grpo", "trainer.policy_optimizer.lr=1e-4"], rewards, 0.5)
+    failed = make_job(
+        tmp_path, 1, ["algorithm=rloo", "trainer.policy_optimizer.lr=1e-4"], [0.2], None
+    )
+    make_job(tmp_path, 2, ["algorithm=rloo", "+extra.key=3"], [], None)  # died: no job_return.json
+    write_job_return(ok, job_return(JobStatus.COMPLETED, 0.5))
+    write_job_return(failed, job_return(JobStatus.FAILED, RuntimeError("rank 1 died")))
+
+    csv_path, png_path = write_summary(tmp_path, finished=True)
+
+    rows = read_csv(csv_path)
+    assert list(rows[0])[:4] == ["job", "algorithm", "trainer.policy_optimizer.lr", "extra.key"]
+    assert [r["job"] for r in rows] == ["0", "1", "2"]
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
+    assert rows[1]["error"] == "RuntimeError: rank 1 died"
+    assert "without recording a result" in rows[2]["error"]
+    # first 5 rewards (0+.1+.2+.3+.4)/5 = 0.2; last 5 (.2+.3+.4+.5+.6)/5 = 0.4
+    assert float(rows[0]["reward_first5_mean"]) == pytest.approx(0.2, abs=1e-9)
+    assert float(rows[0]["reward_last5_mean"]) == pytest.approx(0.4, abs=1e-9)
+    assert rows[0]["eval/pass@1"] == "0.5" and rows[0]["steps"] == "7"
+    assert rows[1]["eval/pass@1"] == "" and rows[1]["steps"] == "1"
+    assert rows[2]["extra.key"] == "3" and rows[0]["extra.key"] == ""
+    assert rows[0]["output_dir"] == str(ok)
+    assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_job_without_its_end_recorded_is_running_until_the_sweep_ends(tmp_path):
+    make_job(tmp_path, 0, ["algorithm=grpo"], [0.1], 0.0)
+    assert [r["status"] for r in collect_jobs(tmp_path, finished=False)] == ["running"]
+    assert [r["status"] for r in collect_jobs(tmp_path, finished=True)] == ["failed"]
+
+
+def test_callback_records_each_job_and_rewrites_the_summary(tmp_path):
+    from hydra.types import RunMode
+
+    job_dir = make_job(tmp_path, 0, ["algorithm=grpo"], [0.25], 0.75)
+    config = OmegaConf.create(
+        {"hydra": {"mode": RunMode.MULTIRUN, "runtime": {"output_dir": str(job_dir)},
+                   "sweep": {"dir": str(tmp_path)}}}
+    )  # fmt: skip
+    SweepSummary().on_job_end(config, job_return(JobStatus.COMPLETED, 0.75))
+
+    assert json.loads((job_dir / "job_return.json").read_text())["objective"] == 0.75
+    (row,) = read_csv(tmp_path / "summary.csv")
+    assert row["status"] == "ok" and row["reward_last5_mean"] == "0.25"
+    SweepSummary().on_multirun_end(config)
+    assert (tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_no_metrics_gives_nan_not_an_error(tmp_path):
+    job_dir = make_job(tmp_path, 0, ["algorithm=grpo"], [], None)
+    (job_dir / "metrics.jsonl").unlink()
+    (row,) = collect_jobs(tmp_path)
+    assert row["steps"] == 0 and math.isnan(row["eval/pass@1"])
+    write_summary(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "expected"),
+    [
+        (["hydra/callbacks=sweep_summary"], "callbacks.sweep_summary._target_",
+         "skyrl.sweeps.SweepSummary"),
+        (["hydra/sweeper=skyrl_optuna"], "sweeper.direction", "maximize"),
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], "launcher.n_jobs", 2),
+    ],
+)  # fmt: skip
+def test_sweep_presets_compose(overrides, key, expected):
+    """The presets the README documents compose with the smoke experiment."""
+    from hydra import compose, initialize_config_dir
+
+    from skyrl.api import CONF_DIR
+    from skyrl.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["experiment=smoke", *overrides], return_hydra_config=True)
+    assert OmegaConf.select(cfg.hydra, key) == expected
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SKYRL_TRAIN, "-m", "hydra.sweep.dir=sweep", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_multirun_writes_one_dir_per_job_and_the_summary(tmp_path):
+    result = run_cli(tmp_path, "hydra/callbacks=sweep_summary", "algorithm=grpo,rloo", *TINY_JOB)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    assert all((sweep / str(n) / "metrics.jsonl").exists() for n in (0, 1))
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["algorithm"], r["status"], r["steps"]) for r in rows] == [
+        ("0", "grpo", "ok", "1"),
+        ("1", "rloo", "ok", "1"),
+    ]
+    assert all(r["eval/pass@1"] != "" for r in rows)  # each job evaluated at its last step
+    assert (sweep / "summary.png").stat().st_size > 0
+    assert "sweep summary:" in result.stdout
+
+
+@pytest.mark.slow
+def test_optuna_preset_runs_two_trials(tmp_path):
+    result = run_cli(
+        tmp_path, "hydra/sweeper=skyrl_optuna", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=1", "hydra/callbacks=sweep_summary", *TINY_JOB,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    best = OmegaConf.load(tmp_path / "sweep" / "optimization_results.yaml")
+    assert set(best.best_params) == {"trainer.policy_optimizer.lr", "algorithm.eps_clip_high"}
+    assert 0.0 <= best.best_value <= 1.0
+    rows = read_csv(tmp_path / "sweep" / "summary.csv")
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert all(1e-6 <= float(r["trainer.policy_optimizer.lr"]) <= 1e-3 for r in rows)
