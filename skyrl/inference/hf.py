@@ -108,9 +108,10 @@ class HFEngine:
             output_logits=True,
             return_dict_in_generate=True,
         )
-        new = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float()  # [B, T, V], raw
+        new = out.sequences[:, width:]
+        logits = torch.stack(out.logits, dim=1).float()  # [B, T, V], raw, on the model's device
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        new, logprobs = new.cpu(), logprobs.cpu()
         return [
             truncate_at_stop(
                 new[i, : p.max_tokens].tolist(),

@@ -13,6 +13,7 @@ gradients over ranks, so each rank's loss is multiplied by ``dp_size``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import os
@@ -62,6 +63,7 @@ class TrainingWorker:
         init_distributed(trainer.collective_timeout_min)
         _seed_everything(trainer.seed)
         self.engine = self._build_engine(total_optimizer_steps)
+        self.device = torch.device(self.engine.device)
         self.max_tokens = trainer.micro_batch_max_tokens or cfg.generator.max_seq_len
         temperature = cfg.generator.sampling.temperature
         self.temperature = temperature if temperature > 0 else 1.0
@@ -96,7 +98,17 @@ class TrainingWorker:
         """This rank's packed micro batches, as many as the busiest rank needs."""
         own = len(plan_micro_batches(chunk, self.max_tokens)) if len(chunk) else 0
         count = max(1, all_reduce_max(own))
-        return plan_micro_batches(chunk, self.max_tokens, num_micro_batches=count)
+        micro = plan_micro_batches(chunk, self.max_tokens, num_micro_batches=count)
+        if self.device.type == "cpu":
+            return micro
+        return [
+            dataclasses.replace(
+                mb,
+                input_ids=mb.input_ids.to(self.device),
+                position_ids=mb.position_ids.to(self.device),
+            )
+            for mb in micro
+        ]
 
     def _model_out(self, mb: PackedMicroBatch, compute_entropy: bool = False):
         """Per-token logprobs (and entropy) of the policy/reference, or values of the critic, ``[1, T]``."""
@@ -125,7 +137,7 @@ class TrainingWorker:
         started = time.perf_counter()
         self.engine.eval()
         micro = self._micro_batches(chunk)
-        outputs = [self._model_out(mb)[0].float() for mb in micro]
+        outputs = [self._model_out(mb)[0].float().cpu() for mb in micro]
         key = "values" if self.role == "critic" else "logprobs"
         values = unpack_to_rows(micro, outputs, len(chunk)) if len(chunk) else torch.zeros(0, 0)
         return {
@@ -190,7 +202,7 @@ class TrainingWorker:
         out, entropy = self._model_out(mb, compute_entropy=self.cfg.algorithm.entropy_coef > 0)
         if mb.is_empty:  # a filler: zero loss, but its backward keeps ZeRO's collectives in step
             return out.sum() * 0.0, {}
-        rows = chunk.select_rows(mb.row_indices)
+        rows = chunk.select_rows(mb.row_indices).to(self.device)
         unpacked = mb.unpack(out)
         ent = mb.unpack(entropy) if entropy is not None else None
         if self.role == "critic":

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_worker_invariance import make_config as make_policy_config
 from transformers import AutoModelForCausalLM
+from worker_helpers import make_config as make_policy_config
 
 from skyrl.algorithms import compute_loss_weights
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries

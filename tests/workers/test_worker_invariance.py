@@ -11,73 +11,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from transformers import AutoModelForCausalLM
+from worker_helpers import (
+    LENGTHS,
+    LR,
+    MAX_SEQ_LEN,
+    PROMPT_LEN,
+    make_batch,
+    make_config,
+    row_logprobs,
+)
 
 from skyrl.algorithms.reductions import compute_loss_weights
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
-from skyrl.config import register_configs
-from skyrl.config.validate import validate
 from skyrl.dispatch import MeshDispatch
 from skyrl.workers.group import WorkerGroup
 
 pytestmark = pytest.mark.slow
-
-LR = 0.05
-MAX_SEQ_LEN = 16  # max_prompt_length 4 + max_generate_length 12
-LENGTHS = [16, 9, 13, 6]
-PROMPT_LEN = 4
-
-
-def make_config(model_path: str, **trainer):
-    overrides = {
-        "dp_size": 2, "zero_stage": 0, "train_batch_size": 2, "policy_mini_batch_size": 2,
-        "collective_timeout_min": 1, "policy_optimizer.lr": LR, "policy_optimizer.eps": 1.0,
-        "policy_optimizer.max_grad_norm": 0.0, **trainer,
-    }  # fmt: skip
-    register_configs()
-    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"model.path={model_path}", "generator.n_samples_per_prompt=2",
-                "generator.max_prompt_length=4", "generator.max_generate_length=12",
-                *(f"trainer.{k}={v}" for k, v in overrides.items()),
-            ],
-        )  # fmt: skip
-    return validate(cfg)
-
-
-def row_logprobs(model, batch: TrainingInputBatch) -> torch.Tensor:
-    """logprob of token t at t (0 at t=0) from a plain padded forward."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
-    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
-    return torch.cat([lp.new_zeros(len(batch), 1), lp], 1) * batch.attention_mask
-
-
-def make_batch(model_path: str, uids: list[str], lengths: list[int]) -> TrainingInputBatch:
-    gen = torch.Generator().manual_seed(7)
-    n = len(lengths)
-    ids = torch.randint(3, 200, (n, MAX_SEQ_LEN), generator=gen)
-    attention = torch.zeros(n, MAX_SEQ_LEN, dtype=torch.long)
-    for i, length in enumerate(lengths):
-        attention[i, :length] = 1
-    loss_mask = attention.float()
-    loss_mask[:, :PROMPT_LEN] = 0
-    advantages = torch.randn(n, 1, generator=gen).expand(n, MAX_SEQ_LEN) * loss_mask
-    batch = TrainingInputBatch(
-        {
-            "input_ids": ids * attention,
-            "attention_mask": attention,
-            "loss_mask": loss_mask,
-            "advantages": advantages.contiguous(),
-        },
-        {"uids": uids, "is_last_step": [True] * n},
-    )
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    with torch.no_grad():
-        old = row_logprobs(model, batch)  # on-policy: ratio 1 at the first step
-    return batch.replace(old_logprobs=old * loss_mask)
 
 
 def reference_weights(
