@@ -88,12 +88,15 @@ def _run(cfg, output_dir: Path) -> TrainResult:
     from skyrl.trainer.trainer import RLTrainer
 
     if not ray.is_initialized():
-        ray.init(
-            num_cpus=_logical_cpus(cfg),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        if os.environ.get("RAY_ADDRESS"):  # a running cluster: use it as it is
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=_logical_cpus(cfg),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
     trainer = RLTrainer(cfg, output_dir)
     try:
         history = trainer.train()
