@@ -75,7 +75,9 @@ def packed_logprobs(
         pieces_ent.append(ent)
     # Prediction for token t comes from logits at t-1; zero where a sequence starts.
     starts = position_ids[0] == 0
-    zero = logits.new_zeros(1, dtype=torch.float32)
+    # The leading 0 is taken from the logits so the result always has a graph: a one-token
+    # (filler) micro batch must still backpropagate, or DeepSpeed rejects the loss.
+    zero = logits[:1, 0].float() * 0.0
     logprobs = torch.cat([zero, *pieces_lp]).masked_fill(starts, 0.0).unsqueeze(0)
     entropy = None
     if compute_entropy:

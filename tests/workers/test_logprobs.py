@@ -76,3 +76,17 @@ def test_gradients_flow():
     (mb,) = plan_micro_batches(chunk, max_tokens=8)
     packed_logprobs(model, mb).logprobs.sum().backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+
+
+def test_a_filler_micro_batch_still_has_a_graph():
+    """An empty filler (one dummy token, nothing to predict) must give a loss DeepSpeed can
+    backpropagate: a zero with a grad_fn that reaches the parameters."""
+    model = tiny_model().train()
+    ids = torch.randint(0, 256, (2, 6))
+    chunk = TrainingInputBatch({"input_ids": ids, "attention_mask": torch.ones(2, 6).long()})
+    *_, filler = plan_micro_batches(chunk, max_tokens=12, num_micro_batches=2)
+    assert filler.is_empty
+    logprobs = packed_logprobs(model, filler).logprobs
+    assert logprobs.grad_fn is not None and float(logprobs.abs().sum()) == 0.0
+    (logprobs.sum() * 0.0).backward()
+    assert model.model.embed_tokens.weight.grad is not None
