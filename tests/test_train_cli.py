@@ -32,8 +32,8 @@ def run_cli(tmp_path: Path, *args: str, module: bool = False) -> subprocess.Comp
         ("algorithm=nope", "error: algorithm=nope: no such option in group 'algorithm'"),
         ("trainer.train_batch_size=-4", "error: trainer.train_batch_size: must be >= 1, got -4"),
         (
-            "trainer.train_batch_size=12",
-            "error: trainer.policy_mini_batch_size: train_batch_size (12) must be divisible by policy_mini_batch_size (8)",
+            "trainer.train_batch_size=10",
+            "error: trainer.policy_mini_batch_size: train_batch_size (10) must be divisible by policy_mini_batch_size (4)",
         ),
     ],
 )

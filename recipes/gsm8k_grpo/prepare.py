@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skyrl.data.generated import ARITHMETIC_INSTRUCTION
+INSTRUCTION = "Solve the problem. Write the final answer on the last line as '#### <number>'."
+"""Appended to every question: the format the ``math`` env grades."""
 
 
 def final_answer(solution: str) -> str:
@@ -29,7 +30,7 @@ def final_answer(solution: str) -> str:
 def convert_record(record: dict[str, Any]) -> dict[str, str]:
     """One GSM8K record as a skyrl prompt row."""
     return {
-        "prompt": f"{record['question'].strip()}\n{ARITHMETIC_INSTRUCTION}",
+        "prompt": f"{record['question'].strip()}\n{INSTRUCTION}",
         "answer": final_answer(record["answer"]),
         "data_source": "gsm8k",
     }

@@ -22,14 +22,14 @@ def _validate(*overrides: str):
         (["trainer.policy_optimizer.lr=0"], "trainer.policy_optimizer.lr", "must be > 0"),
         (["trainer.zero_stage=4"], "trainer.zero_stage", "must be 0, 1, 2 or 3"),
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
-        (["trainer.train_batch_size=12"], "trainer.policy_mini_batch_size", "divisible"),
+        (["trainer.train_batch_size=10"], "trainer.policy_mini_batch_size", "divisible"),
         # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
         (
             ["generator.n_samples_per_prompt=3", "trainer.dp_size=5"],
             "trainer.dp_size",
             "not divisible by dp_size (5)",
         ),
-        (["trainer.micro_batch_max_tokens=385"], "trainer.micro_batch_max_tokens", "= 384"),
+        (["trainer.micro_batch_max_tokens=193"], "trainer.micro_batch_max_tokens", "= 192"),
         (["trainer.micro_batch_max_tokens=0"], "trainer.micro_batch_max_tokens", "must be >= 1"),
         (
             ["algorithm.use_kl_loss=true", "algorithm.use_kl_in_reward=true"],
@@ -62,5 +62,5 @@ def test_step_wise_relaxes_dp_divisibility():
 
 
 def test_micro_batch_budget_at_the_maximum_is_accepted():
-    # max_prompt_length 256 + max_generate_length 128 = 384 tokens
-    assert _validate("trainer.micro_batch_max_tokens=384").trainer.micro_batch_max_tokens == 384
+    # the default job: max_prompt_length 128 + max_generate_length 64 = 192 tokens
+    assert _validate("trainer.micro_batch_max_tokens=192").trainer.micro_batch_max_tokens == 192
