@@ -7,28 +7,11 @@ import signal
 import time
 
 import pytest
-from hydra import compose, initialize_config_module
+from worker_helpers import make_config
 
-from skyrl.config import register_configs
-from skyrl.config.validate import validate
 from skyrl.workers.group import WorkerDiedError, WorkerGroup
 
 pytestmark = pytest.mark.slow
-
-
-def make_config(model_path: str):
-    register_configs()
-    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                f"model.path={model_path}", "generator.n_samples_per_prompt=2",
-                "generator.max_prompt_length=4", "generator.max_generate_length=12",
-                "trainer.dp_size=2", "trainer.train_batch_size=2",
-                "trainer.policy_mini_batch_size=2", "trainer.collective_timeout_min=1",
-            ],
-        )  # fmt: skip
-    return validate(cfg)
 
 
 def test_failures_name_the_role_and_the_rank(ray_cluster, tiny_model_path, tmp_path):
