@@ -1,48 +1,120 @@
 """Built-in generated prompt sets: an arithmetic task and any reasoning-gym dataset.
 
-The arithmetic task is meant for a small instruct model (SmolLM2-135M): mostly
-one- and two-digit additions and subtractions with a few multiplications, so
-it starts low but not at zero, and it demands a strict answer format
-(``#### <number>`` on the last line), graded by the ``math`` env.
+The arithmetic task is tuned for a small instruct model (SmolLM2-135M-Instruct)
+to start low but not at zero and to leave room that a few dozen GRPO steps can
+take: one-digit additions, subtractions and multiplications plus some two-digit
+additions / subtractions, with a strict answer format (``#### <number>`` on the
+last line, graded by the ``math`` env). Each prompt is a short chat: a system
+prompt stating the format, ONE worked example (a user turn and the assistant's
+answer in the exact format), then the question. Without the example the base
+model almost never uses the format (sample accuracy ~0-2%); with it about a
+third of samples at temperature 1 are right, and most of the remaining errors
+are format misses (learnable) or two-digit arithmetic slips.
+(Numbers: ``tests/bench/bench_smollm2.py``.)
+
+Train and eval problems are disjoint: each expression belongs to one split by a
+hash of its text, so eval accuracy is measured on problems never trained on.
 """
 
 from __future__ import annotations
 
 import random
+import zlib
+from collections.abc import Callable
 
-from skyrl.data.prompts import PromptRow, assign_uids
+from skyrl.data.prompts import Message, PromptRow, assign_uids
 
-ARITHMETIC_INSTRUCTION = (
-    "Solve the problem. Write the final answer on the last line as '#### <number>'."
+ARITHMETIC_SYSTEM_PROMPT = (
+    "Solve the arithmetic problem. Write the final answer on the last line as '#### <number>'."
 )
+"""States the answer format (the grader accepts nothing else: no marker, no reward)."""
+ARITHMETIC_EXAMPLE: list[Message] = [
+    {"role": "user", "content": "What is 4 + 3?"},
+    {"role": "assistant", "content": "4 + 3 = 7\n#### 7"},
+]
+"""One worked example shown before every question (one-shot, as chat turns)."""
+_EXAMPLE_EXPR = "4 + 3"
+"""The example's expression, never asked as a question."""
+EVAL_SHARE = 8
+"""One expression in ``EVAL_SHARE`` (by hash) is an eval problem, the rest train."""
 
 
-def _arithmetic_problem(rng: random.Random) -> tuple[str, int]:
-    kind = rng.choices(["add1", "add2", "sub2", "mul1", "chain"], weights=[3, 3, 2, 1, 1])[0]
-    if kind == "add1":
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        return f"{a} + {b}", a + b
-    if kind == "add2":
-        a, b = rng.randint(10, 99), rng.randint(1, 99)
-        return f"{a} + {b}", a + b
-    if kind == "sub2":
-        a, b = sorted((rng.randint(1, 99), rng.randint(1, 99)), reverse=True)
-        return f"{a} - {b}", a - b
-    if kind == "mul1":
-        a, b = rng.randint(2, 12), rng.randint(2, 9)
-        return f"{a} * {b}", a * b
-    a, b, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(1, 9)
-    return f"{a} + {b} - {c}", a + b - c
+def _add_1d(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    return f"{a} + {b}", a + b
+
+
+def _sub_1d(rng: random.Random) -> tuple[str, int]:
+    b = rng.randint(1, 9)
+    a = rng.randint(b, b + 9)
+    return f"{a} - {b}", a - b
+
+
+def _mul_1d(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    return f"{a} * {b}", a * b
+
+
+def _add_2d_1d(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(10, 49), rng.randint(1, 9)
+    return f"{a} + {b}", a + b
+
+
+def _add_2d(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(10, 49), rng.randint(10, 49)
+    return f"{a} + {b}", a + b
+
+
+def _sub_2d_1d(rng: random.Random) -> tuple[str, int]:
+    a, b = rng.randint(20, 59), rng.randint(1, 9)
+    return f"{a} - {b}", a - b
+
+
+ARITHMETIC_KINDS: dict[str, tuple[float, Callable[[random.Random], tuple[str, int]]]] = {
+    "add_1d": (1, _add_1d),
+    "sub_1d": (2, _sub_1d),
+    "mul_1d": (2, _mul_1d),
+    "add_2d_1d": (2, _add_2d_1d),
+    "add_2d": (1, _add_2d),
+    "sub_2d_1d": (1, _sub_2d_1d),
+}
+"""Problem kinds: name -> (sampling weight, sampler returning (expression, value))."""
+
+
+def arithmetic_split(expr: str) -> str:
+    """``train`` or ``eval``: a fixed hash partition of the expressions."""
+    return "eval" if zlib.crc32(expr.encode()) % EVAL_SHARE == 0 else "train"
+
+
+def _arithmetic_problem(rng: random.Random, split: str) -> tuple[str, int]:
+    """A problem of ``split``, its kind drawn by weight (rejection sampling on the hash)."""
+    names = list(ARITHMETIC_KINDS)
+    weights = [ARITHMETIC_KINDS[n][0] for n in names]
+    while True:
+        kind = rng.choices(names, weights=weights)[0]
+        expr, value = ARITHMETIC_KINDS[kind][1](rng)
+        if expr != _EXAMPLE_EXPR and arithmetic_split(expr) == split:
+            return expr, value
+
+
+def arithmetic_messages(expr: str) -> list[Message]:
+    """The chat for one question: system prompt, the worked example, the question."""
+    return [
+        {"role": "system", "content": ARITHMETIC_SYSTEM_PROMPT},
+        *ARITHMETIC_EXAMPLE,
+        {"role": "user", "content": f"What is {expr}?"},
+    ]
 
 
 def arithmetic_rows(num_prompts: int, seed: int, split: str = "train") -> list[PromptRow]:
-    """``num_prompts`` arithmetic questions (train and eval use different seeds)."""
+    """``num_prompts`` arithmetic questions of ``split`` (``train`` or ``eval``, disjoint)."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     rng = random.Random(f"arithmetic-{split}-{seed}")
     rows = []
     for _ in range(num_prompts):
-        expr, value = _arithmetic_problem(rng)
-        prompt = f"What is {expr}? {ARITHMETIC_INSTRUCTION}"
-        rows.append(PromptRow(prompt, "arithmetic", {"answer": str(value)}))
+        expr, value = _arithmetic_problem(rng, split)
+        rows.append(PromptRow(arithmetic_messages(expr), "arithmetic", {"answer": str(value)}))
     return assign_uids(rows, prefix=f"arithmetic-{split}")
 
 

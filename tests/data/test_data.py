@@ -9,6 +9,7 @@ import pytest
 from skyrl.config.data import DataConfig
 from skyrl.config.environment import EnvironmentConfig
 from skyrl.data import arithmetic_rows, load_hf_dataset, load_prompt_file, load_prompts
+from skyrl.data.generated import ARITHMETIC_EXAMPLE, ARITHMETIC_SYSTEM_PROMPT
 from skyrl.envs import make_env_factory
 
 
@@ -78,6 +79,31 @@ def test_arithmetic_deterministic_and_graded_by_math_env():
     assert env.step(f"ok\n#### {a[0].extras['answer']}").reward == 1.0
     env.init(a[0].prompt, a[0].extras)
     assert env.step(a[0].extras["answer"]).reward == 0.0  # strict format
+
+
+def test_arithmetic_prompt_is_system_example_question():
+    [row] = arithmetic_rows(1, seed=3)
+    system, example_q, example_a, question = row.prompt
+    assert system == {"role": "system", "content": ARITHMETIC_SYSTEM_PROMPT}
+    assert "'#### <number>'" in system["content"]
+    assert [example_q, example_a] == ARITHMETIC_EXAMPLE
+    assert example_a["content"].endswith("\n#### 7")  # the example obeys the format it teaches
+    expr = question["content"].removeprefix("What is ").removesuffix("?")
+    assert question["role"] == "user" and str(eval(expr)) == row.extras["answer"]
+
+
+def test_arithmetic_train_and_eval_are_disjoint_and_cover_every_kind():
+    def questions(split):
+        rows = arithmetic_rows(400, seed=0, split=split)
+        return {r.prompt[-1]["content"] for r in rows}
+
+    train, held_out = questions("train"), questions("eval")
+    assert train and held_out and not train & held_out
+    assert "What is 4 + 3?" not in train | held_out  # the worked example is never asked
+    ops = {q.split()[3] for q in train}
+    assert ops == {"+", "-", "*"}
+    with pytest.raises(ValueError, match="split"):
+        arithmetic_rows(1, seed=0, split="test")
 
 
 def test_reasoning_gym_source():

