@@ -50,7 +50,10 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
         assert r["policy/optimizer_steps"] == 2
         assert r["policy/pack/local_samples"] == 8
         assert r["policy/loss_tokens"] > 0
-        assert r["policy/grad_norm"] > 0
+        assert r["policy/grad_norm"] >= 0
+    # a group whose 4 parity rewards happen to be equal has zero advantage: some mini-batch
+    # of the run must carry signal (the weights check below is the real test)
+    assert any(r["policy/grad_norm"] > 0 for r in records[1:])
     assert "step 2/2" in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final_hf")
     initial = AutoModelForCausalLM.from_pretrained(build_tiny_model())
