@@ -43,6 +43,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from skyrl.inference.client import EngineDiedError
     from skyrl.trainer.trainer import TrainingAborted
     from skyrl.workers.group import WorkerDiedError
 
@@ -54,7 +55,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             raise
         print(one_line_error(exc), file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
-    except (WorkerDiedError, TrainingAborted) as exc:
+    except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
         if multirun:
             raise
         print(f"error: {exc}", file=sys.stderr)

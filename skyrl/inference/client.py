@@ -13,6 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from skyrl.inference.base import Completion, SamplingParams, WeightItems
 
 
+class EngineDiedError(RuntimeError):
+    """An inference engine actor died (out of memory, killed, crashed)."""
+
+
 class RayEngineHandle:
     """An engine class running as a Ray actor, with the engine's sync methods."""
 
@@ -28,8 +32,13 @@ class RayEngineHandle:
 
     def _call(self, name, *args, **kwargs):
         import ray
+        from ray.exceptions import RayActorError
 
-        return ray.get(getattr(self.actor, name).remote(*args, **kwargs))
+        try:
+            return ray.get(getattr(self.actor, name).remote(*args, **kwargs))
+        except RayActorError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise EngineDiedError(f"inference engine actor died during {name}: {first}") from None
 
     def generate(self, prompts, sampling):
         return self._call("generate", prompts, sampling)

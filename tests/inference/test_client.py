@@ -26,3 +26,25 @@ def test_two_engines_route_and_match_single():
     client.update_weights(new)
     for e in client.engines:
         assert torch.all(e.model.lm_head.weight == 0)
+
+
+class _DyingEngine:
+    """An engine whose process exits at the first generate, as an out-of-memory kill would."""
+
+    def generate(self, prompts, sampling):
+        import os
+
+        os._exit(1)
+
+
+def test_a_dead_engine_actor_is_one_clear_error(ray_cluster):
+    import pytest
+
+    from skyrl.inference.client import EngineDiedError, RayEngineHandle
+
+    handle = RayEngineHandle.start(_DyingEngine, {}, num_cpus=0.1)
+    with pytest.raises(
+        EngineDiedError, match="^inference engine actor died during generate: "
+    ) as e:
+        handle.generate([[1, 2]], SamplingParams())
+    assert e.value.__cause__ is None
