@@ -37,7 +37,11 @@ def prompts_and_rows(tok):
 
     rows = arithmetic_rows(BATCH, seed=0)
     chat = ChatTokens(tok)
-    return [chat.prompt_ids([{"role": "user", "content": r.prompt}]) for r in rows], rows
+    messages = [
+        r.prompt if isinstance(r.prompt, list) else [{"role": "user", "content": r.prompt}]
+        for r in rows
+    ]
+    return [chat.prompt_ids(m) for m in messages], rows
 
 
 REPEATS = 3
