@@ -43,6 +43,8 @@ class GeneratorConfig:
     """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
     num_engines: int = 1
     """Inference engines; more than one run as Ray actors behind a load balancer."""
+    num_gpus_per_engine: float = 0.0
+    """GPUs of each engine's Ray actor; > 0 runs the engines as Ray actors on their own GPUs."""
     n_samples_per_prompt: int = 4
     """Samples per prompt (the GRPO group size)."""
     max_prompt_length: int = 256
@@ -74,6 +76,11 @@ class GeneratorConfig:
         ):
             value = getattr(self, key)
             require(value >= 1, key, f"must be >= 1, got {value}")
+        require(
+            self.num_gpus_per_engine >= 0,
+            "num_gpus_per_engine",
+            f"must be >= 0, got {self.num_gpus_per_engine}",
+        )
         cap = self.max_tokens_per_turn
         require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
 

@@ -128,6 +128,10 @@ class TrainerConfig:
     """Abort after this many consecutive steps with a NaN/inf loss or grad norm."""
     weight_sync_bucket_mb: int = 256
     """Weight sync to the engines streams the policy in buckets of about this many MiB."""
+    weight_sync: str = "auto"
+    """How weights reach the engines: ``object_store`` (buckets through Ray), ``broadcast``
+    (a torch.distributed group from policy rank 0 to the engines: NCCL on GPU, gloo on CPU),
+    or ``auto`` (broadcast when policy and engines have GPUs of their own, else object_store)."""
     dump_rollouts: bool = False
     """Write each step's training rollouts (tokens, text, loss masks, rewards) to
     ``<output_dir>/rollouts/step_<N>.jsonl``."""
@@ -188,6 +192,7 @@ class TrainerConfig:
             "weight_sync_bucket_mb",
             f"must be >= 1, got {self.weight_sync_bucket_mb}",
         )
+        require_choice(self.weight_sync, ("auto", "object_store", "broadcast"), "weight_sync")
         require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
         require(
             self.max_ckpts_to_keep >= 0,

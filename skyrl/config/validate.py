@@ -31,6 +31,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     typed: SkyRLConfig = OmegaConf.to_object(cfg)
     _check_batch_sizes(typed)
     _check_algorithm(typed)
+    _check_weight_sync(typed)
     return typed
 
 
@@ -88,6 +89,24 @@ def _check_batch_sizes(cfg: SkyRLConfig) -> None:
             "trainer.micro_batch_max_tokens",
             f"{t.micro_batch_max_tokens} exceeds the longest sequence, generator.max_prompt_length + max_generate_length = {g.max_seq_len}",
         )
+
+
+def _check_weight_sync(cfg: SkyRLConfig) -> None:
+    """The broadcast group is NCCL between GPUs or gloo between CPUs, never a mix; and NCCL
+    cannot put policy rank 0 and an engine on one GPU, so the engines need GPUs of their own."""
+    if cfg.trainer.weight_sync != "broadcast":
+        return
+    policy_gpu = cfg.trainer.num_gpus_per_worker > 0
+    engine_gpu = cfg.generator.num_gpus_per_engine > 0
+    require(
+        policy_gpu == engine_gpu,
+        "trainer.weight_sync",
+        "broadcast needs the policy workers and the engines both on GPUs (NCCL; engines on "
+        "GPUs of their own: generator.num_gpus_per_engine > 0) or both on CPUs (gloo); "
+        f"got trainer.num_gpus_per_worker={cfg.trainer.num_gpus_per_worker} and "
+        f"generator.num_gpus_per_engine={cfg.generator.num_gpus_per_engine} "
+        "(or use trainer.weight_sync=object_store)",
+    )
 
 
 def _check_algorithm(cfg: SkyRLConfig) -> None:

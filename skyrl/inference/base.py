@@ -105,6 +105,16 @@ class InferenceEngine(Protocol):
         """Load new weights (all or some parameters, by HF name)."""
         ...
 
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        """Join the broadcast weight-sync group (``skyrl.inference.weight_sync``)."""
+        ...
+
+    def receive_weights(self, plan: list) -> None:
+        """Receive and load the buckets of ``plan`` from the broadcast group."""
+        ...
+
     def reset_prefix_cache(self) -> None: ...
 
     def sleep(self) -> None: ...

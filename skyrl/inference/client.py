@@ -46,6 +46,12 @@ class RayEngineHandle:
     def update_weights(self, weights: WeightItems) -> None:
         self._call("update_weights", list(weights))
 
+    def join_weight_sync(self, *args) -> None:
+        self._call("join_weight_sync", *args)
+
+    def receive_weights(self, plan: list) -> None:
+        self._call("receive_weights", plan)
+
     def reset_prefix_cache(self) -> None:
         self._call("reset_prefix_cache")
 
@@ -105,6 +111,29 @@ class EngineClient:
     def update_weights(self, weights: WeightItems) -> None:
         named = list(weights)  # every engine needs the full list
         self._all("update_weights", named)
+
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        """Engine ``i`` joins as ranks ``first_rank + i * per_engine ...`` (all engines at
+        once: joining blocks until the whole group is there)."""
+        per_engine = (world_size - first_rank) // len(self.engines)
+        futures = [
+            self.pool.submit(
+                engine.join_weight_sync,
+                host,
+                port,
+                first_rank + i * per_engine,
+                world_size,
+                backend,
+            )
+            for i, engine in enumerate(self.engines)
+        ]
+        for f in futures:
+            f.result()
+
+    def receive_weights(self, plan: list) -> None:
+        self._all("receive_weights", plan)
 
     def reset_prefix_cache(self) -> None:
         self._all("reset_prefix_cache")

@@ -21,6 +21,11 @@ def _engine_kwargs(cfg: GeneratorConfig, model_path: str, tokenizer_path: str | 
     return kwargs
 
 
+def ranks_per_engine(cfg: GeneratorConfig) -> int:
+    """Model processes per engine, each a rank of the broadcast weight-sync group."""
+    return getattr(cfg, "tensor_parallel_size", 1)
+
+
 def engine_class(backend: str) -> type:
     if backend == "hf":
         from skyrl.inference.hf import HFEngine
@@ -37,15 +42,21 @@ def make_engine(
     tokenizer_path: str | None = None,
     use_ray: bool | None = None,
 ):
-    """One engine in-process, or ``num_engines`` (Ray actors by default) behind a client."""
+    """One engine in-process, or ``num_engines`` behind a client: Ray actors by default (always
+    when the engines get GPUs of their own, ``generator.num_gpus_per_engine``)."""
     cls = engine_class(cfg.backend)
     kwargs = _engine_kwargs(cfg, model_path, tokenizer_path)
+    if cfg.num_gpus_per_engine > 0:
+        use_ray = True
     if cfg.num_engines == 1 and not use_ray:
         return cls(**kwargs)
     from skyrl.inference.client import EngineClient, RayEngineHandle
 
     if use_ray is None or use_ray:
-        engines = [RayEngineHandle.start(cls, kwargs) for _ in range(cfg.num_engines)]
+        engines = [
+            RayEngineHandle.start(cls, kwargs, num_gpus=cfg.num_gpus_per_engine)
+            for _ in range(cfg.num_engines)
+        ]
     else:
         engines = [cls(**kwargs) for _ in range(cfg.num_engines)]
     return EngineClient(engines)

@@ -135,6 +135,20 @@ class HFEngine:
                     raise KeyError(f"update_weights: unknown parameter {name!r}")
                 target.copy_(tensor.to(target.device, target.dtype))
 
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        """Join the broadcast group of ``skyrl.inference.weight_sync`` as rank ``first_rank``."""
+        from skyrl.inference.weight_sync import join_group
+
+        self.sync_group = join_group(host, port, first_rank, world_size, backend)
+
+    def receive_weights(self, plan: list) -> None:
+        """Receive the buckets of ``plan`` from the broadcast group and load them."""
+        from skyrl.inference.weight_sync import receive_stream
+
+        self.update_weights(receive_stream(self.sync_group, plan, self.device))
+
     def reset_prefix_cache(self) -> None:
         """No prefix cache across calls in this engine: nothing to reset."""
 

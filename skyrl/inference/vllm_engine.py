@@ -4,7 +4,8 @@ CPU start-up settings (see NOTES-cpu.md): in-process engine core
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), ``distributed_executor_backend="uni"``,
 eager mode, and an explicit KV-cache size, which vLLM on CPU requires.
 Weights are updated with ``collective_rpc("reload_weights", weights_iterator=...)``
-(``load_weights`` does not work there). Logprobs are vLLM's default raw
+(``load_weights`` does not work there), or received from a broadcast group by the
+worker extension in ``skyrl.inference.vllm_worker_ext``. Logprobs are vLLM's default raw
 logprobs (before temperature / top-p), the same as the hf engine returns.
 """
 
@@ -55,6 +56,7 @@ class VLLMEngine:
             max_model_len=max_model_len,
             seed=seed,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
+            worker_extension_cls="skyrl.inference.vllm_worker_ext.WeightSyncWorkerExtension",
         )
         if on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -109,6 +111,19 @@ class VLLMEngine:
         """Reload the given named tensors into the running model (in-process only)."""
         named = list(iter_named_tensors(weights))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named)})
+        self.reset_prefix_cache()
+
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        """Every vLLM worker joins the broadcast group (``skyrl.inference.weight_sync``)."""
+        self.llm.collective_rpc(
+            "skyrl_join_weight_sync", args=(host, port, first_rank, world_size, backend)
+        )
+
+    def receive_weights(self, plan: list) -> None:
+        """Every vLLM worker receives the buckets of ``plan`` and reloads them in place."""
+        self.llm.collective_rpc("skyrl_receive_weights", args=(plan,))
         self.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:

@@ -25,12 +25,13 @@ from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.root import SkyRLConfig
 from skyrl.data import PromptRow, load_prompts
 from skyrl.dispatch import MeshDispatch
-from skyrl.models.resolve import resolve_model_path
+from skyrl.models.resolve import resolve_model_path, resolve_tokenizer_path
 from skyrl.trainer import dynamic_sampling as ds
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
 from skyrl.trainer.dataloader import PromptLoader
 from skyrl.trainer.evaluation import eval_metrics
 from skyrl.trainer.plan import make_plan
+from skyrl.trainer.weight_sync import BroadcastWeightSync, uses_broadcast
 
 LOW_PASS_RATE_WARNING = 0.7
 """Dynamic sampling warns when fewer than this share of groups carry signal."""
@@ -54,7 +55,13 @@ class RLTrainer:
         from skyrl.workers.group import WorkerGroup
 
         model_path = resolve_model_path(cfg.model.path)
-        self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))
+        tokenizer_path = (
+            resolve_tokenizer_path(cfg.model.tokenizer_path)
+            if cfg.model.tokenizer_path
+            else model_path
+        )
+        model = dataclasses.replace(cfg.model, path=model_path, tokenizer_path=tokenizer_path)
+        self.cfg = dataclasses.replace(cfg, model=model)  # workers see local directories only
         self.output_dir = Path(output_dir)
         self.plan = make_plan(self.cfg)
         t = cfg.trainer
@@ -66,10 +73,8 @@ class RLTrainer:
         self.total_steps = self.plan.total_steps or t.epochs * (
             per_epoch if self.fake else self.loader.batches_per_epoch
         )
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or model_path)
-        self.engine = (
-            None if self.fake else make_engine(cfg.generator, model_path, cfg.model.tokenizer_path)
-        )
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self.engine = None if self.fake else make_engine(cfg.generator, model_path, tokenizer_path)
         self.generator = (
             None
             if self.fake
@@ -85,6 +90,11 @@ class RLTrainer:
         )
         self.critic = (
             WorkerGroup("critic", self.cfg, optimizer_steps) if cfg.algorithm.uses_critic else None
+        )
+        self.weight_sync = (
+            BroadcastWeightSync(self.policy, self.engine, self.cfg)
+            if self.engine is not None and uses_broadcast(self.cfg)
+            else None
         )
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
@@ -131,6 +141,7 @@ class RLTrainer:
             batch, metrics = self.fake_rollouts(step) if self.fake else self.collect_rollouts(step)
         with timer("forward"):
             batch = self.add_logprobs_and_values(batch)
+        metrics.update(rollout_logprob_mismatch(batch))
         batch, adv_metrics = self.add_advantages(batch)
         metrics.update(adv_metrics)
         with timer("train"):
@@ -351,11 +362,15 @@ class RLTrainer:
     # -- weights, checkpoints, eval ------------------------------------------------------
 
     def sync_weights(self) -> None:
-        """Policy weights into the inference engine, streamed in buckets from rank 0."""
+        """Policy weights into the inference engines, in buckets from rank 0: broadcast over
+        the sync group, or through the object store (``trainer.weight_sync``)."""
         if self.engine is None:
             return
-        bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
-        self.engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
+        if self.weight_sync is not None:
+            self.weight_sync.sync()
+        else:
+            bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
+            self.engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
         self.engine.reset_prefix_cache()
 
     def save_checkpoint(self, step: int) -> Path:
@@ -419,7 +434,7 @@ class RLTrainer:
     def export(self) -> Path:
         """The final policy as a ``from_pretrained`` directory."""
         out = self.output_dir / "final_hf"
-        self.policy.run("export_hf", str(out), self.cfg.model.tokenizer_path or self.cfg.model.path)
+        self.policy.run("export_hf", str(out), self.cfg.model.tokenizer_path)
         return out
 
     def shutdown(self) -> None:
@@ -473,6 +488,16 @@ class PhaseTimer:
         out["timing/step_s"] = step
         out["timing/overhead_frac"] = max(0.0, 1.0 - compute_s / step) if step > 0 else 0.0
         return out
+
+
+def rollout_logprob_mismatch(batch: TrainingInputBatch) -> dict[str, float]:
+    """Mean |trainer logprob - engine logprob| over the trained tokens: ~0 (numerics) when the
+    engine samples with the policy's current weights; a stale engine or bf16 shows here."""
+    if batch.rollout_logprobs is None:
+        return {}
+    mask = batch.loss_mask
+    diff = ((batch.old_logprobs - batch.rollout_logprobs).abs() * mask).sum()
+    return {"rollout/logprob_abs_diff": float(diff / mask.sum().clamp(min=1))}
 
 
 def dump_rollouts(out, tokenizer, path: Path) -> None:

@@ -95,7 +95,11 @@ class WorkerGroup:
 
     def run(self, method: str, *args: Any) -> list[Any]:
         """Call ``method(*args)`` on every rank with the same arguments."""
-        return self.get([getattr(actor, method).remote(*args) for actor in self.actors])
+        return self.get(self.submit(method, *args))
+
+    def submit(self, method: str, *args: Any) -> list[ray.ObjectRef]:
+        """Start ``method(*args)`` on every rank; ``get`` the refs for the results."""
+        return [getattr(actor, method).remote(*args) for actor in self.actors]
 
     def run_chunks(self, method: str, chunks: Sequence[Any]) -> list[Any]:
         """Call ``method(chunks[r])`` on rank ``r``."""

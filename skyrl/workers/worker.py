@@ -253,6 +253,47 @@ class TrainingWorker:
         if bucket:
             yield bucket
 
+    def weight_sync_plan(self, bucket_bytes: int) -> list:
+        """The buckets (name, shape, dtype) that ``broadcast_weights`` sends, in its order."""
+        from skyrl.inference.weight_sync import plan_buckets, tensor_spec
+
+        specs = (
+            tensor_spec(name, getattr(param, "ds_shape", param.shape), param.dtype)
+            for name, param in self.engine.module.named_parameters()
+        )
+        return plan_buckets(specs, bucket_bytes)
+
+    def weight_sync_address(self) -> tuple[str, int]:
+        """Where this rank will host the broadcast group's TCPStore."""
+        from skyrl.workers.distributed import find_free_port, node_ip
+
+        return node_ip(), find_free_port()
+
+    def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the broadcast group as its sender (rank 0); other ranks do nothing."""
+        if self.rank == 0:
+            from skyrl.inference.weight_sync import join_group
+
+            self.sync_group = join_group(host, port, 0, world_size, backend)
+
+    def broadcast_weights(self, plan: list) -> None:
+        """Rank 0 broadcasts the full weights bucket by bucket, as ``plan`` lays them out;
+        every rank takes part in the gathers (ZeRO-3)."""
+        from skyrl.inference.weight_sync import send_bucket
+
+        params = self._gathered_params()
+        for bucket in plan:
+            tensors = []
+            for spec in bucket:
+                name, tensor = next(params)
+                if name != spec[0]:
+                    raise RuntimeError(f"weight sync plan expects {spec[0]}, model gave {name}")
+                tensors.append(tensor)
+            if self.rank == 0:
+                send_bucket(self.sync_group, bucket, tensors)
+        for name, _ in params:
+            raise RuntimeError(f"weight sync plan misses parameter {name}")
+
     # -- checkpoints -----------------------------------------------------------------
 
     def save_checkpoint(self, ckpt_dir: str, client_state: dict[str, Any] | None = None) -> None:

@@ -43,6 +43,14 @@ def _validate(*overrides: str):
         ),
         (["algorithm.policy_loss=nope"], "algorithm.policy_loss", "registered: "),
         (["imports=[no_such_module_xyz]"], "imports[0]", "cannot import"),
+        (["trainer.weight_sync=nccl"], "trainer.weight_sync", "auto, object_store, broadcast"),
+        (["generator.num_gpus_per_engine=-1"], "generator.num_gpus_per_engine", ">= 0"),
+        # NCCL needs both ends on GPUs, engines on GPUs of their own
+        (
+            ["trainer.weight_sync=broadcast", "trainer.num_gpus_per_worker=1"],
+            "trainer.weight_sync",
+            "generator.num_gpus_per_engine=0.0",
+        ),
     ],
 )
 def test_bad_values_name_the_key(overrides, key, fragment):
@@ -64,3 +72,13 @@ def test_step_wise_relaxes_dp_divisibility():
 def test_micro_batch_budget_at_the_maximum_is_accepted():
     # the default job: max_prompt_length 128 + max_generate_length 64 = 192 tokens
     assert _validate("trainer.micro_batch_max_tokens=192").trainer.micro_batch_max_tokens == 192
+
+
+def test_weight_sync_picks_broadcast_only_where_asked_or_both_ends_have_gpus():
+    from skyrl.trainer.weight_sync import uses_broadcast
+
+    assert not uses_broadcast(_validate())  # CPU default: object store
+    assert uses_broadcast(_validate("trainer.weight_sync=broadcast"))  # gloo between CPUs
+    gpus = ("trainer.num_gpus_per_worker=1", "generator.num_gpus_per_engine=1")
+    assert uses_broadcast(_validate(*gpus))  # auto on GPUs: NCCL
+    assert not uses_broadcast(_validate(*gpus, "trainer.weight_sync=object_store"))

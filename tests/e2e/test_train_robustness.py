@@ -109,6 +109,9 @@ def test_step_wise_multi_turn_tool_env(tmp_path):
         # 2 prompts x 4 samples x 3 turns = 24 step-wise sequences; still 2 optimizer steps
         assert r["policy/pack/local_samples"] == 24
         assert r["policy/optimizer_steps"] == 2
+        # the engine sampled with the policy's weights (object-store sync): the trainer
+        # recomputes the same logprobs; a stale engine measured 0.04 here
+        assert r["rollout/logprob_abs_diff"] < 1e-4
 
 
 def test_ppo_with_a_critic_warms_up_the_critic_first(tmp_path):

@@ -65,3 +65,26 @@ def test_seeded_requests_over_one_scheduler_step(engine):
     out = engine.generate(prompts, params)
     again = engine.generate(prompts, params)
     assert [g[0].token_ids for g in out] == [g[0].token_ids for g in again]  # seeds hold
+
+
+def test_weights_received_over_the_broadcast_group(engine, tmp_path):
+    """The worker extension joins a gloo group and reloads seed-2 weights as they arrive."""
+    from sync_sender import finish, start_sender
+
+    from skyrl.inference.weight_sync import plan_buckets, tensor_spec
+    from skyrl.workers.distributed import find_free_port
+
+    path = build_tiny_model()
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=2))
+    weights = {n: p.detach().clone() for n, p in other.named_parameters()}
+    plan = plan_buckets((tensor_spec(n, t.shape, t.dtype) for n, t in weights.items()), 64 << 10)
+    assert len(plan) > 1
+    port = find_free_port()
+    sender = start_sender(tmp_path, weights, plan, port, world_size=2)
+    engine.join_weight_sync("127.0.0.1", port, 1, 2, "gloo")
+    engine.receive_weights(plan)
+    finish(sender)
+    prompt = AutoTokenizer.from_pretrained(path).encode("What is 12 + 7?")
+    [[c]] = engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))
+    expected = forward_logprobs(other, prompt, c.token_ids)
+    torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)

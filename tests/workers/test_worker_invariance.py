@@ -25,6 +25,9 @@ from worker_helpers import (
 from skyrl.algorithms.reductions import compute_loss_weights
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.dispatch import MeshDispatch
+from skyrl.inference.hf import HFEngine
+from skyrl.models import build_tiny_model
+from skyrl.trainer.weight_sync import BroadcastWeightSync
 from skyrl.workers.group import WorkerGroup
 
 pytestmark = pytest.mark.slow
@@ -192,11 +195,8 @@ def test_one_optimizer_step_per_mini_batch_for_step_wise_data(dp2_small_micro, t
 def test_dp_size_and_zero_stage_give_the_same_update(
     ray_cluster, tiny_model_path, batch, dp_size, zero_stage
 ):
-    group = WorkerGroup(
-        "policy",
-        make_config(tiny_model_path, dp_size=dp_size, zero_stage=zero_stage),
-        total_optimizer_steps=10,
-    )
+    cfg = make_config(tiny_model_path, dp_size=dp_size, zero_stage=zero_stage)
+    group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
     try:
         train_one_step(group, batch, "token_mean", dp_size=dp_size, train_batch_size=2)
         synced = group.run("state_dict_for_sync")
@@ -206,6 +206,11 @@ def test_dp_size_and_zero_stage_give_the_same_update(
             reference_weights(tiny_model_path, batch, "token_mean"),
             atol=1e-6 if zero_stage == 0 else 1e-5,
         )
+        # the broadcast weight sync (gloo) delivers exactly these weights, gathered under
+        # ZeRO-3 too, into an engine that started from other weights
+        engine = HFEngine(build_tiny_model(seed=1))
+        BroadcastWeightSync(group, engine, cfg).sync()
+        assert_weights_close(dict(engine.model.named_parameters()), synced[0], atol=0.0)
     finally:
         group.shutdown()
 

@@ -1,0 +1,47 @@
+"""The driver's side of weight sync: which path, and the broadcast group's choreography.
+
+``trainer.weight_sync`` picks the path. ``object_store`` streams buckets from policy
+rank 0 through Ray into every engine's ``update_weights``. ``broadcast`` opens one
+group (``skyrl.inference.weight_sync``) from policy rank 0 to every engine process
+once, then each sync is one broadcast per bucket: the driver starts rank 0 sending
+and has the engines receive at the same time (a collective blocks until every rank
+is in it).
+"""
+
+from __future__ import annotations
+
+from skyrl.config.root import SkyRLConfig
+from skyrl.inference.factory import ranks_per_engine
+from skyrl.workers.group import WorkerGroup
+
+
+def uses_broadcast(cfg: SkyRLConfig) -> bool:
+    """``trainer.weight_sync``, with ``auto`` = broadcast when the policy and the engines
+    each have GPUs (NCCL), else the object store."""
+    mode = cfg.trainer.weight_sync
+    if mode == "auto":
+        return cfg.trainer.num_gpus_per_worker > 0 and cfg.generator.num_gpus_per_engine > 0
+    return mode == "broadcast"
+
+
+class BroadcastWeightSync:
+    """Policy rank 0 to every engine over one broadcast group, set up on construction."""
+
+    def __init__(self, policy: WorkerGroup, engine, cfg: SkyRLConfig):
+        self.policy, self.engine = policy, engine
+        bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
+        rank0 = policy.actors[0]
+        self.plan, (host, port) = policy.get(
+            [rank0.weight_sync_plan.remote(bucket_bytes), rank0.weight_sync_address.remote()]
+        )
+        self.backend = "nccl" if cfg.trainer.num_gpus_per_worker > 0 else "gloo"
+        world_size = 1 + cfg.generator.num_engines * ranks_per_engine(cfg.generator)
+        joining = policy.submit("join_weight_sync", host, port, world_size, self.backend)
+        engine.join_weight_sync(host, port, 1, world_size, self.backend)
+        policy.get(joining)
+
+    def sync(self) -> None:
+        """One broadcast of the full weights; the engines load them as they arrive."""
+        sending = self.policy.submit("broadcast_weights", self.plan)
+        self.engine.receive_weights(self.plan)
+        self.policy.get(sending)
