@@ -4,7 +4,9 @@ Hydra composes the config from ``skyrl/conf`` (shipped inside the package, so
 it works from any directory and from a non-editable install). Before Hydra's
 own main runs, the command line is composed and validated once here, so that a
 typo, a wrong type, an unknown option or a violated rule ends with ONE line
-naming the key instead of a traceback.
+naming the key instead of a traceback. A ``model.path`` / ``model.tokenizer_path``
+that resolves to nothing (found when the run starts) also exits 2: one ``error:``
+line naming the key, then the lookups tried, indented.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from skyrl.config import register_configs
 from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError
 from skyrl.config.precheck import precheck_command_line
+from skyrl.models.resolve import ModelNotFoundError
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUN_FAILED = 1
@@ -54,6 +57,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         if multirun:
             raise
         print(one_line_error(exc), file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    except ModelNotFoundError as exc:  # a config value naming nothing: its key, then what was tried
+        if multirun:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
     except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
         if multirun:

