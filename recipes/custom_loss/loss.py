@@ -21,15 +21,7 @@ from __future__ import annotations
 import torch
 
 from skyrl.algorithms import POLICY_LOSSES
-from skyrl.algorithms.policy_losses.terms import (
-    approx_kl,
-    check_policy_inputs,
-    masked_log_ratio,
-    tis_weights,
-    token_counts,
-    token_sums,
-    weighted_sum,
-)
+from skyrl.algorithms.policy_losses.terms import finish_policy_loss, policy_tokens
 from skyrl.config.algorithm import AlgorithmConfig
 
 NAME = "vanilla_pg"
@@ -47,18 +39,10 @@ def vanilla_pg(
     rollout_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``sum_t w_t * (-A_t r_t)`` over loss tokens; metrics: outside_clip tokens, approx_kl_sum."""
-    check_policy_inputs(
-        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
-        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
-    )  # fmt: skip
-    mask = loss_mask > 0
-    log_ratio = masked_log_ratio(logprobs, old_logprobs, mask)
-    ratio = torch.exp(log_ratio)
-    per_token = -torch.where(mask, advantages, 0.0) * ratio
-    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, mask, cfg)
-    if tis is not None:
-        per_token = per_token * tis
+    t = policy_tokens(logprobs, old_logprobs, advantages, loss_weights, loss_mask, rollout_logprobs)
+    ratio = torch.exp(t.log_ratio)
     outside = (ratio < 1.0 - cfg.eps_clip_low) | (ratio > 1.0 + cfg.eps_clip_high)
-    metrics = token_counts(mask, outside_clip=outside)
-    metrics.update(token_sums(mask, approx_kl=approx_kl(log_ratio)), **tis_metrics)
-    return weighted_sum(per_token, loss_weights, mask), metrics
+    return finish_policy_loss(
+        -t.advantages * ratio, t, loss_weights, old_logprobs, rollout_logprobs, cfg,
+        outside_clip=outside,
+    )  # fmt: skip

@@ -14,15 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from skyrl.algorithms.policy_losses.terms import (
-    approx_kl,
-    check_policy_inputs,
-    masked_log_ratio,
-    tis_weights,
-    token_counts,
-    token_sums,
-    weighted_sum,
-)
+from skyrl.algorithms.policy_losses.terms import finish_policy_loss, policy_tokens
 from skyrl.algorithms.registry import POLICY_LOSSES
 from skyrl.config.algorithm import AlgorithmConfig
 
@@ -38,20 +30,11 @@ def cispo(
     rollout_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped-IS-weighted REINFORCE; ``clip_tokens`` counts tokens whose weight was clipped."""
-    check_policy_inputs(
-        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
-        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
-    )  # fmt: skip
-    mask = loss_mask > 0
-    log_ratio = masked_log_ratio(logprobs, old_logprobs, mask)
-    ratio = torch.exp(log_ratio).detach()
+    t = policy_tokens(logprobs, old_logprobs, advantages, loss_weights, loss_mask, rollout_logprobs)
+    ratio = torch.exp(t.log_ratio).detach()
     low, high = 1.0 - cfg.eps_clip_low, 1.0 + cfg.eps_clip_high
-    is_weight = ratio.clamp(low, high)
-    adv = torch.where(mask, advantages, 0.0)
-    per_token = -is_weight * adv * torch.where(mask, logprobs, 0.0)
-    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, mask, cfg)
-    if tis is not None:
-        per_token = per_token * tis
-    metrics = token_counts(mask, clip=(ratio < low) | (ratio > high))
-    metrics.update(token_sums(mask, approx_kl=approx_kl(log_ratio)), **tis_metrics)
-    return weighted_sum(per_token, loss_weights, mask), metrics
+    per_token = -ratio.clamp(low, high) * t.advantages * torch.where(t.mask, logprobs, 0.0)
+    return finish_policy_loss(
+        per_token, t, loss_weights, old_logprobs, rollout_logprobs, cfg,
+        clip=(ratio < low) | (ratio > high),
+    )  # fmt: skip

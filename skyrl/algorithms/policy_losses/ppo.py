@@ -16,15 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from skyrl.algorithms.policy_losses.terms import (
-    approx_kl,
-    check_policy_inputs,
-    masked_log_ratio,
-    tis_weights,
-    token_counts,
-    token_sums,
-    weighted_sum,
-)
+from skyrl.algorithms.policy_losses.terms import finish_policy_loss, policy_tokens
 from skyrl.algorithms.registry import POLICY_LOSSES
 from skyrl.config.algorithm import AlgorithmConfig
 
@@ -56,17 +48,9 @@ def ppo(
     rollout_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level clipped surrogate; metrics: clip/dual_clip/tis_clip tokens, approx_kl_sum."""
-    check_policy_inputs(
-        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
-        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
+    t = policy_tokens(logprobs, old_logprobs, advantages, loss_weights, loss_mask, rollout_logprobs)
+    per_token, clipped, dual_clipped = clipped_surrogate(torch.exp(t.log_ratio), t.advantages, cfg)
+    return finish_policy_loss(
+        per_token, t, loss_weights, old_logprobs, rollout_logprobs, cfg,
+        clip=clipped, dual_clip=dual_clipped,
     )  # fmt: skip
-    mask = loss_mask > 0
-    log_ratio = masked_log_ratio(logprobs, old_logprobs, mask)
-    adv = torch.where(mask, advantages, 0.0)
-    per_token, clipped, dual_clipped = clipped_surrogate(torch.exp(log_ratio), adv, cfg)
-    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, mask, cfg)
-    if tis is not None:
-        per_token = per_token * tis
-    metrics = token_counts(mask, clip=clipped, dual_clip=dual_clipped)
-    metrics.update(token_sums(mask, approx_kl=approx_kl(log_ratio)), **tis_metrics)
-    return weighted_sum(per_token, loss_weights, mask), metrics

@@ -1,5 +1,8 @@
 """Pieces every policy loss shares: input checks, the masked log-ratio, TIS, the weighted sum, metrics.
 
+A loss is ``policy_tokens`` (checks, mask, log-ratio, masked advantages), its own
+per-token formula, then ``finish_policy_loss`` (TIS, weighted sum, metrics).
+
 Metrics convention: every value a loss returns is *additive*: a count of loss
 tokens (``loss_tokens``, ``<name>_tokens``) or a sum over loss tokens
 (``<name>_sum``). Summing the dicts of all micro batches and DP ranks gives the
@@ -8,6 +11,8 @@ mini-batch totals exactly; ``finalize_metrics`` then turns ``clip_tokens`` into
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -94,3 +99,53 @@ def finalize_metrics(sums: dict[str, float]) -> dict[str, float]:
         else:
             out[key] = value
     return out
+
+
+@dataclass
+class PolicyTokens:
+    """The per-token inputs every policy loss starts from, all ``[N, S]``."""
+
+    mask: torch.Tensor
+    """True on loss tokens."""
+    log_ratio: torch.Tensor
+    """``log pi - log pi_old`` on loss tokens (clamped), 0 elsewhere."""
+    advantages: torch.Tensor
+    """Advantages on loss tokens, 0 elsewhere."""
+
+
+def policy_tokens(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_weights: torch.Tensor,
+    loss_mask: torch.Tensor,
+    rollout_logprobs: torch.Tensor | None = None,
+) -> PolicyTokens:
+    """Check the shapes of a policy loss's arguments and build its masked per-token inputs."""
+    check_policy_inputs(
+        logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
+        loss_weights=loss_weights, loss_mask=loss_mask, rollout_logprobs=rollout_logprobs,
+    )  # fmt: skip
+    mask = loss_mask > 0
+    return PolicyTokens(
+        mask, masked_log_ratio(logprobs, old_logprobs, mask), torch.where(mask, advantages, 0.0)
+    )
+
+
+def finish_policy_loss(
+    per_token_loss: torch.Tensor,
+    tokens: PolicyTokens,
+    loss_weights: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor | None,
+    cfg: AlgorithmConfig,
+    **flags: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """TIS (if ``cfg.tis_cap``), then ``(sum_t w_t L_t, metrics)``: loss tokens, the count of
+    each flag as ``<name>_tokens``, ``approx_kl_sum`` and TIS's clipped tokens."""
+    tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, tokens.mask, cfg)
+    if tis is not None:
+        per_token_loss = per_token_loss * tis
+    metrics = token_counts(tokens.mask, **flags)
+    metrics.update(token_sums(tokens.mask, approx_kl=approx_kl(tokens.log_ratio)), **tis_metrics)
+    return weighted_sum(per_token_loss, loss_weights, tokens.mask), metrics
