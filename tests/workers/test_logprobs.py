@@ -1,23 +1,17 @@
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config
+from transformers import AutoModelForCausalLM
 
 from skyrl.batch import TrainingInputBatch, plan_micro_batches, unpack_to_rows
+from skyrl.models import build_tiny_model
 from skyrl.workers.logprobs import packed_logprobs
 
 
 def tiny_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=256,
-        max_position_embeddings=128,
-        attn_implementation="sdpa",
-    )
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    """The shared tiny random Qwen2 (vocab 512, so ids below 256 are all valid), fp32, SDPA."""
+    path = build_tiny_model()
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
 
 
 def reference_logprobs(model, ids: torch.Tensor, temperature: float = 1.0):
