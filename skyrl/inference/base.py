@@ -8,56 +8,36 @@ against the trainer's own forward pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from skyrl.config.generator import SamplingConfig
 
 if TYPE_CHECKING:
     import torch
-
-    from skyrl.config.generator import SamplingConfig
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SamplingParams:
-    """Sampling for one ``generate`` call (``n`` samples per prompt)."""
+class SamplingParams(SamplingConfig):
+    """Sampling for one ``generate`` call: the ``generator.sampling`` fields plus ``n`` samples
+    per prompt and ``max_tokens``."""
 
     n: int = 1
     """Samples per prompt."""
     max_tokens: int = 64
     """New tokens per sample."""
-    temperature: float = 1.0
-    """Softmax temperature; 0 = greedy."""
-    top_p: float = 1.0
-    """Nucleus sampling mass."""
-    top_k: int = -1
-    """Keep the k most likely tokens; -1 = all."""
-    min_p: float = 0.0
-    """Drop tokens below min_p x the top token's probability."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings (kept in the response)."""
-    stop_token_ids: list[int] = field(default_factory=list)
-    """Stop token ids besides EOS (kept in the response)."""
-    seed: int | None = None
-    """Sampling seed; None = nondeterministic."""
 
     @classmethod
     def from_config(cls, cfg: SamplingConfig, n: int, max_tokens: int) -> SamplingParams:
         """Build from the ``generator.sampling`` schema."""
-        return cls(
-            n=n,
-            max_tokens=max_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k,
-            min_p=cfg.min_p,
-            stop=list(cfg.stop),
-            stop_token_ids=list(cfg.stop_token_ids),
-            seed=cfg.seed,
-        )
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SamplingConfig)}
+        fields["stop"], fields["stop_token_ids"] = list(cfg.stop), list(cfg.stop_token_ids)
+        return cls(n=n, max_tokens=max_tokens, **fields)
 
 
 @dataclass
