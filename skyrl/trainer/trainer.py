@@ -326,15 +326,16 @@ class RLTrainer:
         t = self.cfg.trainer
         sums: dict[str, dict[str, float]] = {"critic": {}, "policy": {}}
         train_policy = step > t.critic_only_steps
-        # staged once: the same chunks serve every epoch
-        policy_staged = self._stage(batch, t.policy_mini_batch_size) if train_policy else []
-        critic_staged = []
-        if self.critic is not None:
-            critic_staged = (
-                policy_staged
-                if policy_staged and t.critic_mini_batch_size == t.policy_mini_batch_size
-                else self._stage(batch, t.critic_mini_batch_size)
-            )
+        # staged once per mini-batch size: the same chunks serve every epoch (and both roles)
+        staged: dict[int, list] = {}
+
+        def stage(mini_batch_size: int) -> list:
+            if mini_batch_size not in staged:
+                staged[mini_batch_size] = self._stage(batch, mini_batch_size)
+            return staged[mini_batch_size]
+
+        policy_staged = stage(t.policy_mini_batch_size) if train_policy else []
+        critic_staged = stage(t.critic_mini_batch_size) if self.critic is not None else []
         for _ in range(t.update_epochs_per_batch):
             for chunks in critic_staged:
                 _accumulate(sums["critic"], self.critic.train_mini_batch(chunks))
