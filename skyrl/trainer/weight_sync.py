@@ -15,15 +15,6 @@ from skyrl.inference.factory import ranks_per_engine
 from skyrl.workers.group import WorkerGroup
 
 
-def uses_broadcast(cfg: SkyRLConfig) -> bool:
-    """``trainer.weight_sync``, with ``auto`` = broadcast when the policy and the engines
-    each have GPUs (NCCL), else the object store."""
-    mode = cfg.trainer.weight_sync
-    if mode == "auto":
-        return cfg.trainer.num_gpus_per_worker > 0 and cfg.generator.num_gpus_per_engine > 0
-    return mode == "broadcast"
-
-
 class BroadcastWeightSync:
     """Policy rank 0 to every engine over one broadcast group, set up on construction."""
 

@@ -51,6 +51,11 @@ def _validate(*overrides: str):
             "trainer.weight_sync",
             "generator.num_gpus_per_engine=0.0",
         ),
+        (
+            ["generator=vllm", "generator.tensor_parallel_size=2"],
+            "trainer.weight_sync",
+            "object-store sync cannot reach",
+        ),
     ],
 )
 def test_bad_values_name_the_key(overrides, key, fragment):
@@ -75,10 +80,12 @@ def test_micro_batch_budget_at_the_maximum_is_accepted():
 
 
 def test_weight_sync_picks_broadcast_only_where_asked_or_both_ends_have_gpus():
-    from skyrl.trainer.weight_sync import uses_broadcast
+    from skyrl.config.validate import uses_broadcast_sync as broadcast
 
-    assert not uses_broadcast(_validate())  # CPU default: object store
-    assert uses_broadcast(_validate("trainer.weight_sync=broadcast"))  # gloo between CPUs
+    assert not broadcast(_validate())  # CPU default: object store
+    assert broadcast(_validate("trainer.weight_sync=broadcast"))  # gloo between CPUs
     gpus = ("trainer.num_gpus_per_worker=1", "generator.num_gpus_per_engine=1")
-    assert uses_broadcast(_validate(*gpus))  # auto on GPUs: NCCL
-    assert not uses_broadcast(_validate(*gpus, "trainer.weight_sync=object_store"))
+    assert broadcast(_validate(*gpus))  # auto on GPUs: NCCL
+    assert not broadcast(_validate(*gpus, "trainer.weight_sync=object_store"))
+    tp2 = ("generator=vllm", "generator.tensor_parallel_size=2")
+    assert broadcast(_validate(*tp2, *gpus))  # tensor parallel: only broadcast reaches it

@@ -88,3 +88,55 @@ def test_weights_received_over_the_broadcast_group(engine, tmp_path):
     [[c]] = engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))
     expected = forward_logprobs(other, prompt, c.token_ids)
     torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+
+SEPARATE_PROCESS_ENGINE = """
+import os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # engine core + model in other processes
+sys.path.insert(0, sys.argv[1])
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from sync_sender import finish, start_sender
+from skyrl.inference.base import SamplingParams
+from skyrl.inference.vllm_engine import VLLMEngine
+from skyrl.inference.weight_sync import plan_buckets, tensor_spec
+from skyrl.models import build_tiny_model
+from skyrl.workers.distributed import find_free_port
+
+if __name__ == "__main__":
+    engine = VLLMEngine(build_tiny_model(), kv_cache_memory_bytes=16 << 20, max_model_len=512)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
+    weights = {n: p.detach().clone() for n, p in other.named_parameters()}
+    plan = plan_buckets((tensor_spec(n, t.shape, t.dtype) for n, t in weights.items()), 64 << 10)
+    port = find_free_port()
+    sender = start_sender(__import__("pathlib").Path(sys.argv[2]), weights, plan, port, 2)
+    engine.join_weight_sync("127.0.0.1", port, 1, 2, "gloo")
+    engine.receive_weights(plan)
+    finish(sender)
+    prompt = AutoTokenizer.from_pretrained(build_tiny_model()).encode("What is 12 + 7?")
+    [[c]] = engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))
+    with torch.no_grad():
+        logits = other(torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1 : -1]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+    print("max logprob diff", (torch.tensor(c.logprobs) - expected).abs().max().item())
+"""
+
+
+def test_broadcast_reaches_an_engine_core_in_another_process(tmp_path):
+    """vLLM's multiprocess layout (its default on GPUs, and with tensor parallelism): the
+    object store cannot pickle tensors to it ("cannot pickle memoryview objects"), the
+    broadcast group can, since only the plan crosses the RPC."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "engine.py"
+    script.write_text(SEPARATE_PROCESS_ENGINE)
+    helpers = str(Path(__file__).parent)
+    result = subprocess.run(
+        [sys.executable, str(script), helpers, str(tmp_path)],
+        capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    diff = float(result.stdout.split("max logprob diff")[1].split()[0])
+    assert diff < 1e-4  # stale weights (seed 0) would be off by whole nats
