@@ -13,18 +13,30 @@ SENDER = """
 import json, sys, torch
 from skyrl.inference.weight_sync import join_group, send_bucket
 weights_file, port, world_size, plan = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-weights = torch.load(weights_file)
-group = join_group("127.0.0.1", port, 0, world_size, "gloo", timeout_s=60)
+backend, device = sys.argv[5], torch.device(sys.argv[6])
+if device.type == "cuda":
+    torch.cuda.set_device(device)
+weights = {name: t.to(device) for name, t in torch.load(weights_file).items()}
+group = join_group("127.0.0.1", port, 0, world_size, backend, timeout_s=60)
 for bucket in plan:
     send_bucket(group, bucket, [weights[name] for name, _, _ in bucket])
 """
 
 
-def start_sender(tmp_path, weights: dict[str, torch.Tensor], plan, port: int, world_size: int):
-    """A separate process that joins as rank 0 and broadcasts ``weights`` per ``plan``."""
+def start_sender(
+    tmp_path,
+    weights: dict[str, torch.Tensor],
+    plan,
+    port: int,
+    world_size: int,
+    backend: str = "gloo",
+    device: str = "cpu",
+):
+    """A separate process that joins as rank 0 and broadcasts ``weights`` (moved to
+    ``device``) per ``plan``."""
     weights_file = tmp_path / "weights.pt"
     torch.save(weights, weights_file)
-    args = [str(weights_file), str(port), str(world_size), json.dumps(plan)]
+    args = [str(weights_file), str(port), str(world_size), json.dumps(plan), backend, device]
     return subprocess.Popen(
         [sys.executable, "-c", SENDER, *args], stderr=subprocess.PIPE, text=True
     )
