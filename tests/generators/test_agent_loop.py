@@ -1,5 +1,8 @@
-"""Agent loop: masks, step-wise rows, prefix invariant, budget, env faults, batching, real engine."""
+"""Agent loop: masks, step-wise rows, prefix invariant, budget, env faults, batching, engine
+thread and errors, real engine."""
 
+import asyncio
+import threading
 import time
 
 import pytest
@@ -151,6 +154,36 @@ def test_lockstep_turns_batch_into_one_engine_call(tok):
     engine = FakeEngine(tok)
     make(tok, engine, TwoToolTurns, True).generate(ROWS, 4, SamplingParams())
     assert engine.calls == [8, 8, 8]
+
+
+def test_engine_runs_on_the_calling_thread(tok):
+    """In-process engines keep torch on the thread that owns its OpenMP team (batcher.py)."""
+    threads = []
+
+    class Recording(FakeEngine):
+        def generate(self, prompts, sampling):
+            threads.append(threading.get_ident())
+            return super().generate(prompts, sampling)
+
+    gen = make(tok, Recording(tok), TwoToolTurns, False)
+    gen.generate(ROWS, 2, SamplingParams())
+    assert threads == [threading.get_ident()] * 3
+
+    async def from_a_running_event_loop():  # Jupyter
+        return gen.generate(ROWS, 1, SamplingParams())
+
+    threads.clear()
+    assert len(asyncio.run(from_a_running_event_loop())) == 2
+    assert threads == [threading.get_ident()] * 3
+
+
+def test_engine_error_reaches_the_caller(tok):
+    class Broken(FakeEngine):
+        def generate(self, prompts, sampling):
+            raise RuntimeError("engine fell over")
+
+    with pytest.raises(RuntimeError, match="engine fell over"):
+        make(tok, Broken(tok), TwoToolTurns, False).generate(ROWS, 2, SamplingParams())
 
 
 def test_prefix_violation_names_turn(tok):
