@@ -84,9 +84,11 @@ def _run(cfg, output_dir: Path) -> TrainResult:
     """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
     import ray
 
+    from skyrl.models.resolve import with_local_model_paths
     from skyrl.tracking.summary import format_summary, plot_history
     from skyrl.trainer.trainer import RLTrainer
 
+    cfg = with_local_model_paths(cfg)  # a bad model.path fails here, before Ray starts
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):  # a running cluster: use it as it is
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)

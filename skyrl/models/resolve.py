@@ -22,10 +22,15 @@ to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from skyrl.config.root import SkyRLConfig
 
 TINY = "skyrl-tiny"
 """``model.path=skyrl-tiny``: the tiny random model + local tokenizer (smoke runs, tests)."""
@@ -86,6 +91,16 @@ _TOKENIZER = _Wanted(
 def resolve_model_path(path: str) -> str:
     """A local directory holding the model ``path`` names (see the module docstring)."""
     return _resolve(path, _MODEL)
+
+
+def with_local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
+    """``cfg`` with ``model.path`` and ``model.tokenizer_path`` (None = the model's) resolved to
+    local directories, so Ray workers and engines never look anything up themselves."""
+    model_path = resolve_model_path(cfg.model.path)
+    tok = cfg.model.tokenizer_path
+    tokenizer_path = resolve_tokenizer_path(tok) if tok else model_path
+    model = dataclasses.replace(cfg.model, path=model_path, tokenizer_path=tokenizer_path)
+    return dataclasses.replace(cfg, model=model)
 
 
 def resolve_tokenizer_path(path: str) -> str:

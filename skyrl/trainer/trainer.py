@@ -26,7 +26,7 @@ from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import uses_broadcast_sync
 from skyrl.data import PromptRow, load_prompts
 from skyrl.dispatch import MeshDispatch
-from skyrl.models.resolve import resolve_model_path, resolve_tokenizer_path
+from skyrl.models.resolve import with_local_model_paths
 from skyrl.trainer import dynamic_sampling as ds
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
 from skyrl.trainer.dataloader import PromptLoader
@@ -55,14 +55,8 @@ class RLTrainer:
         from skyrl.inference.factory import make_engine
         from skyrl.workers.group import WorkerGroup
 
-        model_path = resolve_model_path(cfg.model.path)
-        tokenizer_path = (
-            resolve_tokenizer_path(cfg.model.tokenizer_path)
-            if cfg.model.tokenizer_path
-            else model_path
-        )
-        model = dataclasses.replace(cfg.model, path=model_path, tokenizer_path=tokenizer_path)
-        self.cfg = dataclasses.replace(cfg, model=model)  # workers see local directories only
+        self.cfg = with_local_model_paths(cfg)  # workers and engines see local directories only
+        model_path, tokenizer_path = self.cfg.model.path, self.cfg.model.tokenizer_path
         self.output_dir = Path(output_dir)
         self.plan = make_plan(self.cfg)
         t = cfg.trainer
