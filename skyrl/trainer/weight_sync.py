@@ -1,6 +1,7 @@
-"""The driver's side of weight sync: which path, and the broadcast group's choreography.
+"""The driver's side of the broadcast weight sync: setting the group up and each sync.
 
-``trainer.weight_sync`` picks the path. ``object_store`` streams buckets from policy
+``trainer.weight_sync`` picks the path (``skyrl.config.validate.uses_broadcast_sync``
+resolves ``auto``). ``object_store`` streams buckets from policy
 rank 0 through Ray into every engine's ``update_weights``. ``broadcast`` opens one
 group (``skyrl.inference.weight_sync``) from policy rank 0 to every engine process
 once, then each sync is one broadcast per bucket: the driver starts rank 0 sending
