@@ -85,6 +85,11 @@ class GeneratorConfig:
         require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
 
     @property
+    def processes_per_engine(self) -> int:
+        """Model processes per engine (each a rank of the broadcast weight-sync group)."""
+        return 1
+
+    @property
     def max_seq_len(self) -> int:
         """Longest training sequence: prompt plus all generated tokens."""
         return self.max_prompt_length + self.max_generate_length
@@ -122,6 +127,11 @@ class VLLMGeneratorConfig(GeneratorConfig):
     """Skip CUDA graphs / torch.compile (fast start; required on CPU)."""
     enable_prefix_caching: bool = True
     """Reuse KV cache across samples of one prompt."""
+
+    @property
+    def processes_per_engine(self) -> int:
+        """Model processes per engine: one per tensor-parallel rank."""
+        return self.tensor_parallel_size
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -105,7 +105,7 @@ def _check_weight_sync(cfg: SkyRLConfig) -> None:
     cannot put policy rank 0 and an engine on one GPU, so the engines need GPUs of their own.
     The object store cannot reach vLLM's tensor-parallel worker processes."""
     if not uses_broadcast_sync(cfg):
-        tp = getattr(cfg.generator, "tensor_parallel_size", 1)
+        tp = cfg.generator.processes_per_engine
         require(
             tp == 1,
             "trainer.weight_sync",

@@ -21,11 +21,6 @@ def _engine_kwargs(cfg: GeneratorConfig, model_path: str, tokenizer_path: str | 
     return kwargs
 
 
-def ranks_per_engine(cfg: GeneratorConfig) -> int:
-    """Model processes per engine, each a rank of the broadcast weight-sync group."""
-    return getattr(cfg, "tensor_parallel_size", 1)
-
-
 def engine_class(backend: str) -> type:
     if backend == "hf":
         from skyrl.inference.hf import HFEngine

@@ -12,7 +12,6 @@ is in it).
 from __future__ import annotations
 
 from skyrl.config.root import SkyRLConfig
-from skyrl.inference.factory import ranks_per_engine
 from skyrl.workers.group import WorkerGroup
 
 
@@ -27,7 +26,7 @@ class BroadcastWeightSync:
             [rank0.weight_sync_plan.remote(bucket_bytes), rank0.weight_sync_address.remote()]
         )
         self.backend = "nccl" if cfg.trainer.num_gpus_per_worker > 0 else "gloo"
-        world_size = 1 + cfg.generator.num_engines * ranks_per_engine(cfg.generator)
+        world_size = 1 + cfg.generator.num_engines * cfg.generator.processes_per_engine
         joining = policy.submit("join_weight_sync", host, port, world_size, self.backend)
         engine.join_weight_sync(host, port, 1, world_size, self.backend)
         policy.get(joining)

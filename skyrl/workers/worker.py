@@ -241,20 +241,12 @@ class TrainingWorker:
     def iter_weight_buckets(self, bucket_bytes: int = 256 << 20):
         """Streaming variant: yields ``{name: tensor}`` buckets of about ``bucket_bytes`` (rank 0 only;
         other ranks take part in the gathers and yield nothing)."""
-        bucket, size = {}, 0
-        for name, tensor in self._gathered_params():
-            if self.rank != 0:
-                continue
-            bucket[name] = tensor.cpu().clone()
-            size += tensor.numel() * tensor.element_size()
-            if size >= bucket_bytes:
-                yield bucket
-                bucket, size = {}, 0
-        if bucket:
-            yield bucket
+        for bucket, tensors in self._planned_buckets(self.weight_sync_plan(bucket_bytes)):
+            if self.rank == 0:
+                yield {spec[0]: t.cpu().clone() for spec, t in zip(bucket, tensors, strict=True)}
 
     def weight_sync_plan(self, bucket_bytes: int) -> list:
-        """The buckets (name, shape, dtype) that ``broadcast_weights`` sends, in its order."""
+        """The buckets (name, shape, dtype) that both sync paths send, in the model's order."""
         from skyrl.inference.weight_sync import plan_buckets, tensor_spec
 
         specs = (
@@ -281,6 +273,14 @@ class TrainingWorker:
         every rank takes part in the gathers (ZeRO-3)."""
         from skyrl.inference.weight_sync import send_bucket
 
+        for bucket, tensors in self._planned_buckets(plan):
+            if self.rank == 0:
+                send_bucket(self.sync_group, bucket, tensors)
+
+    def _planned_buckets(self, plan: list):
+        """``(bucket, tensors)`` per bucket of ``plan``, the names checked against the model's;
+        every rank takes part in the gathers (ZeRO-3), only rank 0 keeps the tensors (None
+        elsewhere)."""
         params = self._gathered_params()
         for bucket in plan:
             tensors = []
@@ -288,9 +288,8 @@ class TrainingWorker:
                 name, tensor = next(params)
                 if name != spec[0]:
                     raise RuntimeError(f"weight sync plan expects {spec[0]}, model gave {name}")
-                tensors.append(tensor)
-            if self.rank == 0:
-                send_bucket(self.sync_group, bucket, tensors)
+                tensors.append(tensor if self.rank == 0 else None)
+            yield bucket, tensors
         for name, _ in params:
             raise RuntimeError(f"weight sync plan misses parameter {name}")
 
