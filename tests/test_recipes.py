@@ -140,7 +140,7 @@ def test_custom_loss_hand_value_through_the_worker_objective(repo_on_path):
     typed = validate(_compose("experiment=custom_loss"))
     ex = _loss_example()
     logprobs = ex.pop("logprobs").requires_grad_(True)
-    loss, metrics = policy_loss(logprobs, None, TrainingInputBatch(ex), typed.algorithm)
+    loss, sums = policy_loss(logprobs, None, TrainingInputBatch(ex), typed.algorithm)
     # r = pi / pi_old = [0.5 / 0.25, 0.25 / 0.25] = [2, 1] on the two loss tokens;
     # L_t = -A_t r_t = [-1 * 2, 3 * 1] = [-2, 3]; loss = 0.5 * -2 + 0.5 * 3 = 0.5.
     # PPO would clip r = 2 to 1.2 there: 0.5 * -1.2 + 0.5 * 3 = 0.9.
@@ -148,10 +148,11 @@ def test_custom_loss_hand_value_through_the_worker_objective(repo_on_path):
     # dL/dlogp_t = w_t * (-A_t r_t) = [0.5 * -2, 0.5 * 3, 0] = [-1, 1.5, 0]
     loss.backward()
     torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.0, 1.5, 0.0]]))
-    assert metrics["loss_tokens"] == 2
-    assert metrics["outside_clip_tokens"] == 1  # r = 2 > 1 + eps_clip_high = 1.2
+    assert sums.loss == pytest.approx(0.5, abs=1e-6)
+    assert sums.loss_tokens == 2
+    assert sums.flag_tokens["outside_clip"] == 1  # r = 2 > 1 + eps_clip_high = 1.2
     # approx_kl = (r - 1) - log r = (2 - 1 - ln 2) + 0
-    assert metrics["approx_kl_sum"] == pytest.approx(1 - math.log(2), abs=1e-6)
+    assert sums.token_sums["approx_kl"] == pytest.approx(1 - math.log(2), abs=1e-6)
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ Layout (every stage relies on it):
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -47,6 +47,31 @@ KNOWN_FIELDS = TOKEN_FIELDS + ROW_FIELDS
 RowIndex = int | slice | Sequence[int] | np.ndarray | torch.Tensor
 
 
+class RowMetadata(TypedDict, total=False):
+    """The metadata a batch may carry. Per-row lists have one entry per row (``B``)."""
+
+    uids: list[str]
+    """Prompt id of each row (shared by every sample and turn of one prompt)."""
+    trajectory_ids: list[str]
+    """``<uid>/<sample>``."""
+    is_last_step: list[bool]
+    """True on the last row of each trajectory."""
+    data_sources: list[str]
+    stop_reasons: list[str]
+    policy_versions: list[list[tuple[int, int]]]
+    """Per row, ``(version at dispatch, version at finish)`` of each LLM turn it holds."""
+    is_padding: list[bool]
+    """True on rows ``pad_training_input_batch`` added (zero loss)."""
+    source_rows: list[int]
+    """Per chunk row, its row in the staged batch (-1 for padding; set by dispatch)."""
+    pad_size: int
+    """Rows added by ``pad_training_input_batch``."""
+    mini_batch_index: int
+    """Which mini-batch of the step a staged chunk belongs to (dispatch)."""
+    rank_token_imbalance: float
+    """Busiest rank's tokens over the mean, for the chunk's mini-batch (dispatch)."""
+
+
 class TrainingInputBatch:
     """Named tensors sharing the first dimension ``B``, plus ``metadata``.
 
@@ -57,7 +82,7 @@ class TrainingInputBatch:
     """
 
     def __init__(
-        self, tensors: dict[str, torch.Tensor | None], metadata: dict[str, Any] | None = None
+        self, tensors: Mapping[str, torch.Tensor | None], metadata: Mapping[str, Any] | None = None
     ):
         self.tensors: dict[str, torch.Tensor] = {k: v for k, v in tensors.items() if v is not None}
         self.metadata: dict[str, Any] = dict(metadata or {})
@@ -89,10 +114,30 @@ class TrainingInputBatch:
     def __contains__(self, key: str) -> bool:
         return key in self.tensors
 
+    def require(self, key: str) -> torch.Tensor:
+        """The field ``key``; a ``KeyError`` naming it (and the fields present) if absent."""
+        if key not in self.tensors:
+            raise KeyError(f"batch has no {key!r} (fields: {', '.join(self.tensors)})")
+        return self.tensors[key]
+
     def get(self, key: str, default: torch.Tensor | None = None) -> torch.Tensor | None:
         return self.tensors.get(key, default)
 
+    # The three fields every batch carries are typed as present; a missing one is a KeyError.
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return self.tensors["input_ids"]
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.tensors["attention_mask"]
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        return self.tensors["loss_mask"]
+
     def __getattr__(self, name: str) -> torch.Tensor | None:
+        """Any other field by name; a known optional field that is absent is None."""
         if name.startswith("__") or name in ("tensors", "metadata"):
             raise AttributeError(name)
         tensors = self.__dict__.get("tensors", {})
@@ -176,8 +221,7 @@ class TrainingInputBatch:
 
     def replace(self, **tensors: torch.Tensor | None) -> TrainingInputBatch:
         """A new batch with some fields set (None removes one); metadata copied."""
-        new = dict(self.tensors)
-        new.update(tensors)
+        new: dict[str, torch.Tensor | None] = {**self.tensors, **tensors}
         return TrainingInputBatch(new, copy.copy(self.metadata))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TrainingInputBatch:

@@ -33,12 +33,12 @@ def one_line_error(exc: BaseException) -> str:
 
 
 def _omegaconf_error(exc: OmegaConfBaseException) -> str:
-    key = exc.full_key
+    key = exc.full_key or ""  # one_line_error only calls this when it is set
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
         leaf = key.rsplit(".", 1)[-1]
         hint = _suggest(leaf, _field_names(getattr(exc, "object_type", None)))
         return f"error: {key}: unknown key{hint}"
-    return f"error: {key}: {_first_line(exc.msg)}"
+    return f"error: {key}: {_first_line(exc.msg or '')}"
 
 
 def _missing_option(exc: MissingConfigException) -> str:

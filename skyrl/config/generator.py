@@ -41,6 +41,10 @@ class GeneratorConfig:
 
     backend: str = "hf"
     """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    agent: str = "agent_loop"
+    """Rollout driver: ``agent_loop`` (the built-in multi-turn ``TextEnv`` loop) or the import
+    path ``module.attr`` of a factory ``(DriverContext) -> RolloutDriver``
+    (``skyrl.generators.trajectory``). Independent of the engine backend."""
     num_engines: int = 1
     """Inference engines; more than one run as Ray actors behind a load balancer."""
     num_gpus_per_engine: float = 0.0

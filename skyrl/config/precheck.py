@@ -43,15 +43,16 @@ def precheck_command_line(argv: list[str]) -> str | None:
 
 def _override_sets(overrides: list[str], multirun: bool) -> list[list[str]]:
     """One override list per config to check: the fixed ones plus one sweep value at a time."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parsed = OverridesParser.create().parse_overrides(overrides)  # one per line, in order
+    pairs = list(zip(overrides, parsed, strict=True))
     plain = [
-        o.input_line
-        for o in parsed
+        line
+        for line, o in pairs
         if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")
     ]
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if not multirun or not sweeps:
-        return [plain + [o.input_line for o in sweeps if not multirun]]
+        return [plain + [line for line, o in pairs if o.is_sweep_override() and not multirun]]
     sets = []
     for sweep in sweeps:
         prefix = (

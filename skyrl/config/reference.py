@@ -218,11 +218,19 @@ def _choices(defaults: list[Any]) -> tuple[str | None, list[str]]:
     return schema, choices
 
 
+def _yaml_mapping(text: str) -> dict[str, Any]:
+    """A YAML mapping as plain Python containers (an empty file is ``{}``)."""
+    data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a YAML mapping, got {type(data).__name__}")
+    return {str(k): v for k, v in data.items()}
+
+
 def read_option(path: Path) -> GroupOption:
     """The option YAML at ``conf/<group>/<name>.yaml``; group options keep only non-default keys."""
     group, name = path.parent.name, path.stem
     text = path.read_text()
-    data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
+    data = _yaml_mapping(text)
     schema_name, choices = _choices(data.pop("defaults", []))
     settings = _flatten(data) if data else {}
     if group != EXPERIMENT_GROUP:
@@ -241,7 +249,7 @@ def group_options(group: str) -> list[GroupOption]:
 
 def default_choices() -> dict[str, str]:
     """``{group: option}`` that ``conf/config.yaml`` selects by default."""
-    data = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"), resolve=False)
+    data = _yaml_mapping((CONF_DIR / "config.yaml").read_text())
     return {
         str(k): str(v)
         for entry in data.get("defaults", [])
@@ -330,7 +338,10 @@ def render_options(group: str, default: str | None) -> list[str]:
 
 def _source_path(cls: type) -> str:
     """Where ``cls`` is defined, relative to the package's parent (``skyrl/config/x.py``)."""
-    return Path(inspect.getsourcefile(cls)).resolve().relative_to(REPO_ROOT).as_posix()
+    source = inspect.getsourcefile(cls)
+    if source is None:
+        raise TypeError(f"{cls.__qualname__} has no source file")
+    return Path(source).resolve().relative_to(REPO_ROOT).as_posix()
 
 
 def render_group(group: str, default: str | None) -> list[str]:

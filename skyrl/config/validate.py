@@ -28,7 +28,9 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     _run_imports(cfg)
     for group in GROUPS:
         _check_node(cfg[group], group)
-    typed: SkyRLConfig = OmegaConf.to_object(cfg)
+    typed = OmegaConf.to_object(cfg)
+    if not isinstance(typed, SkyRLConfig):  # config.yaml's defaults list skyrl_schema
+        raise TypeError(f"the root config is not a SkyRLConfig but {type(typed).__name__}")
     _check_batch_sizes(typed)
     _check_algorithm(typed)
     _check_weight_sync(typed)
@@ -52,7 +54,7 @@ def _check_node(node: DictConfig, path: str) -> None:
     for key in node:
         child = node._get_node(key)
         if isinstance(child, DictConfig) and OmegaConf.get_type(child) not in (dict, None):
-            _check_node(child, f"{path}.{key}")
+            _check_node(child, f"{path}.{key!s}")
     if not dataclasses.is_dataclass(OmegaConf.get_type(node)):
         return
     try:

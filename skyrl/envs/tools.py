@@ -15,8 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
-_OPS = {
+_OPS: dict[type[ast.operator | ast.unaryop], Callable[..., Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from skyrl.tracking import metric_names as names
+
 
 def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]:
     if not trajs:
@@ -20,14 +22,14 @@ def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]
     for (source, _), rewards in by_prompt.items():
         passes[source].append(float(max(rewards) >= 1.0))
     m = {
-        "generate/response_length_mean": sum(gen_lens) / len(trajs),
+        names.RESPONSE_LENGTH: sum(gen_lens) / len(trajs),
         "generate/response_length_max": float(max(gen_lens)),
         "generate/turns_mean": sum(len(t.turns) for t in trajs) / len(trajs),
         "generate/truncation_rate": sum(
             t.stop_reason in ("length", "budget", "max_turns") for t in trajs
         )
         / len(trajs),
-        "generate/reward_mean": sum(t.reward for t in trajs) / len(trajs),
+        names.REWARD: sum(t.reward for t in trajs) / len(trajs),
         "env/errors": float(sum(t.env_errors for t in trajs)),
         "generate/tokens_per_s": sum(gen_lens) / max(elapsed_s, 1e-9),
         "generate/seconds": elapsed_s,

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+TurnVersions = tuple[int, int]
+"""``(policy version when the turn's request was dispatched, when it finished)``."""
+
 
 @dataclass
 class GeneratorOutput:
@@ -38,6 +41,10 @@ class GeneratorOutput:
     stop_reasons: list[str]
     """[B] ``stop``, ``length`` (turn hit max tokens), ``budget`` (trajectory token budget ran out),
     ``max_turns``, or ``env_error``."""
+    policy_versions: list[list[TurnVersions]]
+    """[B][turns of the row] ``(version at dispatch, version at finish)`` of each LLM turn the
+    row holds: one per row in step-wise mode, every turn of the trajectory otherwise (none for
+    a trajectory whose env failed before its first turn)."""
     step_wise: bool = False
     """Whether rows are turns (True) or whole trajectories (False)."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -69,6 +76,8 @@ class GeneratorOutput:
                 )
         for i in range(n):
             r = len(self.response_token_ids[i])
+            if self.step_wise and len(self.policy_versions[i]) != 1 and r:
+                raise ValueError(f"row {i}: a step-wise row holds one turn's policy versions")
             if len(self.loss_masks[i]) != r or len(self.rollout_logprobs[i]) != r:
                 raise ValueError(
                     f"row {i}: loss mask / logprobs length differ from response length {r}"
@@ -107,7 +116,7 @@ class GeneratorOutput:
 
 ROW_FIELDS = (
     "prompt_token_ids", "response_token_ids", "loss_masks", "rollout_logprobs", "rewards",
-    "uids", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons",
+    "uids", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons", "policy_versions",
 )  # fmt: skip
 """The per-row list fields, in constructor order."""
 
@@ -129,12 +138,14 @@ def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
     """``TrainingInputBatch`` with right-padded ``[B, S]`` tensors aligned with ``input_ids``.
 
     ``loss_mask`` and ``rollout_logprobs`` at position t refer to token t (0 on the
-    prompt and padding); ``rewards`` is ``[B]``; metadata carries ``uids``,
-    ``trajectory_ids``, ``is_last_step`` and ``data_sources``.
+    prompt and padding); ``rewards`` is ``[B]``; the metadata (``RowMetadata``) carries
+    ``uids``, ``trajectory_ids``, ``is_last_step``, ``data_sources``, ``stop_reasons`` and
+    ``policy_versions``.
     """
     import torch
 
     from skyrl.batch import TrainingInputBatch
+    from skyrl.batch.training_batch import RowMetadata
 
     output.validate()
     seqs = [p + r for p, r in zip(output.prompt_token_ids, output.response_token_ids, strict=True)]
@@ -157,10 +168,12 @@ def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
             "rollout_logprobs": logprobs,
             "rewards": torch.tensor(output.rewards, dtype=torch.float32),
         },
-        {
-            "uids": list(output.uids),
-            "trajectory_ids": list(output.trajectory_ids),
-            "is_last_step": list(output.is_last_step),
-            "data_sources": list(output.data_sources),
-        },
+        RowMetadata(
+            uids=list(output.uids),
+            trajectory_ids=list(output.trajectory_ids),
+            is_last_step=list(output.is_last_step),
+            data_sources=list(output.data_sources),
+            stop_reasons=list(output.stop_reasons),
+            policy_versions=[list(v) for v in output.policy_versions],
+        ),
     )

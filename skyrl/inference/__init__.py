@@ -1,10 +1,18 @@
-"""Inference engines: generate from token ids (tokens + logprobs out), update weights.
+"""Inference engines: one request (prompt token ids) in, sampled tokens + logprobs out.
 
-``make_engine(cfg, model_path)`` builds the engine (or the load-balancing client
-over several) that ``generator.backend`` names.
+``make_engine(cfg, model_path)`` builds the client over the engine(s) that
+``generator.backend`` names; ``generate_batch`` is the blocking many-prompt call.
 """
 
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams
 from skyrl.inference.factory import make_engine
+from skyrl.inference.local import generate_batch, run_serving
 
-__all__ = ["Completion", "InferenceEngine", "SamplingParams", "make_engine"]
+__all__ = [
+    "Completion",
+    "InferenceEngine",
+    "SamplingParams",
+    "generate_batch",
+    "make_engine",
+    "run_serving",
+]

@@ -1,16 +1,32 @@
-"""The inference-engine interface: token ids in, token ids + logprobs out.
+"""The inference-engine interface: one request (one turn of one trajectory) in, one completion out.
 
-The trainer never re-tokenizes generated text: engines take prompt token ids
-and return the sampled token ids with the logprob of each under the model's
-raw (untempered) distribution, which is what off-policy correction compares
-against the trainer's own forward pass.
+Every engine, in-process or a Ray actor behind ``EngineClient``, implements
+``InferenceEngine``: ``generate`` is a coroutine awaited once per request, so each
+trajectory advances on its own and batching is the engine's business (vLLM
+schedules continuously; the hf engine batches what is queued). The control
+methods (weights, prefix cache, sleep, shutdown) are plain calls, made between
+generations or, for an engine that serves on another thread, run on that thread.
+
+The logprob convention, decided here for every engine and the trainer:
+``Completion.logprobs[i]`` is ``log softmax(logits / T)[token_i]``, the
+log-probability under the distribution the token was sampled from AFTER
+temperature scaling (``logprob_temperature``; greedy, T = 0, reports T = 1).
+Top-p, top-k and min-p truncation is applied on NEITHER side: an engine samples
+from the truncated distribution but reports the untruncated tempered logprob,
+which is what the trainer's forward (``skyrl.workers.logprobs``) computes.
+
+Seeds: ``request_seed`` derives each request's seed from a base seed (run seed,
+step, sampling round), the prompt uid, the sample and the turn, so a run is
+reproducible and samples of different prompts draw independent streams.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,11 +40,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SamplingParams(SamplingConfig):
-    """Sampling for one ``generate`` call: the ``generator.sampling`` fields plus ``n`` samples
-    per prompt and ``max_tokens``."""
+    """Sampling for one request: the ``generator.sampling`` fields plus ``n`` and ``max_tokens``.
+
+    ``InferenceEngine.generate`` takes one sample per request (``n`` is read only by
+    ``generate_batch``); ``seed`` is that request's own seed (None: unseeded).
+    """
 
     n: int = 1
-    """Samples per prompt."""
+    """Samples per prompt (``generate_batch``)."""
     max_tokens: int = 64
     """New tokens per sample."""
 
@@ -40,6 +59,18 @@ class SamplingParams(SamplingConfig):
         return cls(n=n, max_tokens=max_tokens, **fields)
 
 
+def logprob_temperature(temperature: float) -> float:
+    """The temperature logprobs are reported at: the sampling temperature, 1 for greedy."""
+    return temperature if temperature > 0 else 1.0
+
+
+def request_seed(base: int, uid: str, sample: int, turn: int) -> int:
+    """A 31-bit seed for turn ``turn`` of sample ``sample`` of prompt ``uid`` (a stable hash:
+    the same arguments give the same seed in every process; different prompts differ)."""
+    digest = hashlib.blake2b(f"{base}|{uid}|{sample}|{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
 @dataclass
 class Completion:
     """One sample: its tokens, the logprob of each, and why it ended."""
@@ -47,7 +78,7 @@ class Completion:
     token_ids: list[int]
     """Sampled token ids (a stop token or the token finishing a stop string is kept)."""
     logprobs: list[float]
-    """log p(token) under the raw model distribution, one per token."""
+    """log p(token) under the tempered, untruncated distribution (module docstring)."""
     finish_reason: str
     """``stop`` (EOS, stop token or stop string) or ``length`` (max_tokens reached)."""
 
@@ -73,12 +104,18 @@ def iter_named_tensors(weights: WeightItems) -> Iterator[tuple[str, torch.Tensor
 
 
 class InferenceEngine(Protocol):
-    """What the generator and the trainer need from an engine."""
+    """What the rollout drivers and the trainer need from an engine."""
 
-    def generate(
-        self, prompt_token_ids: list[list[int]], sampling: SamplingParams
-    ) -> list[list[Completion]]:
-        """Per prompt, ``sampling.n`` completions."""
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        """One sample for one prompt. ``route_key`` (the prompt uid) keeps the requests of
+        one prompt on one engine behind a client; a single engine ignores it."""
+        ...
+
+    def serve(self, done: Future) -> None:
+        """Do this engine's in-process work on the calling thread until ``done`` is done
+        (returns at once for an engine that serves elsewhere, e.g. a Ray actor)."""
         ...
 
     def update_weights(self, weights: WeightItems) -> None:
@@ -100,6 +137,10 @@ class InferenceEngine(Protocol):
     def sleep(self) -> None: ...
 
     def wake_up(self) -> None: ...
+
+    def shutdown(self) -> None:
+        """Release the engine (model, KV cache, actor); the engine is unusable afterwards."""
+        ...
 
 
 _reported: set[str] = set()

@@ -2,52 +2,106 @@
 
 All requests with the same route key (the prompt's uid) go to the same engine,
 so the samples and later turns of a prompt hit that engine's prefix cache. A
-new key goes to the engine with the fewest keys assigned. Engines are called
-in parallel (threads for in-process engines; Ray actors run on their own).
+new key goes to the engine with the fewest keys assigned. Each request is
+awaited on its own, so the engines work in parallel and each batches what it
+has. Control calls fan out to every engine in parallel (threads).
+
+An engine in a Ray actor (``RayEngineHandle``) is built and served on a thread
+of its own inside the actor (``EngineActor``), so all of its torch work runs on
+one thread there, as in-process engines do in the driver.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-from skyrl.inference.base import Completion, SamplingParams, WeightItems
+from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
 
 
 class EngineDiedError(RuntimeError):
     """An inference engine actor died (out of memory, killed, crashed)."""
 
 
+class EngineActor:
+    """Runs inside a Ray actor: builds the engine on a serving thread and serves it there
+    until ``shutdown``; requests and control calls reach that thread."""
+
+    def __init__(self, engine_cls: type, kwargs: dict[str, Any]):
+        built: Future = Future()
+        self._done: Future = Future()
+
+        def build_and_serve() -> None:
+            try:
+                engine = engine_cls(**kwargs)
+            except BaseException as exc:
+                built.set_exception(exc)
+                return
+            built.set_result(engine)
+            engine.serve(self._done)
+
+        self._thread = threading.Thread(target=build_and_serve, name="skyrl-engine", daemon=True)
+        self._thread.start()
+        self.engine: InferenceEngine = built.result()
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        return await self.engine.generate(prompt_ids, sampling)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """A control method of the engine (it runs on the serving thread)."""
+        return getattr(self.engine, method)(*args)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+        self._done.set_result(None)
+
+
 class RayEngineHandle:
-    """An engine class running as a Ray actor, with the engine's sync methods."""
+    """The client side of an ``EngineActor``: the engine interface over Ray calls."""
 
     def __init__(self, actor):
         self.actor = actor
 
     @classmethod
-    def start(cls, engine_cls: type, kwargs: dict, num_cpus: float = 1, num_gpus: float = 0):
+    def start(
+        cls, engine_cls: type, kwargs: dict, num_cpus: float = 1, num_gpus: float = 0
+    ) -> RayEngineHandle:
         import ray
 
-        remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(engine_cls)
-        return cls(remote.remote(**kwargs))
+        remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(EngineActor)
+        return cls(remote.remote(engine_cls, kwargs))
 
-    def _call(self, name, *args, **kwargs):
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        from ray.exceptions import RayActorError
+
+        try:
+            return await self.actor.generate.remote(prompt_ids, sampling)
+        except RayActorError as exc:
+            raise _died("generate", exc) from None
+
+    def serve(self, done: Future) -> None:
+        """The actor serves itself: nothing to do on this thread."""
+
+    def _call(self, name: str, *args: Any) -> Any:
         import ray
         from ray.exceptions import RayActorError
 
         try:
-            return ray.get(getattr(self.actor, name).remote(*args, **kwargs))
+            return ray.get(self.actor.call.remote(name, *args))
         except RayActorError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise EngineDiedError(f"inference engine actor died during {name}: {first}") from None
-
-    def generate(self, prompts, sampling):
-        return self._call("generate", prompts, sampling)
+            raise _died(name, exc) from None
 
     def update_weights(self, weights: WeightItems) -> None:
         self._call("update_weights", list(weights))
 
-    def join_weight_sync(self, *args) -> None:
-        self._call("join_weight_sync", *args)
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        self._call("join_weight_sync", host, port, first_rank, world_size, backend)
 
     def receive_weights(self, plan: list) -> None:
         self._call("receive_weights", plan)
@@ -61,11 +115,29 @@ class RayEngineHandle:
     def wake_up(self) -> None:
         self._call("wake_up")
 
+    def shutdown(self) -> None:
+        """Shut the engine down and end the actor."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            ray.get(self.actor.shutdown.remote(), timeout=60)
+        except (RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+        ray.kill(self.actor, no_restart=True)
+
+
+def _died(during: str, exc: Exception) -> EngineDiedError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return EngineDiedError(f"inference engine actor died during {during}: {first}")
+
 
 class EngineClient:
-    """Routes requests over ``engines``; same interface as one engine plus ``route_keys``."""
+    """Routes requests over ``engines``; itself an ``InferenceEngine``."""
 
-    def __init__(self, engines: list):
+    def __init__(self, engines: list[InferenceEngine]):
+        if not engines:
+            raise ValueError("EngineClient needs at least one engine")
         self.engines = engines
         self.assignment: dict[str, int] = {}
         self.load = [0] * len(engines)
@@ -79,38 +151,32 @@ class EngineClient:
             self.load[idx] += 1
         return self.assignment[key]
 
-    def generate(
-        self,
-        prompt_token_ids: list[list[int]],
-        sampling: SamplingParams | list[SamplingParams],
-        route_keys: list[str] | None = None,
-    ) -> list[list[Completion]]:
-        params = sampling if isinstance(sampling, list) else [sampling] * len(prompt_token_ids)
-        keys = route_keys or [str(tuple(p)) for p in prompt_token_ids]
-        per_engine: dict[int, list[int]] = {}
-        for i, key in enumerate(keys):
-            per_engine.setdefault(self.route(key), []).append(i)
-        futures = {
-            e: self.pool.submit(
-                self.engines[e].generate,
-                [prompt_token_ids[i] for i in idx],
-                [params[i] for i in idx],
-            )
-            for e, idx in per_engine.items()
-        }
-        result: list[list[Completion] | None] = [None] * len(keys)
-        for e, idx in per_engine.items():
-            for i, group in zip(idx, futures[e].result(), strict=True):
-                result[i] = group
-        return result  # type: ignore[return-value]
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        engine = self.engines[self.route(route_key or str(tuple(prompt_ids)))]
+        return await engine.generate(prompt_ids, sampling, route_key)
 
-    def _all(self, name: str, *args) -> None:
-        for f in [self.pool.submit(getattr(e, name), *args) for e in self.engines]:
-            f.result()
+    def serve(self, done: Future) -> None:
+        """Serve the first engine on this thread and the others on helper threads (engines
+        that serve themselves, Ray actors, return at once)."""
+        helpers = [
+            threading.Thread(target=e.serve, args=(done,), name=f"skyrl-engine-{i}", daemon=True)
+            for i, e in enumerate(self.engines[1:], start=1)
+        ]
+        for thread in helpers:
+            thread.start()
+        self.engines[0].serve(done)
+        for thread in helpers:
+            thread.join()
+
+    def _all(self, call: Callable[[InferenceEngine], None]) -> None:
+        for future in [self.pool.submit(call, e) for e in self.engines]:
+            future.result()
 
     def update_weights(self, weights: WeightItems) -> None:
         named = list(weights)  # every engine needs the full list
-        self._all("update_weights", named)
+        self._all(lambda e: e.update_weights(named))
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -133,13 +199,17 @@ class EngineClient:
             f.result()
 
     def receive_weights(self, plan: list) -> None:
-        self._all("receive_weights", plan)
+        self._all(lambda e: e.receive_weights(plan))
 
     def reset_prefix_cache(self) -> None:
-        self._all("reset_prefix_cache")
+        self._all(lambda e: e.reset_prefix_cache())
 
     def sleep(self) -> None:
-        self._all("sleep")
+        self._all(lambda e: e.sleep())
 
     def wake_up(self) -> None:
-        self._all("wake_up")
+        self._all(lambda e: e.wake_up())
+
+    def shutdown(self) -> None:
+        self._all(lambda e: e.shutdown())
+        self.pool.shutdown(wait=False)

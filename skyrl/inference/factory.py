@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from skyrl.config.generator import GeneratorConfig
+from typing import Any
+
+from skyrl.config.generator import GeneratorConfig, HFGeneratorConfig, VLLMGeneratorConfig
+from skyrl.inference.base import InferenceEngine
+from skyrl.inference.client import EngineClient, RayEngineHandle
 
 
-def _engine_kwargs(cfg: GeneratorConfig, model_path: str, tokenizer_path: str | None) -> dict:
-    kwargs = {"model_path": model_path, "tokenizer_path": tokenizer_path}
-    if cfg.backend == "hf":
-        kwargs["max_batch_size"] = getattr(cfg, "max_batch_size", 64)
-    else:
+def _engine_kwargs(
+    cfg: GeneratorConfig, model_path: str, tokenizer_path: str | None
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model_path": model_path, "tokenizer_path": tokenizer_path}
+    if isinstance(cfg, HFGeneratorConfig):
+        kwargs["max_batch_size"] = cfg.max_batch_size
+    elif isinstance(cfg, VLLMGeneratorConfig):
         kwargs.update(
             kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
@@ -36,18 +42,18 @@ def make_engine(
     model_path: str,
     tokenizer_path: str | None = None,
     use_ray: bool | None = None,
-):
-    """One engine in-process, or ``num_engines`` behind a client: Ray actors by default (always
-    when the engines get GPUs of their own, ``generator.num_gpus_per_engine``)."""
+) -> EngineClient:
+    """The client over ``num_engines`` engines: one in-process engine by default, Ray actors
+    when there are several (unless ``use_ray=False``) and always when the engines get GPUs
+    of their own (``generator.num_gpus_per_engine``)."""
     cls = engine_class(cfg.backend)
     kwargs = _engine_kwargs(cfg, model_path, tokenizer_path)
     if cfg.num_gpus_per_engine > 0:
         use_ray = True
-    if cfg.num_engines == 1 and not use_ray:
-        return cls(**kwargs)
-    from skyrl.inference.client import EngineClient, RayEngineHandle
-
-    if use_ray is None or use_ray:
+    if use_ray is None:
+        use_ray = cfg.num_engines > 1
+    engines: list[InferenceEngine]
+    if use_ray:
         engines = [
             RayEngineHandle.start(cls, kwargs, num_gpus=cfg.num_gpus_per_engine)
             for _ in range(cfg.num_engines)

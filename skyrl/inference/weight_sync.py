@@ -78,12 +78,13 @@ def join_group(
     call this at about the same time (it returns once all have joined, gloo, or at the first
     collective, NCCL)."""
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(
+    tcp_store = dist.TCPStore(
         host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False
     )
-    store = dist.PrefixStore("skyrl-weight-sync", store)
+    store = dist.PrefixStore("skyrl-weight-sync", tcp_store)
     if backend == "nccl":
-        return dist.ProcessGroupNCCL(store, rank, world_size)
+        # Options() is the binding's default; torch's stub marks the argument required.
+        return dist.ProcessGroupNCCL(store, rank, world_size, dist.ProcessGroupNCCL.Options())
     if backend == "gloo":
         return dist.ProcessGroupGloo(store, rank, world_size, timeout)
     raise ValueError(f"weight sync backend must be 'nccl' or 'gloo', got {backend!r}")

@@ -132,7 +132,7 @@ def _sources(repo_id: str) -> list[Callable[[str, _Wanted], str]]:
     """The lookups to try for a hub id, in order."""
     from skyrl.models import smollm2
 
-    sources = [_from_hf_cache, _from_hub]
+    sources: list[Callable[[str, _Wanted], str]] = [_from_hf_cache, _from_hub]
     if repo_id == smollm2.MODEL_ID:
         sources.append(_from_smollm2_wheel)
     return sources

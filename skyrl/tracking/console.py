@@ -47,26 +47,32 @@ class ConsoleSink:
         self.bar.close()
 
 
+COLUMNS = {
+    "reward": (names.REWARD, ".3f"),
+    "len": (names.RESPONSE_LENGTH, ".1f"),
+    "kl": (names.KL, ".2g"),
+    "loss": (names.POLICY_LOSS, ".3g"),
+    "gnorm": (names.GRAD_NORM, ".3g"),
+}
+"""The line's single-metric columns: label -> (metric name, format). ``eval`` (after
+``reward``) is computed from the ``eval/...pass@1`` keys; the timing part reads
+``names.STEP_TIME`` and ``names.PHASE_TIMES``."""
+
+
 def format_step_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
     """``step 3/20 | reward 0.312 | eval 0.250 | len 41.2 | kl 0.0012 | loss 0.031 | gnorm 0.84
     | 12.3s (gen 40% fwd 12% train 45%)``, skipping whatever the step did not log.
 
     ``eval`` is ``eval/pass@1`` or, when eval sets are logged separately, the mean of their
-    ``eval/...pass@1`` keys.
+    ``eval/...pass@1`` keys; ``kl`` is ``policy/kl`` (only with ``algorithm.use_kl_loss``),
+    ``loss`` the step's mean policy loss, ``gnorm`` its mean grad norm.
     """
     eval_keys = _line_eval_keys(metrics)
-    values = {
-        "reward": (metrics.get(names.REWARD), ".3f"),
-        "eval": (fmean([metrics[k] for k in eval_keys]) if eval_keys else None, ".3f"),
-        "len": (metrics.get(names.RESPONSE_LENGTH), ".1f"),
-        "kl": (next((metrics[k] for k in names.KL if k in metrics), None), ".2g"),
-        "loss": (metrics.get(names.POLICY_LOSS), ".3g"),
-        "gnorm": (metrics.get(names.GRAD_NORM), ".3g"),
-    }
+    columns = [(label, metrics.get(key), spec) for label, (key, spec) in COLUMNS.items()]
+    if eval_keys:  # right after reward
+        columns.insert(1, ("eval", fmean(metrics[k] for k in eval_keys), ".3f"))
     parts = [f"step {step}/{total_steps}"]
-    parts += [
-        f"{label} {value:{spec}}" for label, (value, spec) in values.items() if value is not None
-    ]
+    parts += [f"{label} {value:{spec}}" for label, value, spec in columns if value is not None]
     if names.STEP_TIME in metrics:
         parts.append(_format_timing(metrics))
     return " | ".join(parts)

@@ -1,20 +1,34 @@
-"""Names of the metrics the console line, the plot and the summary read.
+"""Every metric name the trainer's training stage writes and the console line, the plot and the
+summary read, defined once with its unit and its reduction over a step.
 
-They are written by the trainer and its stages; any of them may be missing from a step.
+Producers (the worker losses, ``skyrl.trainer.step_stats``, the trainer) and consumers
+(``console``, ``summary``, sweeps) import these names; any of them may be missing from a step
+(an eval metric on a step without eval, the critic's without a critic).
+
+A training step runs ``update_epochs_per_batch`` passes over its prompt-unit mini-batches,
+one optimizer step each. The ``policy/...`` and ``critic/...`` figures below reduce the
+step's mini-batches of ALL epochs, in the order they were trained; each is a mean, a max, a
+sum or the last value, as its docstring says, never a sum where a mean is meant, so a
+figure does not change with ``policy_mini_batch_size`` at equal optimisation.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 REWARD = "generate/reward_mean"
+"""Mean reward over the step's trajectories."""
 RESPONSE_LENGTH = "generate/response_length_mean"
-KL = ("policy/kl", "policy/kl_loss")
-POLICY_LOSS = "policy/policy_loss"
-GRAD_NORM = "policy/grad_norm"
+"""Mean generated tokens per trajectory (all its turns)."""
+LOGPROB_ABS_DIFF = "rollout/logprob_abs_diff"
+"""Mean |trainer logprob - engine logprob| over the step's trained tokens (nats): ~1e-6 in fp32
+when the engines hold the policy's weights (one logprob convention, ``skyrl.inference.base``)."""
 STEP_TIME = "timing/step_s"
+"""Wall seconds of the whole step."""
 OVERHEAD_FRAC = "timing/overhead_frac"
+"""Share of the step that is neither generation nor the workers' compute."""
 PHASE_TIMES = {
     "gen": "timing/generate_s",
     "fwd": "timing/forward_s",
@@ -22,7 +36,100 @@ PHASE_TIMES = {
     "sync": "timing/sync_s",
     "eval": "timing/eval_s",
 }
-"""The step's phases in loop order, by their short console label."""
+"""The step's phases in loop order, by their short console label (wall seconds)."""
+
+FORWARD_COMPUTE_S = "forward/compute_s"
+"""Seconds the policy, reference and critic ranks computed the step's logprob/value forward
+passes (slowest rank per call, summed); the trainer pops it into ``timing/overhead_frac``."""
+
+KL_TERM = "kl"
+"""Token-sum name of KL(policy || reference) per loss token, the ``use_kl_loss`` term's
+estimator (``algorithm.kl_estimator``), before ``kl_loss_coef``."""
+ENTROPY_TERM = "entropy"
+"""Token-sum name of the policy's token entropy (nats), when ``entropy_coef > 0``."""
+
+
+@dataclass(frozen=True)
+class TrainedRoleMetrics:
+    """The keys ``skyrl.trainer.step_stats`` writes for one trained role (policy or critic).
+
+    Loss figures come from ``skyrl.workers.stats.LossSums``: per mini-batch, a token mean is a
+    sum over its loss tokens divided by its loss-token count; the step reports the mean of
+    those per-mini-batch means over the mini-batches that have loss tokens.
+    """
+
+    role: str
+
+    @property
+    def loss(self) -> str:
+        """Mean over the step's mini-batches of the mini-batch loss ``sum_t w_t L_t`` as the
+        optimizer saw it: the registered policy loss (or the value loss), without the KL and
+        entropy terms, reduced by ``algorithm.loss_reduction`` (a token mean under
+        ``token_mean``)."""
+        return f"{self.role}/loss"
+
+    @property
+    def grad_norm(self) -> str:
+        """Mean over the optimizer steps taken of the global L2 gradient norm before clipping
+        (NaN when every mini-batch was refused)."""
+        return f"{self.role}/grad_norm"
+
+    @property
+    def grad_norm_max(self) -> str:
+        """Max over the optimizer steps taken of the global L2 gradient norm before clipping."""
+        return f"{self.role}/grad_norm_max"
+
+    @property
+    def lr(self) -> str:
+        """Learning rate of the step's LAST optimizer step (the schedule moves per step)."""
+        return f"{self.role}/lr"
+
+    @property
+    def loss_tokens(self) -> str:
+        """Loss tokens trained, summed over the mini-batches (each epoch counts again)."""
+        return f"{self.role}/loss_tokens"
+
+    @property
+    def optimizer_steps(self) -> str:
+        """Optimizer steps taken (mini-batches x epochs, less the refused ones)."""
+        return f"{self.role}/optimizer_steps"
+
+    @property
+    def nonfinite(self) -> str:
+        """Mini-batches refused for a non-finite loss or gradient (no optimizer step), summed."""
+        return f"{self.role}/nonfinite"
+
+    @property
+    def compute_s(self) -> str:
+        """Seconds of forward, backward and optimizer step, slowest rank per mini-batch, summed;
+        the trainer pops it into ``timing/overhead_frac``."""
+        return f"{self.role}/compute_s"
+
+    def token_mean(self, name: str) -> str:
+        """A loss's ``<name>_sum`` as a token mean, averaged over mini-batches: ``approx_kl``
+        (k3 KL(pi_old || pi), policy losses), ``kl`` (``KL_TERM``), ``entropy``
+        (``ENTROPY_TERM``, nats), ``value_error`` ((V - R)^2, critic)."""
+        return f"{self.role}/{name}"
+
+    def token_frac(self, name: str) -> str:
+        """A loss's ``<name>_tokens`` as the share of loss tokens where the flag is on, averaged
+        over mini-batches: ``clip_frac``, ``dual_clip_frac``, ``tis_clip_frac``,
+        ``vf_clip_frac``."""
+        return f"{self.role}/{name}_frac"
+
+    def pack(self, name: str) -> str:
+        """A packing figure (a field of ``skyrl.workers.stats.PackingStats``, unit and step
+        reduction documented there): ``<role>/pack/<name>``."""
+        return f"{self.role}/pack/{name}"
+
+
+POLICY = TrainedRoleMetrics("policy")
+CRITIC = TrainedRoleMetrics("critic")
+
+POLICY_LOSS = POLICY.loss
+GRAD_NORM = POLICY.grad_norm
+KL = POLICY.token_mean(KL_TERM)
+"""``policy/kl``: KL(policy || reference) per token, written when ``algorithm.use_kl_loss``."""
 
 _EVAL_PASS_AT_1 = re.compile(r"^eval/.*pass@1(?!\d)")
 

@@ -21,7 +21,7 @@ class BroadcastWeightSync:
     def __init__(self, policy: WorkerGroup, engine, cfg: SkyRLConfig):
         self.policy, self.engine = policy, engine
         bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
-        rank0 = policy.actors[0]
+        rank0 = policy.actors[0]  # a Ray actor handle
         self.plan, (host, port) = policy.get(
             [rank0.weight_sync_plan.remote(bucket_bytes), rank0.weight_sync_address.remote()]
         )

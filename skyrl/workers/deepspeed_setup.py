@@ -73,7 +73,7 @@ def build_engine(
     optimizer = torch.optim.AdamW(
         params,
         lr=optimizer_cfg.lr,
-        betas=tuple(optimizer_cfg.betas),
+        betas=(optimizer_cfg.betas[0], optimizer_cfg.betas[1]),  # two, checked by the config
         eps=optimizer_cfg.eps,
         weight_decay=optimizer_cfg.weight_decay,
     )

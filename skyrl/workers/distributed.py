@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -61,7 +62,8 @@ def init_distributed(timeout_min: int) -> None:
     if backend == "gloo":
         # Importing deepspeed.comm.torch by name gives the real torch module (a name
         # clash), so patch through sys.modules.
-        sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+        ds_torch: Any = sys.modules["deepspeed.comm.torch"]
+        ds_torch.build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(minutes=timeout_min))
 
 

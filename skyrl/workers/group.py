@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl.config.root import SkyRLConfig
 from skyrl.workers.distributed import find_free_port, node_ip
+from skyrl.workers.stats import TrainStats, combine_ranks
 from skyrl.workers.worker import TrainingWorker
 
 
@@ -55,7 +56,8 @@ class WorkerGroup:
             self.pg = colocate_with.pg
         actor_cls = ray.remote(TrainingWorker)
         addr, port = node_ip(), find_free_port()
-        self.actors = [
+        # Ray's stubs type an actor as the class it wraps (no ``.remote`` on its methods)
+        self.actors: list[Any] = [
             actor_cls.options(
                 num_cpus=t.num_cpus_per_worker * share,
                 num_gpus=t.num_gpus_per_worker * share,
@@ -130,9 +132,9 @@ class WorkerGroup:
         assert out is not None, "forward got no chunks"
         return out
 
-    def train_mini_batch(self, chunks: Sequence[Any]) -> dict[str, float]:
-        """One optimizer step on one mini-batch; rank metrics combined (see ``combine_rank_metrics``)."""
-        return combine_rank_metrics(self.run_chunks("train_mini_batch", chunks))
+    def train_mini_batch(self, chunks: Sequence[Any]) -> TrainStats:
+        """One optimizer step on one mini-batch; the ranks' records combined (``combine_ranks``)."""
+        return combine_ranks(self.run_chunks("train_mini_batch", chunks))
 
     def stream_weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
         """The full weights as ``{name: tensor}`` buckets of about ``bucket_bytes``, streamed from
@@ -152,29 +154,6 @@ class WorkerGroup:
             ray.kill(actor, no_restart=True)
         if self._owns_pg:
             remove_placement_group(self.pg)
-
-
-SAME_ON_ALL_RANKS = ("lr", "grad_norm", "nonfinite", "pack/micro_batch_max_tokens")
-MAX_OVER_RANKS = ("pack/max_micro_batch_tokens", "compute_s")
-RECOMPUTED = ("pack/fill_ratio", "pack/rank_token_imbalance")
-
-
-def combine_rank_metrics(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Additive metrics summed over ranks; lr/grad norm/cap taken once; maxima as max;
-    fill ratio and rank imbalance recomputed from the summed token counts."""
-    combined = {
-        key: sum(m[key] for m in per_rank)
-        for key in per_rank[0]
-        if key not in SAME_ON_ALL_RANKS + MAX_OVER_RANKS + RECOMPUTED
-    }
-    combined.update({k: per_rank[0][k] for k in SAME_ON_ALL_RANKS if k in per_rank[0]})
-    combined.update({k: max(m[k] for m in per_rank) for k in MAX_OVER_RANKS if k in per_rank[0]})
-    tokens = [m.get("pack/local_tokens", 0.0) for m in per_rank]
-    cap = per_rank[0].get("pack/micro_batch_max_tokens", 0.0)
-    micro = combined.get("pack/local_micro_batches", 0.0)
-    combined["pack/fill_ratio"] = sum(tokens) / (micro * cap) if micro and cap else 0.0
-    combined["pack/rank_token_imbalance"] = max(tokens) / max(min(tokens), 1.0)
-    return combined
 
 
 def _first_line(exc: BaseException) -> str:

@@ -65,14 +65,16 @@ def packed_logprobs(
     ).logits[0]
     num_tokens = input_ids.shape[1]
     targets = input_ids[0, 1:]
-    pieces_lp, pieces_ent = [], []
+    pieces_lp: list[torch.Tensor] = []
+    pieces_ent: list[torch.Tensor] = []
     for start in range(0, num_tokens - 1, TOKEN_CHUNK):
         end = min(start + TOKEN_CHUNK, num_tokens - 1)
         lp, ent = _chunk_logprobs(
             logits[start:end], targets[start:end], temperature, compute_entropy
         )
         pieces_lp.append(lp)
-        pieces_ent.append(ent)
+        if ent is not None:
+            pieces_ent.append(ent)
     # Prediction for token t comes from logits at t-1; zero where a sequence starts.
     starts = position_ids[0] == 0
     # The leading 0 is taken from the logits so the result always has a graph: a one-token

@@ -34,7 +34,9 @@ from skyrl.batch.packing import (
     unpack_to_rows,
 )
 from skyrl.config.root import SkyRLConfig
+from skyrl.inference.base import logprob_temperature
 from skyrl.workers.distributed import all_reduce_max, init_distributed, set_dist_env
+from skyrl.workers.stats import LossSums, PackingStats, TrainStats
 
 ROLES = ("policy", "reference", "critic")
 
@@ -65,14 +67,15 @@ class TrainingWorker:
         self.engine = self._build_engine(total_optimizer_steps)
         self.device = torch.device(self.engine.device)
         self.max_tokens = trainer.micro_batch_max_tokens or cfg.generator.max_seq_len
-        temperature = cfg.generator.sampling.temperature
-        self.temperature = temperature if temperature > 0 else 1.0
+        # the engines' logprob convention (skyrl.inference.base): tempered, untruncated
+        self.temperature = logprob_temperature(cfg.generator.sampling.temperature)
 
     def _build_engine(self, total_optimizer_steps: int):
         from skyrl.workers.deepspeed_setup import build_engine
         from skyrl.workers.models import load_causal_lm, load_value_model
 
         t, m = self.cfg.trainer, self.cfg.model
+        model: torch.nn.Module
         if self.role == "critic":
             model = load_value_model(
                 t.critic_model_path or m.path,
@@ -146,37 +149,39 @@ class TrainingWorker:
             "compute_s": time.perf_counter() - started,
         }
 
-    def train_mini_batch(self, chunk: TrainingInputBatch) -> dict[str, float]:
-        """Backward over every micro batch, then exactly ONE optimizer step; additive metrics.
+    def train_mini_batch(self, chunk: TrainingInputBatch) -> TrainStats:
+        """Backward over every micro batch, then exactly ONE optimizer step; this rank's record
+        (``WorkerGroup.train_mini_batch`` combines the ranks').
 
         A non-finite loss (or, at ZeRO 0/1, gradient) on any rank refuses the step on every
-        rank: gradients are dropped, weights and optimizer state stay as they were, and
-        ``nonfinite`` is 1 in the metrics."""
+        rank: gradients are dropped, weights and optimizer state stay as they were, and the
+        record says ``nonfinite``."""
         started = time.perf_counter()
         self.engine.train()
         micro = self._micro_batches(chunk)
-        sums: dict[str, float] = {}
+        sums = LossSums()
         finite = True
         for mb in micro:
-            loss, metrics = self._micro_batch_loss(chunk, mb)
+            loss, mb_sums = self._micro_batch_loss(chunk, mb)
             finite = finite and bool(torch.isfinite(loss.detach()))
             self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + value
+            sums = sums + mb_sums
         refused = all_reduce_max(int(not (finite and self._local_grads_finite()))) > 0
+        lr = float(self.engine.get_lr()[0])  # before step(): the lr this step applies
         if refused:
             self._drop_gradients()
         else:
             self.engine.step()
-        sums.update(
-            {f"pack/{k}": v for k, v in micro_batch_metrics(micro, self.max_tokens).items()}
+        raw_norm = None if refused else self.engine.get_global_grad_norm()
+        grad_norm = float(raw_norm) if raw_norm is not None else math.nan
+        return TrainStats(
+            losses=sums,
+            grad_norm=grad_norm,
+            lr=lr,
+            nonfinite=refused or not math.isfinite(grad_norm),
+            compute_s=time.perf_counter() - started,
+            packing=PackingStats(**micro_batch_metrics(micro, self.max_tokens)),
         )
-        grad_norm = None if refused else self.engine.get_global_grad_norm()
-        sums["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
-        sums["lr"] = float(self.engine.get_lr()[0])
-        sums["nonfinite"] = float(refused or not math.isfinite(sums["grad_norm"]))
-        sums["compute_s"] = time.perf_counter() - started
-        return sums
 
     def _local_grads_finite(self) -> bool:
         """At ZeRO 0/1 the accumulated gradients are still local ``.grad`` tensors; at 2/3 they
@@ -196,12 +201,12 @@ class TrainingWorker:
 
     def _micro_batch_loss(
         self, chunk: TrainingInputBatch, mb: PackedMicroBatch
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, LossSums]:
         from skyrl.workers.losses import critic_loss, policy_loss
 
         out, entropy = self._model_out(mb, compute_entropy=self.cfg.algorithm.entropy_coef > 0)
         if mb.is_empty:  # a filler: zero loss, but its backward keeps ZeRO's collectives in step
-            return out.sum() * 0.0, {}
+            return out.sum() * 0.0, LossSums()
         rows = chunk.select_rows(mb.row_indices).to(self.device)
         unpacked = mb.unpack(out)
         ent = mb.unpack(entropy) if entropy is not None else None

@@ -76,6 +76,7 @@ def make_config(model_path: str):
 
 
 def bench_generate(engine, batch: int) -> tuple[float, int]:
+    from skyrl.inference import generate_batch
     from skyrl.inference.base import SamplingParams
 
     gen = torch.Generator().manual_seed(batch)
@@ -84,7 +85,7 @@ def bench_generate(engine, batch: int) -> tuple[float, int]:
     counted = {}
 
     def run():
-        out = engine.generate(prompts, sampling)
+        out = generate_batch(engine, prompts, sampling)
         counted["tokens"] = sum(len(c[0].token_ids) for c in out)
 
     return timed(run), counted["tokens"]

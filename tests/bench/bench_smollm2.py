@@ -51,11 +51,13 @@ def story_prompts(chat) -> list[list[int]]:
 
 def throughput(engine, prompts, sp) -> tuple[int, float]:
     """Generated tokens and the fastest wall time of ``REPEATS`` runs (after a warm-up)."""
-    engine.generate(prompts, sp)
+    from skyrl.inference import generate_batch
+
+    generate_batch(engine, prompts, sp)
     best, tokens = float("inf"), 0
     for _ in range(REPEATS):
         t0 = time.perf_counter()
-        out = engine.generate(prompts, sp)
+        out = generate_batch(engine, prompts, sp)
         best = min(best, time.perf_counter() - t0)
         tokens = sum(len(c.token_ids) for group in out for c in group)
     return tokens, best
@@ -72,7 +74,7 @@ def accuracy(engine, tok, rows, temperature: float, n: int, max_tokens: int) -> 
     loop = AgentLoop(engine, tok, env, LoopSettings(256, max_tokens, 1))
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)
     t0 = time.perf_counter()
-    out = Generator(loop).generate(rows, n, sp)
+    out = Generator(loop, engine).generate(rows, n, sp)
     secs = time.perf_counter() - t0
     texts = [tok.decode(r, skip_special_tokens=True) for r in out.response_token_ids]
     groups = [out.rewards[i * n : (i + 1) * n] for i in range(len(rows))]

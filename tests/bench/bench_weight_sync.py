@@ -45,6 +45,7 @@ def main() -> None:
     from skyrl.config.validate import validate
     from skyrl.inference.base import SamplingParams
     from skyrl.inference.factory import make_engine
+    from skyrl.inference.local import generate_batch
     from skyrl.inference.weight_sync import spec_nbytes
     from skyrl.models import resolve_model_path
     from skyrl.trainer.weight_sync import BroadcastWeightSync
@@ -62,19 +63,19 @@ def main() -> None:
     engine = make_engine(cfg.generator, path)
     prompt = [engine.tokenizer.encode("The capital of France is")]
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
-    expected = engine.generate(prompt, greedy)[0][0].token_ids
+    expected = generate_batch(engine, prompt, greedy)[0][0].token_ids
 
     bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
     results = {}
     results["object_store"] = timed(
         lambda: engine.update_weights(policy.stream_weight_buckets(bucket_bytes))
     )
-    assert engine.generate(prompt, greedy)[0][0].token_ids == expected
+    assert generate_batch(engine, prompt, greedy)[0][0].token_ids == expected
     t0 = time.perf_counter()
     broadcast = BroadcastWeightSync(policy, engine, cfg)
     setup_s = time.perf_counter() - t0
     results["broadcast (gloo)"] = timed(broadcast.sync)
-    assert engine.generate(prompt, greedy)[0][0].token_ids == expected
+    assert generate_batch(engine, prompt, greedy)[0][0].token_ids == expected
 
     size_mb = sum(spec_nbytes(s) for bucket in broadcast.plan for s in bucket) / 2**20
     print(

@@ -94,10 +94,10 @@ def bench_worker(model_path: str, batch: TrainingInputBatch, dp_size: int):
     group = WorkerGroup("policy", make_config(model_path, dp_size), total_optimizer_steps=100)
     bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], PROMPTS, PROMPTS)
     (chunks,) = MeshDispatch.stage_chunks(dp_size, batch, bounds, loss_weights_fn=weights_fn)
-    metrics = {}
+    records = []
 
     def step():
-        metrics.update(group.train_mini_batch(chunks))
+        records.append(group.train_mini_batch(chunks))
 
     try:
         seconds = timed(step)
@@ -105,9 +105,7 @@ def bench_worker(model_path: str, batch: TrainingInputBatch, dp_size: int):
         sync_times = ray.get(sync) if sync is not None else None
     finally:
         group.shutdown()
-    micro, real = (
-        metrics.get(k, metrics.get(f"pack/{k}")) for k in ("local_micro_batches", "local_tokens")
-    )
+    micro, real = records[-1].packing.local_micro_batches, records[-1].packing.local_tokens
     return seconds, int(micro), real / (micro * BUDGET), sync_times
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from skyrl.models.tiny import build_tiny_model
+from skyrl.tracking import metric_names as names
+from skyrl.tracking.console import COLUMNS
 
 pytestmark = pytest.mark.slow
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
@@ -43,6 +46,8 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
         for line in (tmp_path / "run" / "rollouts" / "step_2.jsonl").read_text().splitlines()
     ]
     assert len(dumped) == 8 and all(len(d["loss_mask"]) == len(d["response_ids"]) for d in dumped)
+    # step 2 generated after one weight sync: policy version 1, dispatched and finished
+    assert all(d["policy_versions"] == [[1, 1]] for d in dumped)
     assert (tmp_path / "run" / "metrics.png").stat().st_size > 0
     assert "training reward:" in result.stdout  # the end-of-run summary
     for r in records[1:]:
@@ -69,9 +74,35 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
     assert changed, "no parameter changed after two GRPO steps with non-constant rewards"
 
 
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_engine_and_trainer_logprobs_agree_at_temperature_0_7(tmp_path, backend):
+    """One convention (skyrl.inference.base): both engines report tempered logprobs, as the
+    trainer's forward computes them. Before it, T=0.7 measured 0.47 here (T=1: 1e-6)."""
+    args = [
+        SKYRL_TRAIN, "experiment=smoke", f"generator={backend}", "hydra.run.dir=run",
+        "trainer.total_steps=1", "trainer.dp_size=1", "trainer.export_hf=false",
+        "generator.sampling.temperature=0.7", "generator.max_generate_length=16",
+    ]  # fmt: skip
+    if backend == "vllm":
+        args.append("generator.kv_cache_memory_bytes=16777216")
+    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [record] = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert record[names.LOGPROB_ABS_DIFF] <= 1e-4
+
+
+NOT_IN_FAKE_RUNS = {names.PHASE_TIMES["eval"]: "no eval set"}
+"""Console keys a ``data=fake`` run without eval does not produce, and why."""
+
+
 def test_fake_rollouts_drive_the_trainer_without_an_engine(tmp_path):
     result = subprocess.run(
-        [SKYRL_TRAIN, "experiment=smoke", "data=fake", "hydra.run.dir=run", "trainer.export_hf=false"],
+        [
+            SKYRL_TRAIN, "experiment=smoke", "data=fake", "hydra.run.dir=run",
+            "trainer.export_hf=false", "algorithm.use_kl_loss=true",  # the console's kl column
+        ],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -82,6 +113,13 @@ def test_fake_rollouts_drive_the_trainer_without_an_engine(tmp_path):
     # 2 prompts x 2 samples (smoke) = 4 sequences per step, 2 optimizer steps
     assert all(
         r["policy/pack/local_samples"] == 4 and r["policy/optimizer_steps"] == 2 for r in records
+    )
+    # every key the console line reads has a producer (the eval column needs an eval set)
+    read = {key for key, _ in COLUMNS.values()} | {names.STEP_TIME, *names.PHASE_TIMES.values()}
+    for r in records:
+        assert read - r.keys() == set(NOT_IN_FAKE_RUNS), sorted(r)
+    assert re.search(
+        r"step 2/2 \| reward \S+ \| len \S+ \| kl \S+ \| loss \S+ \| gnorm \S+ \| ", result.stdout
     )
 
 

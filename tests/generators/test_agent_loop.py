@@ -13,7 +13,8 @@ from skyrl.data import arithmetic_rows
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import StepResult, TextEnv
 from skyrl.generators import AgentLoop, Generator, LoopSettings, check_prefix, to_training_batch
-from skyrl.inference.base import Completion, SamplingParams
+from skyrl.inference.base import Completion, SamplingParams, request_seed
+from skyrl.inference.local import LocalEngine, run_serving
 from skyrl.models import build_tiny_model
 
 
@@ -22,21 +23,31 @@ def tok():
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
 
-class FakeEngine:
-    """Replies ``text`` (+ EOS unless ``eos=False``), logprob -0.5 per token; counts calls."""
+class FakeEngine(LocalEngine):
+    """Replies ``text`` (+ EOS unless ``eos=False``), logprob -0.5 per token, to every request
+    in the inbox at once; records each batch's size, seeds and serving thread."""
 
     def __init__(self, tok, text="ok 7", eos=True):
+        super().__init__()
         self.ids = tok.encode(text) + ([tok.eos_token_id] if eos else [])
-        self.calls = []
+        self.calls: list[int] = []
+        self.seeds: list[int | None] = []
+        self.threads: list[int] = []
 
-    def generate(self, prompts, sampling):
-        self.calls.append(len(prompts))
-        out = []
-        for sp in sampling:
-            ids = self.ids[: sp.max_tokens]
-            reason = "length" if len(ids) < len(self.ids) else "stop"
-            out.append([Completion(ids, [-0.5] * len(ids), reason)])
-        return out
+    def reply(self, sampling: SamplingParams) -> Completion:
+        ids = self.ids[: sampling.max_tokens]
+        reason = "length" if len(ids) < len(self.ids) else "stop"
+        return Completion(ids, [-0.5] * len(ids), reason)
+
+    def _serve_until(self, done):
+        while not done.done():
+            requests = self.take(block=True)
+            if requests:
+                self.calls.append(len(requests))
+                self.threads.append(threading.get_ident())
+            for r in requests:
+                self.seeds.append(r.sampling.seed)
+                r.resolve(self.reply(r.sampling))
 
 
 class TwoToolTurns(TextEnv):
@@ -67,7 +78,7 @@ ROWS = [PromptRow("What is 6*7?", "toy", {}, uid="p0"), PromptRow("Hi", "toy2", 
 
 def make(tok, engine, env_cls, step_wise, max_turns=4, max_gen=64, timeout=10.0):
     settings = LoopSettings(256, max_gen, max_turns, timeout)
-    return Generator(AgentLoop(engine, tok, env_cls, settings), step_wise=step_wise)
+    return Generator(AgentLoop(engine, tok, env_cls, settings), engine, step_wise=step_wise)
 
 
 @pytest.mark.parametrize("eos", [True, False])
@@ -150,40 +161,100 @@ def test_env_faults_give_zero_reward_and_count(tok):
     assert out.metrics["env/errors"] == 2
 
 
-def test_lockstep_turns_batch_into_one_engine_call(tok):
+class SlowOnUid(TwoToolTurns):
+    """``TwoToolTurns``, but each step of the prompt with uid ``slow`` takes 0.3 s."""
+
+    def step(self, action_text):
+        if self.extras.get("slow"):
+            time.sleep(0.3)
+        return super().step(action_text)
+
+
+def test_a_slow_env_does_not_hold_back_other_trajectories(tok):
+    """Continuous batching: each turn is its own request, so the fast trajectories' three
+    turns are all done before the slow one's second turn is even dispatched (timestamps)."""
     engine = FakeEngine(tok)
-    make(tok, engine, TwoToolTurns, True).generate(ROWS, 4, SamplingParams())
-    assert engine.calls == [8, 8, 8]
+    settings = LoopSettings(256, 64, 4, 10.0)
+    loop = AgentLoop(engine, tok, SlowOnUid, settings)
+    rows = [PromptRow("s", "toy", {"slow": True}, uid="slow")] + [
+        PromptRow(f"f{i}", "toy", {}, uid=f"fast{i}") for i in range(3)
+    ]
+    trajs = run_serving(engine, loop.run(rows, 2, SamplingParams()))
+    slow = [t for t in trajs if t.row.uid == "slow"]
+    fast = [t for t in trajs if t.row.uid != "slow"]
+    assert all(len(t.turns) == 3 for t in trajs)
+    fast_done = max(t.turns[-1].finished_at for t in fast)
+    assert fast_done < min(t.turns[1].dispatched_at for t in slow)
+    for t in trajs:  # turns in order, each after the previous one finished
+        for a, b in zip(t.turns, t.turns[1:], strict=False):
+            assert a.dispatched_at <= a.finished_at <= b.dispatched_at
+
+
+def test_request_seeds_depend_on_prompt_sample_and_turn(tok):
+    engine = FakeEngine(tok)
+    make(tok, engine, TwoToolTurns, True).generate(ROWS, 2, SamplingParams(seed=11))
+    expected = {
+        request_seed(11, uid, k, turn)
+        for uid in ("p0", "p1")
+        for k in range(2)
+        for turn in range(3)
+    }
+    assert set(engine.seeds) == expected and len(expected) == 12  # no two requests share one
+    again = FakeEngine(tok)
+    make(tok, again, TwoToolTurns, True).generate(ROWS, 2, SamplingParams(seed=11))
+    assert sorted(again.seeds) == sorted(engine.seeds)
+    unseeded = FakeEngine(tok)
+    make(tok, unseeded, TwoToolTurns, True).generate(ROWS, 2, SamplingParams())
+    assert unseeded.seeds == [None] * 12
+
+
+def test_turns_record_the_policy_version(tok):
+    from skyrl.generators import VersionClock
+
+    clock = VersionClock(current=3)
+    engine = FakeEngine(tok)
+    loop = AgentLoop(engine, tok, TwoToolTurns, LoopSettings(256, 64, 4), clock=clock)
+    steps = Generator(loop, engine, step_wise=True).generate(ROWS, 1, SamplingParams())
+    assert steps.policy_versions == [[(3, 3)]] * 6
+    whole = Generator(loop, engine, step_wise=False).generate(ROWS, 1, SamplingParams())
+    assert whole.policy_versions == [[(3, 3)] * 3] * 2
+    batch = to_training_batch(whole)
+    assert batch.metadata["policy_versions"] == [[(3, 3)] * 3] * 2
 
 
 def test_engine_runs_on_the_calling_thread(tok):
-    """In-process engines keep torch on the thread that owns its OpenMP team (batcher.py)."""
-    threads = []
-
-    class Recording(FakeEngine):
-        def generate(self, prompts, sampling):
-            threads.append(threading.get_ident())
-            return super().generate(prompts, sampling)
-
-    gen = make(tok, Recording(tok), TwoToolTurns, False)
+    """In-process engines keep torch on the thread that owns its OpenMP team (local.py)."""
+    engine = FakeEngine(tok)
+    gen = make(tok, engine, TwoToolTurns, False)
     gen.generate(ROWS, 2, SamplingParams())
-    assert threads == [threading.get_ident()] * 3
+    assert engine.threads and set(engine.threads) == {threading.get_ident()}
 
     async def from_a_running_event_loop():  # Jupyter
         return gen.generate(ROWS, 1, SamplingParams())
 
-    threads.clear()
+    engine.threads.clear()
     assert len(asyncio.run(from_a_running_event_loop())) == 2
-    assert threads == [threading.get_ident()] * 3
+    assert engine.threads and set(engine.threads) == {threading.get_ident()}
 
 
 def test_engine_error_reaches_the_caller(tok):
     class Broken(FakeEngine):
-        def generate(self, prompts, sampling):
+        def reply(self, sampling):
             raise RuntimeError("engine fell over")
 
     with pytest.raises(RuntimeError, match="engine fell over"):
         make(tok, Broken(tok), TwoToolTurns, False).generate(ROWS, 2, SamplingParams())
+
+
+def test_generator_agent_names_the_driver(tok):
+    from skyrl.generators import DRIVERS, driver_factory
+
+    assert driver_factory("agent_loop") is DRIVERS["agent_loop"]
+    assert driver_factory("skyrl.generators.agent_loop.AgentLoop.from_context") is not None
+    with pytest.raises(ValueError, match="generator.agent='nope'"):
+        driver_factory("nope")
+    with pytest.raises(ValueError, match="does not import"):
+        driver_factory("no.such.module.factory")
 
 
 def test_prefix_violation_names_turn(tok):
@@ -217,7 +288,7 @@ def test_real_hf_engine_single_turn_math(tok):
     out = gen.generate(rows, cfg.n_samples_per_prompt, sp)
     assert len(out) == 6 and all(0 < len(r) <= 16 for r in out.response_token_ids)
     # rollout logprobs are the engine's: recompute with a forward
-    model = engine.model
+    model = engine.engines[0].model
     for p, r, lps in zip(
         out.prompt_token_ids, out.response_token_ids, out.rollout_logprobs, strict=True
     ):

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from skyrl.inference.base import SamplingParams
+from skyrl.inference.local import generate_batch
 from skyrl.workers.distributed import find_free_port
 
 pytestmark = pytest.mark.gpu
@@ -27,7 +28,7 @@ def test_hf_engine_on_cuda_matches_generate_and_forward(tiny_model_path):
 
     engine = HFEngine(tiny_model_path, device="cuda")
     prompts = [[5, 9, 13, 2], [7, 3]]
-    out = engine.generate(prompts, SamplingParams(n=1, max_tokens=12, temperature=0.0))
+    out = generate_batch(engine, prompts, SamplingParams(n=1, max_tokens=12, temperature=0.0))
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).cuda()
     for prompt, (completion,) in zip(prompts, out, strict=True):
         ids = torch.tensor([prompt], device="cuda")
@@ -65,8 +66,8 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
 
     weights = compute_loss_weights("token_mean", batch.loss_mask, batch.metadata["uids"], 16)
     before = {k: v.clone() for k, v in worker.state_dict_for_sync().items()}
-    metrics = worker.train_mini_batch(batch.replace(loss_weights=weights))
-    assert metrics["nonfinite"] == 0.0 and metrics["grad_norm"] > 0
+    stats = worker.train_mini_batch(batch.replace(loss_weights=weights))
+    assert not stats.nonfinite and stats.grad_norm > 0
     assert worker.global_steps() == 1
     after = worker.state_dict_for_sync()
     assert any(not torch.equal(before[k], after[k]) for k in before)

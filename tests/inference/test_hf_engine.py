@@ -1,11 +1,18 @@
-"""The hf engine: greedy tokens equal model.generate, logprobs equal a forward, weight updates land."""
+"""The hf engine: greedy equals model.generate, logprobs are tempered and untruncated, each
+request's seed alone fixes its tokens, stops, weight updates, and serving from a thread."""
+
+import asyncio
+import dataclasses
+import threading
+import weakref
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from skyrl.inference.base import SamplingParams
-from skyrl.inference.hf import HFEngine
+from skyrl.inference.hf import HFEngine, _Rows
+from skyrl.inference.local import generate_batch, run_serving
 from skyrl.models import build_tiny_model
 
 
@@ -20,17 +27,35 @@ def setup():
     return path, tok, prompts
 
 
-def forward_logprobs(model, prompt, response):
-    ids = torch.tensor([prompt + response])
+@pytest.fixture(scope="module")
+def engine(setup):
+    """A shared engine for the tests that leave its weights alone."""
+    return HFEngine(setup[0])
+
+
+def forward_logits(model, prompt, response):
+    """fp32 logits predicting each response token, from one forward over prompt + response."""
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+        return model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1].float()
+
+
+def at(logprobs, tokens):
+    return logprobs.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def serve_all(engine, requests):
+    """One completion per ``(prompt, sampling)``, all in flight at once."""
+
+    async def run():
+        return await asyncio.gather(*(engine.generate(p, s) for p, s in requests))
+
+    return run_serving(engine, run())
 
 
 def test_greedy_matches_generate_and_forward(setup):
     path, tok, prompts = setup
-    engine = HFEngine(path, max_batch_size=3)
-    out = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12))
+    engine = HFEngine(path, max_batch_size=3)  # 4 prompts: two batches
+    out = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=12))
     model = AutoModelForCausalLM.from_pretrained(path)
     for prompt, [c] in zip(prompts, out, strict=True):
         ref = model.generate(
@@ -43,45 +68,144 @@ def test_greedy_matches_generate_and_forward(setup):
             ref = ref[: ref.index(tok.eos_token_id) + 1]
         assert c.token_ids == ref
         assert c.finish_reason == ("stop" if ref[-1] == tok.eos_token_id else "length")
-        expected = forward_logprobs(model, prompt, c.token_ids)
+        expected = at(torch.log_softmax(forward_logits(model, prompt, ref), -1), ref)
         torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
 
 
-def test_sampling_n_seed_and_raw_logprobs(setup):
+@pytest.mark.parametrize("truncation", [{}, {"top_p": 0.8}, {"top_k": 20}])
+def test_logprobs_tempered_and_untruncated(setup, engine, truncation):
     path, tok, prompts = setup
-    engine = HFEngine(path)
-    sp = SamplingParams(n=3, temperature=1.5, top_p=0.9, top_k=50, max_tokens=8, seed=7)
-    a = engine.generate(prompts[:2], sp)
-    b = engine.generate(prompts[:2], sp)
-    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
-    assert len(a) == 2 and all(len(g) == 3 for g in a)
-    model = engine.model
-    for prompt, group in zip(prompts[:2], a, strict=True):
+    sp = SamplingParams(n=2, temperature=0.7, max_tokens=10, seed=3, **truncation)
+    out = generate_batch(engine, prompts, sp)
+    for prompt, group in zip(prompts, out, strict=True):
         for c in group:
-            assert len(c.token_ids) == len(c.logprobs) and c.finish_reason in ("stop", "length")
-            # raw (untempered) logprobs, as a plain forward computes them
-            expected = forward_logprobs(model, prompt, c.token_ids)
-            torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+            logits = forward_logits(engine.model, prompt, c.token_ids)
+            tempered = torch.log_softmax(logits / 0.7, -1)
+            # the logprob is the full tempered distribution's, truncated or not
+            torch.testing.assert_close(
+                torch.tensor(c.logprobs), at(tempered, c.token_ids), atol=1e-5, rtol=0
+            )
+            # ...while the token came from the truncated one
+            chosen = at(logits, c.token_ids)[:, None]
+            rank = (logits > chosen).sum(-1)
+            mass_before = (tempered.exp() * (logits > chosen)).sum(-1)
+            if "top_k" in truncation:
+                assert (rank < 20).all()
+            if "top_p" in truncation:
+                assert (mass_before < 0.8 + 1e-5).all()
 
 
-def test_stop_strings_and_stop_token_ids(setup):
+@pytest.mark.parametrize("truncation", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}])
+def test_truncation_to_the_top_token_is_greedy(setup, engine, truncation):
     path, tok, prompts = setup
-    engine = HFEngine(path)
-    [[free]] = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=10))
-    stop_tok = free.token_ids[2]
-    [[c]] = engine.generate(
-        prompts[:1], SamplingParams(temperature=0.0, max_tokens=10, stop_token_ids=[stop_tok])
+    greedy = generate_batch(engine, prompts, SamplingParams(temperature=0.0, max_tokens=8))
+    sp = SamplingParams(temperature=1.0, max_tokens=8, seed=5, **truncation)
+    sampled = generate_batch(engine, prompts, sp)
+    assert [g[0].token_ids for g in sampled] == [g[0].token_ids for g in greedy]
+
+
+def test_sampling_takes_the_quantile_of_the_truncated_distribution():
+    # p = (.1, .2, .3, .4): CDF (.1, .3, .6, 1.0); u = .05, .25, .55, .95 pick 0, 1, 2, 3.
+    # top_k=2 keeps (0, 0, .3, .4): CDF (0, 0, .3, .7); u * .7 = .035, .175, .385, .665
+    # pick 2, 2, 3, 3. min_p=0.6 keeps p >= .24: the same two tokens.
+    logits = torch.tensor([0.1, 0.2, 0.3, 0.4]).log().repeat(4, 1)
+    uniforms = torch.tensor([0.05, 0.25, 0.55, 0.95])
+    for extra, expected in [
+        ({}, [0, 1, 2, 3]),
+        ({"top_k": 2}, [2, 2, 3, 3]),
+        ({"min_p": 0.6}, [2, 2, 3, 3]),
+    ]:
+        params = [SamplingParams(temperature=1.0, max_tokens=1, **extra)] * 4
+        rows = _Rows.build([[0]] * 4, params, [set()] * 4, vocab_size=4, device="cpu")
+        rows.uniforms = uniforms[:, None]
+        tokens, logprobs = rows.sample(logits, step=0)
+        assert tokens.tolist() == expected
+        torch.testing.assert_close(logprobs, torch.tensor([0.1, 0.2, 0.3, 0.4])[expected].log())
+
+
+def test_a_requests_seed_alone_fixes_its_tokens(setup, engine):
+    path, tok, prompts = setup
+    sp = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=12, seed=11)
+    [alone] = serve_all(engine, [(prompts[0], sp)])
+    others = [  # different lengths and sampling, in front of and behind it
+        (prompts[1], SamplingParams(temperature=0.0, max_tokens=3)),
+        (prompts[2], dataclasses.replace(sp, seed=1)),
+        (prompts[3] * 3, SamplingParams(temperature=0.5, top_k=5, max_tokens=12, seed=2)),
+        (prompts[1] * 2, dataclasses.replace(sp, seed=None, max_tokens=5)),
+        (prompts[3], SamplingParams(temperature=1.0, min_p=0.1, max_tokens=12)),
+    ]
+    batch = serve_all(engine, others[:2] + [(prompts[0], sp)] + others[2:])
+    assert batch[2].token_ids == alone.token_ids
+    torch.testing.assert_close(batch[2].logprobs, alone.logprobs, atol=1e-5, rtol=0)
+    [again] = serve_all(engine, [(prompts[0], sp)])
+    assert again.token_ids == alone.token_ids
+    [other_seed, unseeded_a, unseeded_b] = serve_all(
+        engine,
+        [(prompts[0], dataclasses.replace(sp, seed=12))]
+        + [(prompts[0], dataclasses.replace(sp, seed=None))] * 2,
     )
+    assert other_seed.token_ids != alone.token_ids
+    assert unseeded_a.token_ids != unseeded_b.token_ids
+
+
+def test_rows_finish_individually(setup, engine):
+    path, tok, prompts = setup
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    alone = [serve_all(engine, [(p, greedy)])[0].token_ids for p in prompts]
+    # the two short rows finish first and are dropped from the batch and its KV cache
+    lengths = [2, 12, 3, 12, 12, 12]
+    mixed = serve_all(
+        engine,
+        [
+            (prompts[i % 4], dataclasses.replace(greedy, max_tokens=n))
+            for i, n in enumerate(lengths)
+        ],
+    )
+    for i, (c, n) in enumerate(zip(mixed, lengths, strict=True)):
+        assert c.token_ids == alone[i % 4][:n] and c.finish_reason == "length"
+
+
+def test_stop_strings_and_stop_token_ids(setup, engine):
+    path, tok, prompts = setup
+    greedy = SamplingParams(temperature=0.0, max_tokens=10)
+    [free] = serve_all(engine, [(prompts[0], greedy)])
+    stop_tok = free.token_ids[2]
     first = free.token_ids.index(stop_tok)
-    assert c.token_ids == free.token_ids[: first + 1] and c.finish_reason == "stop"
     text = tok.decode(free.token_ids[:3])
-    stop = text[-1] if text.strip() else None
-    if stop:
-        [[s]] = engine.generate(
-            prompts[:1], SamplingParams(temperature=0.0, max_tokens=10, stop=[stop])
+    stop = text.strip()[-1]
+    by_token, by_string = serve_all(
+        engine,
+        [
+            (prompts[0], dataclasses.replace(greedy, stop_token_ids=[stop_tok])),
+            (prompts[0], dataclasses.replace(greedy, stop=[stop])),
+        ],
+    )
+    assert by_token.token_ids == free.token_ids[: first + 1] and by_token.finish_reason == "stop"
+    assert stop in tok.decode(by_string.token_ids) and by_string.finish_reason == "stop"
+    assert stop not in tok.decode(by_string.token_ids[:-1])
+    assert by_string.token_ids == free.token_ids[: len(by_string.token_ids)]
+    # a stop string completed by the last allowed token is still a stop
+    cut = dataclasses.replace(greedy, stop=[stop], max_tokens=len(by_string.token_ids))
+    [at_limit] = serve_all(engine, [(prompts[0], cut)])
+    assert at_limit.token_ids == by_string.token_ids and at_limit.finish_reason == "stop"
+
+
+def test_a_bad_request_fails_alone(setup, engine):
+    path, tok, prompts = setup
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+
+    async def run():
+        return await asyncio.gather(
+            engine.generate([], greedy),
+            engine.generate(prompts[0], dataclasses.replace(greedy, max_tokens=0)),
+            engine.generate(prompts[0], greedy),
+            return_exceptions=True,
         )
-        assert stop in tok.decode(s.token_ids) and s.finish_reason == "stop"
-        assert stop not in tok.decode(s.token_ids[:-1])
+
+    empty_prompt, no_tokens, fine = run_serving(engine, run())
+    assert isinstance(empty_prompt, ValueError)
+    assert no_tokens.token_ids == [] and no_tokens.finish_reason == "length"
+    assert len(fine.token_ids) == 4
 
 
 def test_update_weights_changes_logprobs(setup):
@@ -89,10 +213,67 @@ def test_update_weights_changes_logprobs(setup):
     engine = HFEngine(path)
     other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
     named = list(other.state_dict().items())
-    buckets = [named[:5], dict(named[5:])]  # bucketed, mixed forms
-    engine.update_weights(buckets)
-    [[c]] = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))
-    expected = forward_logprobs(other, prompts[0], c.token_ids)
+    engine.update_weights([named[:5], dict(named[5:])])  # bucketed, mixed forms
+    [[c]] = generate_batch(engine, prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))
+    expected = at(
+        torch.log_softmax(forward_logits(other, prompts[0], c.token_ids), -1), c.token_ids
+    )
     torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
     with pytest.raises(KeyError, match="nope"):
         engine.update_weights([("nope", torch.zeros(1))])
+
+
+def test_requests_arriving_at_different_times_all_complete(setup, engine, monkeypatch):
+    path, tok, prompts = setup
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    alone = [serve_all(engine, [(p, greedy)])[0].token_ids for p in prompts]
+    batch_sizes = []
+    decode = engine._decode
+
+    def recording(prompt_ids, params):
+        batch_sizes.append(len(prompt_ids))
+        return decode(prompt_ids, params)
+
+    monkeypatch.setattr(engine, "_decode", recording)
+
+    async def one(i, delay):
+        await asyncio.sleep(delay)
+        return i, await engine.generate(prompts[i % 4], greedy)
+
+    async def run():
+        delays = [0, 0, 0, 0, 0.002, 0.02, 0.05, 0.1]
+        return await asyncio.gather(*(one(i, d) for i, d in enumerate(delays)))
+
+    out = run_serving(engine, run())
+    assert len(out) == 8 and all(c.token_ids == alone[i % 4] for i, c in out)
+    assert sum(batch_sizes) == 8 and max(batch_sizes) > 1  # the simultaneous ones batched
+
+
+def test_control_call_from_another_thread_runs_on_the_serving_thread(setup):
+    path, tok, prompts = setup
+    engine = HFEngine(path)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
+    threads = []
+    load = engine._load_weights
+    engine._load_weights = lambda w: (threads.append(threading.get_ident()), load(w))
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+
+    async def run():
+        before = await engine.generate(prompts[0], greedy)
+        await asyncio.to_thread(engine.update_weights, other.state_dict())
+        return before, await engine.generate(prompts[0], greedy)
+
+    before, after = run_serving(engine, run())
+    assert threads == [threading.get_ident()]  # run_serving serves on this thread
+    expected = at(
+        torch.log_softmax(forward_logits(other, prompts[0], after.token_ids), -1), after.token_ids
+    )
+    torch.testing.assert_close(torch.tensor(after.logprobs), expected, atol=1e-4, rtol=0)
+    assert before.logprobs != after.logprobs
+
+
+def test_shutdown_releases_the_model(setup):
+    engine = HFEngine(setup[0])
+    model = weakref.ref(engine.model)
+    engine.shutdown()
+    assert engine.model is None and model() is None

@@ -9,6 +9,7 @@ from sync_sender import finish, start_sender
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from skyrl.inference.base import SamplingParams
+from skyrl.inference.local import generate_batch
 from skyrl.inference.weight_sync import (
     _offsets,
     join_group,
@@ -102,7 +103,7 @@ def test_hf_engines_behind_a_client_receive_new_weights(tmp_path, ray_cluster):
     prompt = AutoTokenizer.from_pretrained(build_tiny_model()).encode("What is 12 + 7?")
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
     for engine in (local, actor):
-        [[c]] = engine.generate([prompt], greedy)
+        [[c]] = generate_batch(engine, [prompt], greedy)
         expected = forward_logprobs(other, prompt, c.token_ids)
         torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
-    ray_cluster.kill(actor.actor)
+    client.shutdown()

@@ -10,7 +10,7 @@ FULL_STEP = {
     "eval/pass@1": 0.25,
     "generate/response_length_mean": 41.23,
     "policy/kl": 0.00123,
-    "policy/policy_loss": 0.031,
+    "policy/loss": 0.031,
     "policy/grad_norm": 0.84,
     "timing/step_s": 12.3,
     "timing/generate_s": 4.92,  # 4.92 / 12.3 = 40%
@@ -28,9 +28,12 @@ def test_full_line():
 
 def test_missing_keys_are_skipped():
     assert format_step_line(1, 2, {}) == "step 1/2"
-    assert format_step_line(1, 2, {"policy/kl_loss": 0.5, "timing/step_s": 2.0}) == (
+    assert format_step_line(1, 2, {"policy/kl": 0.5, "timing/step_s": 2.0}) == (
         "step 1/2 | kl 0.5 | 2.0s"
     )
+    # names nothing writes any more are not read: the old summed loss, the KL loss alias
+    old_names = {"policy/policy_loss": 1.0, "policy/kl_loss": 1.0}
+    assert format_step_line(1, 2, old_names) == "step 1/2"
     # a phase without the step time is not shown; sync/eval shares appear when logged
     assert format_step_line(1, 2, {"timing/generate_s": 1.0}) == "step 1/2"
     assert format_step_line(1, 2, {"timing/step_s": 4.0, "timing/sync_s": 1.0}) == (

@@ -9,6 +9,8 @@ eps=1e-8 Adam's first step is ~lr x sign(grad), blind to a wrong dp_size factor)
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -27,6 +29,8 @@ from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.dispatch import MeshDispatch
 from skyrl.inference.hf import HFEngine
 from skyrl.models import build_tiny_model
+from skyrl.tracking.metric_names import POLICY
+from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync
 from skyrl.workers.group import WorkerGroup
 
@@ -76,6 +80,19 @@ def train_one_step(
     return group.train_mini_batch(chunks)
 
 
+def stage_mini_batches(batch: TrainingInputBatch, reduction: str, mini_batch_size: int):
+    uids = batch.metadata["uids"]
+    bounds = compute_prompt_mini_batch_boundaries(uids, mini_batch_size, len(set(uids)))
+    return MeshDispatch.stage_chunks(
+        2,
+        batch,
+        bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            reduction, mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
+    )
+
+
 def assert_weights_close(actual: dict, expected: dict, atol: float):
     assert actual.keys() == expected.keys()
     worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
@@ -107,8 +124,8 @@ def test_dp2_many_micro_batches_match_single_process_step(
 ):
     group, init_dir = dp2_small_micro
     group.run("load_checkpoint", init_dir)
-    metrics = train_one_step(group, batch, reduction, dp_size=2, train_batch_size=2)
-    assert metrics["pack/local_micro_batches"] >= 4  # 4 sequences, 16-token budget
+    stats = train_one_step(group, batch, reduction, dp_size=2, train_batch_size=2)
+    assert stats.packing.local_micro_batches >= 4  # 4 sequences, 16-token budget
     per_rank = group.run("state_dict_for_sync", True)
     for name in per_rank[0]:
         assert torch.equal(per_rank[0][name], per_rank[1][name]), f"ranks disagree on {name}"
@@ -222,13 +239,13 @@ def test_non_finite_loss_refuses_the_step_on_every_rank(dp2_small_micro, batch, 
     steps_before = group.run("global_steps")
     poisoned = batch.replace(advantages=batch.advantages.clone())
     poisoned.advantages[3, PROMPT_LEN] = float("nan")  # one token of one row: one rank's loss
-    metrics = train_one_step(group, poisoned, "token_mean", 2, 2)
-    assert metrics["nonfinite"] == 1.0
+    stats = train_one_step(group, poisoned, "token_mean", 2, 2)
+    assert stats.nonfinite and math.isnan(stats.grad_norm)
     assert group.run("global_steps") == steps_before  # no optimizer step anywhere
     assert_weights_close(group.run("state_dict_for_sync")[0], before, atol=0.0)
     # the refused gradients are gone: the next finite step is exactly a fresh first step
-    metrics = train_one_step(group, batch, "token_mean", 2, 2)
-    assert metrics["nonfinite"] == 0.0
+    stats = train_one_step(group, batch, "token_mean", 2, 2)
+    assert not stats.nonfinite
     expected = reference_weights(tiny_model_path, batch, "token_mean")
     assert_weights_close(group.run("state_dict_for_sync")[0], expected, atol=2e-6)
 
@@ -239,3 +256,37 @@ def test_streamed_weight_buckets_are_the_full_state_dict(dp2_small_micro):
     merged = {name: t for bucket in buckets for name, t in bucket.items()}
     assert len(buckets) > 1 and sum(len(b) for b in buckets) == len(merged)
     assert_weights_close(merged, group.run("state_dict_for_sync")[0], atol=0.0)
+
+
+def test_policy_loss_is_a_mean_whatever_the_mini_batch_size(ray_cluster, tiny_model_path, batch):
+    """The same 2 prompts as 1 mini-batch of 2 or 2 mini-batches of 1 report the same
+    ``policy/loss``: a mean over mini-batches (the old reduction summed, doubling it at 1)."""
+    # lr 1e-9 with Adam eps 1.0: the first steps move each weight by < 1e-9, so every
+    # mini-batch sees ratio pi / pi_old = 1 up to the packed-vs-padded forward (float32
+    # rounding, ~1e-7 per logprob) and PPO's L_t = -A_t r_t = -A_t. Measured off by 7e-8.
+    cfg = make_config(tiny_model_path, **{"policy_optimizer.lr": 1e-9})
+    group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
+    try:
+        reported = {
+            size: step_metrics(
+                POLICY,
+                [group.train_mini_batch(c) for c in stage_mini_batches(batch, "prompt_mean", size)],
+            )
+            for size in (2, 1)
+        }
+    finally:
+        group.shutdown()
+    # prompt_mean: each prompt's token mean of -A, then the mean over the mini-batch's prompts.
+    # Prompt a = rows 0-1 (12 + 5 loss tokens), b = rows 2-3 (9 + 2), A constant per row:
+    #   size 2: one mini-batch, (loss_a + loss_b) / 2;  size 1: mean of loss_a and loss_b.
+    adv, mask = batch.advantages, batch.loss_mask
+    per_prompt = [float(-(adv[r] * mask[r]).sum() / mask[r].sum()) for r in ([0, 1], [2, 3])]
+    expected = sum(per_prompt) / 2
+    assert abs(expected) > 0.1  # far from 0: a sum (2x) could not pass the tolerance below
+    assert reported[2][POLICY.loss] == pytest.approx(expected, abs=1e-6)
+    assert reported[1][POLICY.loss] == pytest.approx(expected, abs=1e-6)
+    assert reported[1][POLICY.optimizer_steps] == 2 and reported[2][POLICY.optimizer_steps] == 1
+    assert reported[1][POLICY.loss_tokens] == reported[2][POLICY.loss_tokens] == 28  # 17 + 11
+    # approx_kl at ratio 1 is 0 in both layouts; every grad norm was measured
+    assert reported[1][POLICY.token_mean("approx_kl")] == pytest.approx(0.0, abs=1e-6)
+    assert reported[1][POLICY.grad_norm_max] >= reported[1][POLICY.grad_norm] > 0

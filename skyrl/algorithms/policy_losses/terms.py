@@ -5,9 +5,12 @@ per-token formula, then ``finish_policy_loss`` (TIS, weighted sum, metrics).
 
 Metrics convention: every value a loss returns is *additive*: a count of loss
 tokens (``loss_tokens``, ``<name>_tokens``) or a sum over loss tokens
-(``<name>_sum``). Summing the dicts of all micro batches and DP ranks gives the
-mini-batch totals exactly; ``finalize_metrics`` then turns ``clip_tokens`` into
-``clip_frac`` and ``approx_kl_sum`` into ``approx_kl`` (token means).
+(``<name>_sum``), nothing else. The worker reads them into a typed
+``skyrl.workers.stats.LossSums`` (which refuses any other key); summing those of all
+micro batches and DP ranks gives the mini-batch totals exactly, and
+``skyrl.trainer.step_stats`` reports ``clip_tokens`` as ``clip_frac`` and
+``approx_kl_sum`` as ``approx_kl`` (token means). ``finalize_metrics`` is the same
+mapping on one dict of sums.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skyrl.data import PromptRow
-from skyrl.trainer.dataloader import PromptLoader
+from skyrl.rollouts.dataloader import PromptLoader
 
 
 def _rows(n: int) -> list[PromptRow]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from skyrl.generators.output import GeneratorOutput
-from skyrl.trainer import dynamic_sampling as ds
-from skyrl.trainer.evaluation import eval_metrics, pass_at_k
+from skyrl.rollouts import dynamic_sampling as ds
+from skyrl.rollouts.evaluation import eval_metrics, pass_at_k
 
 
 def _output(groups: dict[str, list[float]], lengths=None, stops=None) -> GeneratorOutput:
@@ -25,6 +25,7 @@ def _output(groups: dict[str, list[float]], lengths=None, stops=None) -> Generat
         is_last_step=[True] * len(rows),
         data_sources=["a" if u < "c" else "b" for u, _, _ in rows],
         stop_reasons=stops,
+        policy_versions=[[(0, 0)] for _ in rows],
     )
 
 

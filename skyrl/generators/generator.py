@@ -1,0 +1,146 @@
+"""``Generator``: a rollout driver's trajectories as validated training rows, with metrics.
+
+``generator.agent`` picks the driver: ``agent_loop`` (the built-in ``TextEnv``
+loop) or the import path of a ``DriverFactory`` (``module.attr``), so a driver
+that is not our loop plugs in without touching the trainer. The engine backend
+(``generator.backend``) is chosen separately.
+
+``Generator.generate`` runs the driver's coroutine on a helper thread's event
+loop while the calling thread serves the in-process engine
+(``skyrl.inference.local.run_serving``); it also works from a running event
+loop (Jupyter).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import cast
+
+from skyrl.data.prompts import PromptRow
+from skyrl.generators.agent_loop import AgentLoop
+from skyrl.generators.metrics import rollout_metrics
+from skyrl.generators.output import GeneratorOutput
+from skyrl.generators.trajectory import (
+    DriverContext,
+    DriverFactory,
+    LoopSettings,
+    RolloutDriver,
+    Trajectory,
+    VersionClock,
+)
+from skyrl.inference.base import InferenceEngine, SamplingParams
+from skyrl.inference.local import run_serving
+
+DRIVERS: dict[str, DriverFactory] = {"agent_loop": AgentLoop.from_context}
+"""Built-in rollout drivers by ``generator.agent`` name."""
+
+
+def driver_factory(name: str) -> DriverFactory:
+    """The factory ``generator.agent`` names: a built-in name or an import path
+    ``package.module.attr`` (``attr`` may be dotted: ``module.Class.method``)."""
+    if name in DRIVERS:
+        return DRIVERS[name]
+    parts = name.split(".")
+    if len(parts) < 2:
+        raise ValueError(
+            f"generator.agent={name!r}: not a built-in driver ({', '.join(sorted(DRIVERS))}) "
+            "nor an import path module.attr"
+        )
+    error: Exception | None = None
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                target = getattr(target, attr)
+        except (ImportError, AttributeError) as exc:
+            error = error or exc
+            continue
+        if not callable(target):
+            raise ValueError(f"generator.agent={name!r} is not callable")
+        return cast(DriverFactory, target)
+    raise ValueError(f"generator.agent={name!r} does not import: {error}")
+
+
+class Generator:
+    """Rollouts for a list of prompt rows -> ``GeneratorOutput`` (validated, with metrics)."""
+
+    def __init__(self, driver: RolloutDriver, engine: InferenceEngine, step_wise: bool = False):
+        self.driver = driver
+        self.engine = engine
+        self.step_wise = step_wise
+
+    def generate(
+        self, rows: list[PromptRow], n_samples: int, sampling: SamplingParams
+    ) -> GeneratorOutput:
+        """Run every sample of every row (blocking) and convert to training rows."""
+        started = time.perf_counter()
+        trajs = run_serving(self.engine, self.driver.run(rows, n_samples, sampling))
+        elapsed = time.perf_counter() - started
+        out = trajectories_to_output(trajs, self.step_wise)
+        out.validate()
+        out.metrics = rollout_metrics(trajs, n_samples, elapsed)
+        return out
+
+
+def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> GeneratorOutput:
+    """Rows for training: one per trajectory, or one per turn when ``step_wise``."""
+    out = GeneratorOutput([], [], [], [], [], [], [], [], [], [], [], step_wise=step_wise)
+
+    def add(prompt, resp, mask, lps, reward, t: Trajectory, last: bool, versions):
+        out.prompt_token_ids.append(prompt)
+        out.response_token_ids.append(resp)
+        out.loss_masks.append(mask)
+        out.rollout_logprobs.append(lps)
+        out.rewards.append(reward if last else 0.0)
+        out.uids.append(t.row.uid)
+        out.trajectory_ids.append(t.trajectory_id)
+        out.is_last_step.append(last)
+        out.data_sources.append(t.row.data_source)
+        out.stop_reasons.append(t.stop_reason)
+        out.policy_versions.append(versions)
+
+    for t in trajs:
+        if not t.turns:  # env failed before the first turn: an empty, masked row
+            add([], [], [], [], t.reward, t, True, [])
+            continue
+        versions = [(turn.version_dispatched, turn.version_finished) for turn in t.turns]
+        if step_wise:
+            for k, turn in enumerate(t.turns):
+                n = len(turn.response_ids)
+                last = k + 1 == len(t.turns)
+                add(
+                    turn.prompt_ids, turn.response_ids, [1] * n, turn.logprobs, t.reward, t, last,
+                    [versions[k]],
+                )  # fmt: skip
+            continue
+        resp, mask, lps = [], [], []
+        for turn in t.turns:
+            resp += turn.response_ids + turn.appended_ids
+            mask += [1] * len(turn.response_ids) + [0] * len(turn.appended_ids)
+            lps += turn.logprobs + [0.0] * len(turn.appended_ids)
+        if t.turns[-1].appended_ids:  # trailing observation is never trained on
+            cut = len(t.turns[-1].appended_ids)
+            resp, mask, lps = resp[:-cut], mask[:-cut], lps[:-cut]
+        add(t.turns[0].prompt_ids, resp, mask, lps, t.reward, t, True, versions)
+    return out
+
+
+def make_generator(
+    gen_cfg, env_cfg, engine: InferenceEngine, tokenizer, clock: VersionClock | None = None
+) -> Generator:
+    """A ``Generator`` from the ``generator`` and ``environment`` config groups."""
+    from skyrl.envs import make_env_factory
+
+    settings = LoopSettings(
+        max_prompt_length=gen_cfg.max_prompt_length,
+        max_generate_length=gen_cfg.max_generate_length,
+        max_turns=gen_cfg.max_turns,
+        env_timeout_s=env_cfg.timeout_s,
+        max_tokens_per_turn=gen_cfg.max_tokens_per_turn,
+    )
+    ctx = DriverContext(
+        engine, tokenizer, make_env_factory(env_cfg), settings, clock or VersionClock()
+    )
+    driver = driver_factory(gen_cfg.agent)(ctx)
+    return Generator(driver, engine, step_wise=gen_cfg.step_wise)

@@ -1,0 +1,109 @@
+"""What a rollout driver produces (``Trajectory`` of ``Turn``s) and what it is given.
+
+A rollout driver (``generator.agent``) runs every sample of a list of prompt rows
+against the engine, one ``await engine.generate`` per LLM turn, and returns one
+``Trajectory`` per (row, sample) in (row, sample) order. The built-in driver is
+``skyrl.generators.agent_loop.AgentLoop`` (our ``TextEnv`` loop); another one
+(an external harness, say) is any callable ``(DriverContext) -> RolloutDriver``
+named by its import path. ``skyrl.generators.generator.Generator`` turns the
+trajectories into training rows; the trainer never sees the driver.
+
+Policy versions are data: each turn records the policy version of the engine's
+weights when its request was dispatched and when it finished (``VersionClock``
+is advanced by the rollout source when the trainer syncs new weights). In a
+synchronous run both equal the step's version for every turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from skyrl.data.prompts import PromptRow
+from skyrl.inference.base import InferenceEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from skyrl.envs.base import TextEnv
+
+
+@dataclass
+class VersionClock:
+    """The policy version of the weights the engines hold: the number of weight syncs so far
+    (step ``s`` of a synchronous run generates at version ``s - 1``)."""
+
+    current: int = 0
+
+
+@dataclass
+class Turn:
+    """One LLM call of a trajectory."""
+
+    prompt_ids: list[int]
+    """Full context given to the engine."""
+    response_ids: list[int]
+    """Tokens the engine sampled."""
+    logprobs: list[float]
+    """Their logprobs (``skyrl.inference.base``'s convention)."""
+    finish_reason: str
+    """Engine finish reason: stop / length."""
+    appended_ids: list[int] = field(default_factory=list)
+    """Tokens appended after this turn (EOS if missing, template, observations)."""
+    version_dispatched: int = 0
+    """Policy version when the request was sent."""
+    version_finished: int = 0
+    """Policy version when the completion came back."""
+    dispatched_at: float = 0.0
+    """``time.monotonic()`` when the request was sent."""
+    finished_at: float = 0.0
+    """``time.monotonic()`` when the completion came back."""
+
+
+@dataclass
+class Trajectory:
+    """A finished rollout of one sample of one prompt."""
+
+    row: PromptRow
+    trajectory_id: str
+    turns: list[Turn]
+    reward: float
+    stop_reason: str
+    env_errors: int = 0
+
+
+@dataclass
+class LoopSettings:
+    """What the built-in loop needs from the ``generator`` / ``environment`` config."""
+
+    max_prompt_length: int
+    max_generate_length: int
+    max_turns: int
+    env_timeout_s: float = 10.0
+    max_tokens_per_turn: int | None = None
+
+
+@dataclass
+class DriverContext:
+    """Everything a rollout driver is built from."""
+
+    engine: InferenceEngine
+    tokenizer: object
+    """A transformers tokenizer with a chat template."""
+    env_factory: Callable[[], TextEnv]
+    settings: LoopSettings
+    clock: VersionClock
+
+
+class RolloutDriver(Protocol):
+    """Runs the trajectories of a list of prompt rows."""
+
+    async def run(
+        self, rows: list[PromptRow], n_samples: int, sampling: SamplingParams
+    ) -> list[Trajectory]:
+        """``n_samples`` trajectories per row, in (row, sample) order. ``sampling.seed`` is
+        the base seed of this call (per-request seeds: ``request_seed``)."""
+        ...
+
+
+DriverFactory = Callable[[DriverContext], RolloutDriver]
+"""What ``generator.agent`` names: builds a driver from the context."""

@@ -1,0 +1,224 @@
+"""``SyncRollouts``: one step's batch at the engines' current weights, then the next.
+
+Per step: draw ``train_batch_size`` prompts, run the rollout driver on them (one
+sampling round), shape rewards (DAPO's overlong penalty / filter), and apply
+dynamic sampling: ``filter`` keeps drawing rounds until ``train_batch_size``
+informative groups are collected (at most ``algorithm.max_sample_batches``
+rounds, then topped up with flat groups so the optimizer-step count stays
+fixed); ``replace`` swaps each flat group for a copy of an informative one.
+The generator's output is never changed in place: shaping and selection return
+new outputs. Sampling seeds derive from ``generator.sampling.seed`` (else
+``trainer.seed``), the step and the round (``base_seed``), then per request from
+the prompt uid, sample and turn (``skyrl.inference.base.request_seed``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from skyrl.batch import TrainingInputBatch
+from skyrl.config.root import SkyRLConfig
+from skyrl.data import PromptRow, load_prompts
+from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_training_batch
+from skyrl.inference.base import InferenceEngine, SamplingParams
+from skyrl.rollouts import dynamic_sampling as ds
+from skyrl.rollouts.dataloader import PromptLoader
+from skyrl.rollouts.evaluation import eval_metrics
+
+LOW_PASS_RATE_WARNING = 0.7
+"""Dynamic sampling warns when fewer than this share of groups carry signal."""
+
+
+class SyncRollouts:
+    """The prompt loader, the generator, reward shaping and dynamic sampling of a run."""
+
+    def __init__(
+        self, cfg: SkyRLConfig, engine: InferenceEngine, tokenizer, output_dir: Path | None = None
+    ):
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        t = cfg.trainer
+        rows = load_prompts(cfg.data, cfg.environment, "train")
+        self.loader = PromptLoader(rows, t.train_batch_size, t.seed)
+        self.eval_rows = load_prompts(cfg.data, cfg.environment, "eval")
+        self.batches_per_epoch = self.loader.batches_per_epoch
+        self.clock = VersionClock()
+        self.generator = make_generator(
+            cfg.generator, cfg.environment, engine, tokenizer, self.clock
+        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    # -- the RolloutSource interface ----------------------------------------------------
+
+    def next_batch(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
+        """The step's prompts -> rollouts -> reward shaping -> dynamic sampling -> batch."""
+        out, metrics = self.collect(step)
+        if self.cfg.trainer.dump_rollouts and self.output_dir is not None:
+            path = self.output_dir / "rollouts" / f"step_{step}.jsonl"
+            dump_rollouts(out, self.tokenizer, path)
+        return to_training_batch(out, self.pad_id), metrics
+
+    def weights_updated(self, version: int) -> None:
+        self.clock.current = version
+
+    def has_eval(self) -> bool:
+        return bool(self.eval_rows)
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out prompts with eval sampling: pass@1 (and pass@k) per data source."""
+        g = self.cfg.generator
+        started = time.perf_counter()
+        rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(self.eval_rows)]
+        out = self.generate(rows, self.base_seed(0, 0), evaluate=True)
+        metrics = eval_metrics(out, g.eval_n_samples_per_prompt)
+        metrics["eval/seconds"] = time.perf_counter() - started
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("loader"):
+            self.loader.load_state_dict(state["loader"])
+
+    # -- producing a step's rows ---------------------------------------------------------
+
+    def collect(self, step: int) -> tuple[GeneratorOutput, dict[str, float]]:
+        """Sampling rounds until the batch is full; the shaped, selected output and metrics."""
+        a, need = self.cfg.algorithm, self.cfg.trainer.train_batch_size
+        rounds: list[GeneratorOutput] = []
+        shaping: dict[str, float] = {}
+        good, flat = [], []
+        while True:
+            rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
+            out, shaping = self.shape_rewards(
+                self.generate(rows, self.base_seed(step, len(rounds)))
+            )
+            rounds.append(out)
+            if a.dynamic_sampling != "filter":
+                break
+            informative = ds.informative_uids(out)
+            good.append(ds.keep_groups(out, informative))
+            flat_uids = [u for u in ds.group_rows(out) if u not in informative]
+            flat.append(ds.keep_groups(out, flat_uids))
+            collected = sum(len(set(g.uids)) for g in good)
+            if collected >= need or len(rounds) >= a.max_sample_batches:
+                break
+        metrics = {**merge_rollout_metrics([r.metrics for r in rounds]), **shaping}
+        if a.dynamic_sampling == "filter":
+            out, ds_metrics = filled_batch(good, flat, need, len(rounds))
+        elif a.dynamic_sampling == "replace":
+            out, replaced = ds.replace_flat_groups(rounds[0], self.base_seed(step, 0))
+            groups = len(ds.group_rows(out))
+            ds_metrics = {"dynamic_sampling/kept_group_frac": 1.0 - replaced / groups}
+        else:
+            out, ds_metrics = rounds[0], {}
+        kept = ds_metrics.get("dynamic_sampling/kept_group_frac", 1.0)
+        if kept < LOW_PASS_RATE_WARNING:
+            warnings.warn(
+                f"step {step}: dynamic sampling dropped {1 - kept:.0%} of prompt groups "
+                "(all samples got the same reward)",
+                stacklevel=1,
+            )
+        metrics.update(ds_metrics)
+        return out, metrics
+
+    def generate(self, rows: list[PromptRow], seed: int, evaluate: bool = False) -> GeneratorOutput:
+        """Rollouts of every prompt, training or eval sampling, from base seed ``seed``."""
+        g = self.cfg.generator
+        n = g.eval_n_samples_per_prompt if evaluate else g.n_samples_per_prompt
+        sampling = SamplingParams.from_config(
+            g.eval_sampling if evaluate else g.sampling, n=n, max_tokens=g.max_generate_length
+        )
+        sampling.seed = seed
+        return self.generator.generate(rows, n, sampling)
+
+    def base_seed(self, step: int, round_: int) -> int:
+        """Per step and sampling round; from ``generator.sampling.seed`` or ``trainer.seed``."""
+        base = self.cfg.generator.sampling.seed
+        base = self.cfg.trainer.seed if base is None else base
+        return (base * 1_000_003 + step * 1_009 + round_) % (2**31)
+
+    def shape_rewards(self, out: GeneratorOutput) -> tuple[GeneratorOutput, dict[str, float]]:
+        """DAPO's overlong penalty and overlong filtering, on a copy of ``out``."""
+        a, metrics = self.cfg.algorithm, dict[str, float]()
+        if a.overlong_buffer_len <= 0 and not a.overlong_filter:
+            return out, metrics
+        out = out.select_rows(list(range(len(out))))
+        if a.overlong_buffer_len > 0:
+            metrics["reward/overlong_penalty_mean"] = ds.overlong_penalty(
+                out,
+                self.cfg.generator.max_generate_length,
+                a.overlong_buffer_len,
+                a.overlong_penalty_factor,
+            )
+        if a.overlong_filter:
+            metrics["reward/overlong_masked"] = float(ds.mask_truncated(out))
+        return out, metrics
+
+
+def filled_batch(
+    good: list[GeneratorOutput], flat: list[GeneratorOutput], need: int, num_rounds: int
+) -> tuple[GeneratorOutput, dict[str, float]]:
+    """``need`` informative groups; when ``max_sample_batches`` ran out first, topped up with
+    zero-variance groups (zero advantage) so the optimizer-step count stays fixed."""
+    pool = GeneratorOutput.concat(good + flat)
+    uids = list(ds.group_rows(pool))
+    n_good = sum(len(set(g.uids)) for g in good)
+    if n_good < need:
+        warnings.warn(
+            f"dynamic sampling: {n_good} informative groups after {num_rounds} rounds "
+            f"(algorithm.max_sample_batches); topped up with {need - n_good} flat groups",
+            stacklevel=1,
+        )
+    generated = n_good + sum(len(set(f.uids)) for f in flat)
+    metrics = {
+        "dynamic_sampling/kept_group_frac": n_good / generated,
+        "dynamic_sampling/rounds": float(num_rounds),
+    }
+    return ds.keep_groups(pool, uids[:need]), metrics
+
+
+def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Rollout metrics of several sampling rounds: maxima as max, counts and seconds summed,
+    the rest averaged (rounds have the same number of prompts)."""
+    if len(rounds) == 1:
+        return dict(rounds[0])
+    out = {}
+    for key in rounds[0]:
+        values = [r[key] for r in rounds if key in r]
+        if key.endswith("_max"):
+            out[key] = max(values)
+        elif key in ("env/errors", "generate/seconds"):
+            out[key] = sum(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+def dump_rollouts(out: GeneratorOutput, tokenizer, path: Path) -> None:
+    """One JSON line per training row: ids, text, loss mask, reward, grouping metadata and
+    the policy versions of its turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(len(out)):
+            row = {
+                "uid": out.uids[i],
+                "trajectory_id": out.trajectory_ids[i],
+                "is_last_step": out.is_last_step[i],
+                "data_source": out.data_sources[i],
+                "reward": out.rewards[i],
+                "stop_reason": out.stop_reasons[i],
+                "policy_versions": [list(v) for v in out.policy_versions[i]],
+                "prompt_ids": out.prompt_token_ids[i],
+                "response_ids": out.response_token_ids[i],
+                "loss_mask": out.loss_masks[i],
+                "prompt_text": tokenizer.decode(out.prompt_token_ids[i]),
+                "response_text": tokenizer.decode(out.response_token_ids[i]),
+            }
+            f.write(json.dumps(row) + "\n")

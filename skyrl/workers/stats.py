@@ -1,0 +1,156 @@
+"""What one optimizer step on one mini-batch reports, as typed records.
+
+A worker's ``train_mini_batch`` returns a ``TrainStats`` for its chunk; ``combine_ranks``
+merges the dp ranks' records into the mini-batch's record (loss sums add, grad norm and lr
+are the same on every rank, compute seconds take the slowest rank); the trainer hands the
+step's records to ``skyrl.trainer.step_stats``, the one place that reduces them to logged
+metrics (names, units and reductions in ``skyrl.tracking.metric_names``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LossSums:
+    """Additive figures of a loss over some loss tokens: one micro batch, one rank's chunk or
+    one whole mini-batch. Adding the records of disjoint token sets gives those of their union
+    exactly, so micro batches and ranks add up to the mini-batch."""
+
+    loss: float = 0.0
+    """``sum_t w_t L_t`` with the mini-batch ``loss_weights``: the registered policy loss (or
+    the value loss) term, without the KL and entropy terms. The weights are normalised over
+    the whole mini-batch, so the sum over its micro batches and ranks IS the mini-batch loss
+    (its token mean under ``loss_reduction=token_mean``)."""
+    loss_tokens: float = 0.0
+    """Tokens with ``loss_mask`` on."""
+    token_sums: dict[str, float] = field(default_factory=dict)
+    """``name -> sum over loss tokens`` (a loss's ``<name>_sum``): ``approx_kl``, ``kl``,
+    ``entropy``, ``value_error``, ..."""
+    flag_tokens: dict[str, float] = field(default_factory=dict)
+    """``name -> loss tokens where the flag is on`` (a loss's ``<name>_tokens``): ``clip``,
+    ``dual_clip``, ``tis_clip``, ``vf_clip``, ..."""
+
+    @classmethod
+    def from_loss_metrics(cls, loss: float, metrics: Mapping[str, float]) -> LossSums:
+        """From a registered loss's ``(loss, metrics)``; ``metrics`` follow the convention of
+        ``skyrl/algorithms/policy_losses/terms.py``: ``loss_tokens``, ``<name>_tokens``
+        (flag counts) and ``<name>_sum`` (sums over loss tokens), nothing else."""
+        sums = cls(loss=loss)
+        for key, value in metrics.items():
+            if key == "loss_tokens":
+                sums.loss_tokens = float(value)
+            elif key.endswith("_tokens"):
+                sums.flag_tokens[key.removesuffix("_tokens")] = float(value)
+            elif key.endswith("_sum"):
+                sums.token_sums[key.removesuffix("_sum")] = float(value)
+            else:
+                raise ValueError(
+                    f"loss metric {key!r} is neither a token count (<name>_tokens) nor a sum "
+                    "over loss tokens (<name>_sum); see skyrl/algorithms/policy_losses/terms.py"
+                )
+        return sums
+
+    def __add__(self, other: LossSums) -> LossSums:
+        return LossSums(
+            loss=self.loss + other.loss,
+            loss_tokens=self.loss_tokens + other.loss_tokens,
+            token_sums=_add_dicts(self.token_sums, other.token_sums),
+            flag_tokens=_add_dicts(self.flag_tokens, other.flag_tokens),
+        )
+
+    def token_mean(self, name: str) -> float:
+        """``token_sums[name]`` per loss token (0 without loss tokens)."""
+        return self.token_sums.get(name, 0.0) / max(self.loss_tokens, 1.0)
+
+    def token_frac(self, name: str) -> float:
+        """Share of loss tokens where flag ``name`` is on (0 without loss tokens)."""
+        return self.flag_tokens.get(name, 0.0) / max(self.loss_tokens, 1.0)
+
+
+@dataclass
+class PackingStats:
+    """How one mini-batch was packed into token-budget micro batches (the fields of
+    ``skyrl.batch.packing.micro_batch_metrics``). Per rank, then summed over ranks and over
+    the step's mini-batches, except where a field says otherwise."""
+
+    local_tokens: float
+    """Real (non-padding) tokens packed."""
+    local_loss_tokens: float
+    """Loss tokens packed."""
+    local_samples: float
+    """Sequences packed."""
+    local_micro_batches: float
+    """Micro batches run, zero-loss fillers included."""
+    max_micro_batch_tokens: float
+    """Tokens of the fullest micro batch: max over ranks and mini-batches."""
+    micro_batch_max_tokens: float
+    """The token budget per micro batch: the same everywhere."""
+    fill_ratio: float
+    """``local_tokens / (local_micro_batches x micro_batch_max_tokens)``, recomputed from the
+    totals whenever records are combined."""
+    oversized_sequences: float
+    """Sequences longer than the budget (each packed alone)."""
+    rank_token_imbalance: float = 1.0
+    """Tokens of the busiest rank / the least busy one: per mini-batch over its ranks; the
+    step reports the max over its mini-batches."""
+
+    @staticmethod
+    def combine(parts: Sequence[PackingStats], rank_token_imbalance: float) -> PackingStats:
+        """The record of several disjoint parts (ranks of a mini-batch, mini-batches of a step)."""
+        tokens = sum(p.local_tokens for p in parts)
+        micro = sum(p.local_micro_batches for p in parts)
+        cap = parts[0].micro_batch_max_tokens
+        return PackingStats(
+            local_tokens=tokens,
+            local_loss_tokens=sum(p.local_loss_tokens for p in parts),
+            local_samples=sum(p.local_samples for p in parts),
+            local_micro_batches=micro,
+            max_micro_batch_tokens=max(p.max_micro_batch_tokens for p in parts),
+            micro_batch_max_tokens=cap,
+            fill_ratio=tokens / (micro * cap) if micro and cap else 0.0,
+            oversized_sequences=sum(p.oversized_sequences for p in parts),
+            rank_token_imbalance=rank_token_imbalance,
+        )
+
+
+@dataclass
+class TrainStats:
+    """One optimizer step on one mini-batch: a rank's chunk, or (``combine_ranks``) all ranks."""
+
+    losses: LossSums
+    grad_norm: float
+    """Global L2 norm of the mini-batch gradient before clipping; NaN when refused."""
+    lr: float
+    """Learning rate the optimizer step applied (read before the scheduler moved on)."""
+    nonfinite: bool
+    """The step was refused: a non-finite loss or gradient on some rank, no optimizer step."""
+    compute_s: float
+    """Seconds of forward, backward and optimizer step on this rank (slowest rank combined)."""
+    packing: PackingStats
+
+
+def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:
+    """The mini-batch's record from its ranks': loss sums and packing counts add, grad norm and
+    lr are the same on every rank (rank 0's), refused if any rank refused, slowest rank's
+    compute seconds, rank token imbalance = busiest / least busy rank's tokens."""
+    tokens = [r.packing.local_tokens for r in per_rank]
+    losses = LossSums()
+    for record in per_rank:
+        losses = losses + record.losses
+    return TrainStats(
+        losses=losses,
+        grad_norm=per_rank[0].grad_norm,
+        lr=per_rank[0].lr,
+        nonfinite=any(r.nonfinite for r in per_rank),
+        compute_s=max(r.compute_s for r in per_rank),
+        packing=PackingStats.combine(
+            [r.packing for r in per_rank], max(tokens) / max(min(tokens), 1.0)
+        ),
+    )
+
+
+def _add_dicts(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in {**a, **b}}
