@@ -2,8 +2,8 @@
 
 ``HFEngine`` is a ``LocalEngine`` (``skyrl.inference.local``): ``generate`` queues the
 request; the serving thread waits for one, keeps collecting while more keep arriving
-(until ``QUIET_S`` passes without one, ``MAX_WAIT_S`` after the first, or
-``max_batch_size``), decodes the batch and resolves each request; what arrives meanwhile
+(``LocalEngine.take_burst``: until ``QUIET_S`` passes without one, ``MAX_WAIT_S`` after
+the first, or ``max_batch_size``), decodes the batch and resolves each request; what arrives meanwhile
 forms the next batch.
 
 Departure from the usual implementation: no ``model.generate``. The batch runs through
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -45,10 +44,6 @@ from skyrl.inference.base import (
 )
 from skyrl.inference.local import LocalEngine, Request
 
-QUIET_S = 0.003
-"""A batch closes once no request has arrived for this long (seconds)..."""
-MAX_WAIT_S = 0.05
-"""...or this long after its first request arrived (seconds)."""
 PRUNE_FRACTION = 0.25
 """Finished rows are dropped from the batch once they are this fraction of it."""
 
@@ -100,14 +95,7 @@ class HFEngine(LocalEngine):
             requests = self.take(block=not done.done())
         if not requests:
             return None if done.done() else []
-        first = last = time.monotonic()
-        while len(requests) < self.max_batch_size and not done.done():
-            wait = min(last + QUIET_S, first + MAX_WAIT_S) - time.monotonic()
-            more = self.take(block=True, timeout=wait) if wait > 0 else []
-            if not more:
-                break
-            requests += more
-            last = time.monotonic()
+        requests = self.take_burst(requests, done, limit=self.max_batch_size)
         self._pending = requests[self.max_batch_size :]
         return requests[: self.max_batch_size]
 

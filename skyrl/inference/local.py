@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -29,6 +30,11 @@ from typing import Any, TypeVar
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
 
 T = TypeVar("T")
+
+QUIET_S = 0.003
+"""``take_burst`` stops once no request has arrived for this long (seconds)..."""
+MAX_WAIT_S = 0.05
+"""...or this long after it started (seconds)."""
 
 
 @dataclass
@@ -110,6 +116,22 @@ class LocalEngine(ABC):
             return []
         requests = self._sort([first, *self._drain()])
         self._taken = [r for r in self._taken if not r.future.done()] + requests
+        return requests
+
+    def take_burst(
+        self, requests: list[Request], done: Future, limit: int | None = None
+    ) -> list[Request]:
+        """``requests`` plus those that keep arriving right after them (the turns of many
+        trajectories started together): until ``QUIET_S`` passes without one, ``MAX_WAIT_S``
+        after the start, ``limit`` requests, or ``done``."""
+        first = last = time.monotonic()
+        while (limit is None or len(requests) < limit) and not done.done():
+            wait = min(last + QUIET_S, first + MAX_WAIT_S) - time.monotonic()
+            more = self.take(block=True, timeout=wait) if wait > 0 else []
+            if not more:
+                break
+            requests = requests + more
+            last = time.monotonic()
         return requests
 
     def on_owner(self, fn: Callable[..., T], *args: Any) -> T:

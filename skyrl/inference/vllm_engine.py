@@ -116,7 +116,11 @@ class VLLMEngine(LocalEngine):
         live: dict[str, Request] = {}
         try:
             while not done.done():
-                for request in self.take(block=not engine.has_unfinished_requests()):
+                idle = not engine.has_unfinished_requests()
+                requests = self.take(block=idle)
+                if idle and requests:  # a burst (many trajectories starting): one first step
+                    requests = self.take_burst(requests, done)
+                for request in requests:
                     self._add(engine, request, live)
                 if engine.has_unfinished_requests():
                     for output in engine.step():
