@@ -23,6 +23,7 @@ from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError
 from skyrl.config.precheck import precheck_command_line
 from skyrl.models.resolve import ModelNotFoundError
+from skyrl.tracking import metric_names as names
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUN_FAILED = 1
@@ -68,7 +69,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             raise
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_RUN_FAILED)
-    objective = result.final("eval/pass@1")
+    objective = result.final(names.EVAL_PASS_AT_1)
     if math.isnan(objective):
         if multirun and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
             raise ValueError(

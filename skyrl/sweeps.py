@@ -33,7 +33,7 @@ from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
 
 JOB_RETURN = "job_return.json"
 """Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``."""
-METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", "eval/pass@1")
+METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", names.EVAL_PASS_AT_1)
 """Final metrics per job, after the override columns."""
 
 
@@ -117,13 +117,13 @@ def final_metrics(history: list[dict[str, float]]) -> dict[str, float]:
     """Training steps, mean training reward of the first / last 5 steps, last eval pass@1."""
     train = [r for r in history if r["step"] > 0]
     _, rewards = series(train, names.REWARD)
-    _, pass_at_1 = series(history, "eval/pass@1")
+    _, pass_at_1 = series(history, names.EVAL_PASS_AT_1)
     n = min(FIRST_LAST_STEPS, len(rewards))
     return {
         "steps": len(train),
         "reward_first5_mean": fmean(rewards[:n]) if rewards else math.nan,
         "reward_last5_mean": fmean(rewards[-n:]) if rewards else math.nan,
-        "eval/pass@1": pass_at_1[-1] if pass_at_1 else math.nan,
+        names.EVAL_PASS_AT_1: pass_at_1[-1] if pass_at_1 else math.nan,
     }
 
 
@@ -151,7 +151,7 @@ def plot_summary(rows: list[dict[str, Any]], path: Path) -> Path:
     fig = Figure(figsize=(14, 4.2), layout="constrained")
     pass_ax, reward_ax, curve_ax = fig.subplots(1, 3)
     labels = job_labels(rows)
-    _bars(pass_ax, "final eval pass@1", rows, labels, "eval/pass@1")
+    _bars(pass_ax, "final eval pass@1", rows, labels, names.EVAL_PASS_AT_1)
     _bars(reward_ax, f"training reward, last {FIRST_LAST_STEPS} steps", rows, labels,
           "reward_last5_mean")  # fmt: skip
     _curves(curve_ax, rows, labels)

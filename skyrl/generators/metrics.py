@@ -30,9 +30,9 @@ def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]
         )
         / len(trajs),
         names.REWARD: sum(t.reward for t in trajs) / len(trajs),
-        "env/errors": float(sum(t.env_errors for t in trajs)),
+        names.ENV_ERRORS: float(sum(t.env_errors for t in trajs)),
         "generate/tokens_per_s": sum(gen_lens) / max(elapsed_s, 1e-9),
-        "generate/seconds": elapsed_s,
+        names.GENERATE_SECONDS: elapsed_s,
     }
     for source, vals in passes.items():
         m[f"generate/pass@{n_samples}/{source}"] = sum(vals) / len(vals)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
-from skyrl.inference.base import InferenceEngine
+from skyrl.inference.client import EngineClient
 
 
 class RolloutSource(Protocol):
@@ -25,6 +25,12 @@ class RolloutSource(Protocol):
 
     batches_per_epoch: int
     """Training batches in one pass over the prompts."""
+
+    @property
+    def engine(self) -> EngineClient | None:
+        """The inference engines the batches are sampled from (the trainer syncs weights into
+        them); None when no engine is involved (``data=fake``)."""
+        ...
 
     def next_batch(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
         """The training batch of ``step`` and its rollout metrics."""
@@ -50,15 +56,18 @@ class RolloutSource(Protocol):
 
 
 def make_rollouts(
-    cfg: SkyRLConfig, engine: InferenceEngine | None, tokenizer, output_dir: Path
+    cfg: SkyRLConfig, tokenizer, output_dir: Path, engine: EngineClient | None = None
 ) -> RolloutSource:
-    """``FakeRollouts`` for ``data=fake``, else ``SyncRollouts`` over ``engine``."""
+    """``FakeRollouts`` for ``data=fake``, else ``SyncRollouts`` over ``engine`` (built from
+    ``cfg.generator`` when not given)."""
     if cfg.data.source == "fake":
         from skyrl.rollouts.fake import FakeRollouts
 
         return FakeRollouts(cfg, tokenizer)
-    if engine is None:
-        raise ValueError(f"data.source={cfg.data.source!r} needs an inference engine")
     from skyrl.rollouts.sync import SyncRollouts
 
+    if engine is None:
+        from skyrl.inference.factory import make_engine
+
+        engine = make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
     return SyncRollouts(cfg, engine, tokenizer, output_dir)

@@ -11,6 +11,7 @@ from typing import Any
 
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
+from skyrl.inference.client import EngineClient
 from skyrl.tracking import metric_names as names
 from skyrl.workers.fake_rollouts import fake_rollouts
 
@@ -23,6 +24,8 @@ class FakeRollouts:
         self.vocab_size = len(tokenizer)
         self.batches_per_epoch = cfg.data.num_train_prompts // cfg.trainer.train_batch_size
         self.version = 0
+        self.engine: EngineClient | None = None
+        """No engine: nothing to generate with or sync into."""
 
     def next_batch(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
         g = self.cfg.generator

@@ -25,10 +25,12 @@ from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
 from skyrl.data import PromptRow, load_prompts
 from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_training_batch
-from skyrl.inference.base import InferenceEngine, SamplingParams
+from skyrl.inference.base import SamplingParams
+from skyrl.inference.client import EngineClient
 from skyrl.rollouts import dynamic_sampling as ds
 from skyrl.rollouts.dataloader import PromptLoader
 from skyrl.rollouts.evaluation import eval_metrics
+from skyrl.tracking import metric_names as names
 
 LOW_PASS_RATE_WARNING = 0.7
 """Dynamic sampling warns when fewer than this share of groups carry signal."""
@@ -38,9 +40,9 @@ class SyncRollouts:
     """The prompt loader, the generator, reward shaping and dynamic sampling of a run."""
 
     def __init__(
-        self, cfg: SkyRLConfig, engine: InferenceEngine, tokenizer, output_dir: Path | None = None
+        self, cfg: SkyRLConfig, engine: EngineClient, tokenizer, output_dir: Path | None = None
     ):
-        self.cfg, self.tokenizer = cfg, tokenizer
+        self.cfg, self.tokenizer, self.engine = cfg, tokenizer, engine
         self.output_dir = Path(output_dir) if output_dir is not None else None
         t = cfg.trainer
         rows = load_prompts(cfg.data, cfg.environment, "train")
@@ -115,10 +117,10 @@ class SyncRollouts:
         elif a.dynamic_sampling == "replace":
             out, replaced = ds.replace_flat_groups(rounds[0], self.base_seed(step, 0))
             groups = len(ds.group_rows(out))
-            ds_metrics = {"dynamic_sampling/kept_group_frac": 1.0 - replaced / groups}
+            ds_metrics = {names.KEPT_GROUP_FRAC: 1.0 - replaced / groups}
         else:
             out, ds_metrics = rounds[0], {}
-        kept = ds_metrics.get("dynamic_sampling/kept_group_frac", 1.0)
+        kept = ds_metrics.get(names.KEPT_GROUP_FRAC, 1.0)
         if kept < LOW_PASS_RATE_WARNING:
             warnings.warn(
                 f"step {step}: dynamic sampling dropped {1 - kept:.0%} of prompt groups "
@@ -178,7 +180,7 @@ def filled_batch(
         )
     generated = n_good + sum(len(set(f.uids)) for f in flat)
     metrics = {
-        "dynamic_sampling/kept_group_frac": n_good / generated,
+        names.KEPT_GROUP_FRAC: n_good / generated,
         "dynamic_sampling/rounds": float(num_rounds),
     }
     return ds.keep_groups(pool, uids[:need]), metrics
@@ -194,7 +196,7 @@ def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
         values = [r[key] for r in rounds if key in r]
         if key.endswith("_max"):
             out[key] = max(values)
-        elif key in ("env/errors", "generate/seconds"):
+        elif key in (names.ENV_ERRORS, names.GENERATE_SECONDS):
             out[key] = sum(values)
         else:
             out[key] = sum(values) / len(values)

@@ -80,8 +80,8 @@ def format_step_line(step: int, total_steps: int, metrics: dict[str, float]) -> 
 
 def _line_eval_keys(metrics: dict[str, float]) -> list[str]:
     """``eval/pass@1`` alone when present, else every ``eval/...pass@1`` key."""
-    if "eval/pass@1" in metrics:
-        return ["eval/pass@1"]
+    if names.EVAL_PASS_AT_1 in metrics:
+        return [names.EVAL_PASS_AT_1]
     return names.eval_pass_at_1_keys(metrics)
 
 

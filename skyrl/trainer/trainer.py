@@ -52,7 +52,6 @@ class RLTrainer:
     def __init__(self, cfg: SkyRLConfig, output_dir: Path):
         from transformers import AutoTokenizer
 
-        from skyrl.inference.factory import make_engine
         from skyrl.workers.group import WorkerGroup
 
         self.cfg = with_local_model_paths(cfg)  # workers and engines see local directories only
@@ -60,15 +59,8 @@ class RLTrainer:
         self.output_dir = Path(output_dir)
         self.plan = make_plan(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
-        # data=fake: random rollouts, no engine: the trainer path alone
-        self.engine: EngineClient | None = (
-            None
-            if cfg.data.source == "fake"
-            else make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
-        )
-        self.rollouts: RolloutSource = make_rollouts(
-            cfg, self.engine, self.tokenizer, self.output_dir
-        )
+        self.rollouts: RolloutSource = make_rollouts(cfg, self.tokenizer, self.output_dir)
+        self.engine: EngineClient | None = self.rollouts.engine
         self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
         optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step
         self.policy = WorkerGroup("policy", cfg, optimizer_steps)
@@ -140,7 +132,7 @@ class RLTrainer:
             metrics.update(self.train_on(batch, step))
         refused = any(metrics.get(r.nonfinite, 0.0) > 0 for r in (names.POLICY, names.CRITIC))
         self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if refused else 0
-        metrics["train/refused"] = float(refused)
+        metrics[names.TRAIN_REFUSED] = float(refused)
         last = step == self.total_steps
         if not refused:
             with timer("sync"):
@@ -365,8 +357,8 @@ class PhaseTimer:
         step that is not generation or the workers' forward / backward / optimizer compute."""
         step = time.perf_counter() - self.started
         out = {f"timing/{phase}_s": s for phase, s in self.seconds.items()}
-        out["timing/step_s"] = step
-        out["timing/overhead_frac"] = max(0.0, 1.0 - compute_s / step) if step > 0 else 0.0
+        out[names.STEP_TIME] = step
+        out[names.OVERHEAD_FRAC] = max(0.0, 1.0 - compute_s / step) if step > 0 else 0.0
         return out
 
 

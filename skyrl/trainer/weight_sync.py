@@ -12,13 +12,14 @@ is in it).
 from __future__ import annotations
 
 from skyrl.config.root import SkyRLConfig
+from skyrl.inference.base import InferenceEngine
 from skyrl.workers.group import WorkerGroup
 
 
 class BroadcastWeightSync:
     """Policy rank 0 to every engine over one broadcast group, set up on construction."""
 
-    def __init__(self, policy: WorkerGroup, engine, cfg: SkyRLConfig):
+    def __init__(self, policy: WorkerGroup, engine: InferenceEngine, cfg: SkyRLConfig):
         self.policy, self.engine = policy, engine
         bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
         rank0 = policy.actors[0]  # a Ray actor handle

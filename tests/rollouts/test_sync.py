@@ -20,7 +20,7 @@ def _source(tmp_path, *overrides: str) -> SyncRollouts:
     )
     tok = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
     engine = make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
-    source = make_rollouts(cfg, engine, tok, tmp_path)
+    source = make_rollouts(cfg, tok, tmp_path, engine)
     assert isinstance(source, SyncRollouts)
     return source
 
