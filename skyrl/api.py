@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from skyrl.config.preflight import Preflight, preflight
 from skyrl.config.validate import validate
 from skyrl.trainer.plan import format_plan, make_plan
 
@@ -66,29 +67,32 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
 
 
 def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
-    """Validate ``cfg``, save it resolved into the output dir, print the plan, and run the job
-    (only plan it with ``trainer.dry_run=true``). ``output_dir`` defaults to
-    ``trainer.output_dir``, else ``outputs/<date>/<time>``."""
+    """Validate ``cfg``, run the pre-flight check (data files and rows, prompt lengths, model
+    paths, env, rollout driver: ``skyrl.config.preflight``), save it resolved into the output
+    dir, print the plan, and run the job (only check and plan it with
+    ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
+    ``outputs/<date>/<time>``."""
     typed = validate(cfg)
+    checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
     out.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, out / "resolved_config.yaml", resolve=True)
     print(format_plan(make_plan(typed)))
-    print(f"  {'output dir':<22}  {out}", flush=True)
+    for name, value in [*checked.plan_rows(), ("output dir", str(out))]:
+        print(f"  {name:<22}  {value}", flush=True)
     if typed.trainer.dry_run:
         return TrainResult(out)
-    return _run(typed, out)
+    return _run(checked, out)
 
 
-def _run(cfg, output_dir: Path) -> TrainResult:
+def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
     import ray
 
-    from skyrl.models.resolve import with_local_model_paths
     from skyrl.tracking.summary import format_summary, plot_history
     from skyrl.trainer.trainer import RLTrainer
 
-    cfg = with_local_model_paths(cfg)  # a bad model.path fails here, before Ray starts
+    cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):  # a running cluster: use it as it is
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
@@ -99,7 +103,7 @@ def _run(cfg, output_dir: Path) -> TrainResult:
                 log_to_driver=False,
                 configure_logging=False,
             )
-    trainer = RLTrainer(cfg, output_dir)
+    trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
         history = trainer.train()
         final_hf = trainer.export() if cfg.trainer.export_hf else None

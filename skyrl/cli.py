@@ -4,9 +4,10 @@ Hydra composes the config from ``skyrl/conf`` (shipped inside the package, so
 it works from any directory and from a non-editable install). Before Hydra's
 own main runs, the command line is composed and validated once here, so that a
 typo, a wrong type, an unknown option or a violated rule ends with ONE line
-naming the key instead of a traceback. A ``model.path`` / ``model.tokenizer_path``
-that resolves to nothing (found when the run starts) also exits 2: one ``error:``
-line naming the key, then the lookups tried, indented.
+naming the key instead of a traceback. Then ``skyrl.train`` runs the pre-flight check
+(``skyrl.config.preflight``: data files and rows, prompt lengths, model paths, the env,
+the rollout driver), for a dry run too; what it finds is a ``ConfigError`` as well: one
+``error:`` line naming the key, exit 2, before Ray or any engine starts.
 """
 
 from __future__ import annotations
@@ -79,13 +80,19 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return objective
 
 
-def main() -> None:
-    """Console script: check the command line, then hand it to Hydra."""
+def check_command_line() -> None:
+    """Compose and validate ``sys.argv`` once; a problem is one line on stderr and exit 2
+    (``skyrl-train`` and ``skyrl-eval`` alike)."""
     register_configs()
     problem = precheck_command_line(sys.argv[1:])
     if problem is not None:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
+
+
+def main() -> None:
+    """Console script: check the command line, then hand it to Hydra."""
+    check_command_line()
     _hydra_main()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,17 +75,49 @@ def _compose(*overrides: str) -> DictConfig:
 # -- every experiment ----------------------------------------------------------------
 
 
+def _local_stand_ins(name: str, tmp_path: Path) -> list[str]:
+    """Overrides putting local stand-ins for what an experiment needs from outside (a
+    prepared dataset, a hub model), so its dry run passes the pre-flight check here."""
+    if name != "gsm8k_grpo":
+        return []
+    from recipes.gsm8k_grpo import prepare
+
+    raw, rows = tmp_path / "gsm8k_raw.jsonl", tmp_path / "gsm8k.jsonl"
+    prepare.write_records(GSM8K_RECORDS * 64, raw)  # 128 prompts = one train batch
+    prepare.main(["--input", str(raw), "--output", str(rows)])
+    return ["model.path=skyrl-tiny", f"data.train_files=[{rows}]", f"data.eval_files=[{rows}]"]
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_dry_runs(name: str, tmp_path: Path, repo_on_path, capsys):
     from skyrl.api import train
 
-    cfg = _compose(f"experiment={name}", "trainer.dry_run=true")
-    result = train(cfg, tmp_path)  # validate, save the resolved config, print the plan
+    stand_ins = _local_stand_ins(name, tmp_path / "data")
+    cfg = _compose(f"experiment={name}", "trainer.dry_run=true", *stand_ins)
+    result = train(cfg, tmp_path)  # validate, pre-flight, save the resolved config, plan
     assert result.output_dir == tmp_path and not result.history
     assert "skyrl run plan" in capsys.readouterr().out
     saved = OmegaConf.load(tmp_path / "resolved_config.yaml")
+    plain = _compose(f"experiment={name}")
+    replaced = {override.split("=")[0] for override in stand_ins}
     for key, value in RECIPE_SETTINGS.get(name, {}).items():
-        assert OmegaConf.select(saved, key) == value, f"experiment={name}: {key}"
+        assert OmegaConf.select(plain, key) == value, f"experiment={name}: {key}"
+        if key not in replaced:
+            assert OmegaConf.select(saved, key) == value, f"experiment={name}: {key}"
+
+
+def test_gsm8k_dry_run_without_its_prepared_data_names_the_file(tmp_path, monkeypatch):
+    from skyrl.api import train
+    from skyrl.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)  # no data/gsm8k/ here
+    with pytest.raises(ConfigError) as err:
+        train(_compose("experiment=gsm8k_grpo", "trainer.dry_run=true"), tmp_path / "out")
+    assert (err.value.key, err.value.message) == (
+        "data.train_files[0]",
+        "data/gsm8k/train.jsonl: file not found",
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_recipe_setting_names_an_experiment():
@@ -205,16 +238,16 @@ def test_gsm8k_prepare_rejects_an_answer_without_a_final_number():
 
 
 @pytest.mark.slow
-def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
+def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "CURRICULUM_STAGES": "chain_sum basic_arithmetic",
+        "CURRICULUM_STAGES": stages,
         "CURRICULUM_DIR": str(tmp_path),
         "CURRICULUM_MODEL": "skyrl-tiny",
         "SKYRL_TRAIN": f"{sys.executable} -m skyrl",
     }
     script = REPO / "recipes" / "reasoning_gym_curriculum" / "run.sh"
-    result = subprocess.run(
+    return subprocess.run(
         ["bash", str(script), "trainer.dry_run=true"],
         cwd=tmp_path,
         env=env,
@@ -222,9 +255,27 @@ def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
         text=True,
         timeout=240,
     )
+
+
+def test_curriculum_dry_run_checks_every_stage(tmp_path: Path):
+    """Nothing is exported by a dry run: each stage is checked with the model stage 1 has."""
+    result = run_curriculum(tmp_path, "chain_sum basic_arithmetic")
     assert result.returncode == 0, result.stderr
     first = OmegaConf.load(tmp_path / "stage1-chain_sum" / "resolved_config.yaml")
     second = OmegaConf.load(tmp_path / "stage2-basic_arithmetic" / "resolved_config.yaml")
     assert (first.environment.dataset, first.model.path) == ("chain_sum", "skyrl-tiny")
-    assert second.environment.dataset == "basic_arithmetic"
-    assert second.model.path == str(tmp_path / "stage1-chain_sum" / "final_hf")
+    assert (second.environment.dataset, second.model.path) == ("basic_arithmetic", "skyrl-tiny")
+
+
+def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
+    """A trained stage (its final_hf: here a copy of the tiny model) is skipped and the next
+    stage starts from it."""
+    from skyrl.models.resolve import resolve_model_path
+
+    exported = tmp_path / "stage1-chain_sum" / "final_hf"
+    shutil.copytree(resolve_model_path("skyrl-tiny"), exported)
+    result = run_curriculum(tmp_path, "chain_sum basic_arithmetic")
+    assert result.returncode == 0, result.stderr
+    assert f"== stage 1: chain_sum already trained ({exported})" in result.stdout
+    second = OmegaConf.load(tmp_path / "stage2-basic_arithmetic" / "resolved_config.yaml")
+    assert (second.environment.dataset, second.model.path) == ("basic_arithmetic", str(exported))

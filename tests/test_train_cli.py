@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,10 @@ import pytest
 import yaml
 
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
+TESTS = str(Path(__file__).parent)
+PLUGINS = ["imports=[recipe_plugins]"]
+"""tests/recipe_plugins.py registers a sink (``recording``) and an engine backend
+(``counting_hf``) as a recipe would; the runs below put tests/ on PYTHONPATH."""
 
 
 def run_cli(
@@ -39,6 +45,18 @@ def run_cli(
             "trainer.train_batch_size=10",
             "error: trainer.policy_mini_batch_size: train_batch_size (10) must be divisible by policy_mini_batch_size (4)",
         ),
+        # + and ++ add a key with the struct flag open; the validator refuses it all the same
+        ("+trainer.lrx=1", "error: trainer.lrx: unknown key"),
+        ("+foo=1", "error: foo: unknown key"),
+        (
+            "++trainer.policy_optimizer.lrx=1",
+            "error: trainer.policy_optimizer.lrx: unknown key (did you mean 'lr'?)",
+        ),
+        # a backend reads its own schema's fields: the vllm group's with the hf engine is refused
+        (
+            "generator.backend=hf",
+            "error: generator.backend: engine backend 'hf' reads the fields of generator=hf; got a VLLMGeneratorConfig",
+        ),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, override, expected):
@@ -63,13 +81,143 @@ def test_unresolvable_model_is_an_error_not_a_traceback(tmp_path, key, module):
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
-    error = result.stderr.strip().splitlines()  # the model is resolved before Ray starts
-    assert error[0] == f"error: {key}='Nope/NotAModel' could not be resolved. Tried:"
-    tried = error[1:]  # indented: local directory, HF cache, hub (skipped offline), the fix
-    assert all(line.startswith("  ") for line in tried)
+    [error] = result.stderr.strip().splitlines()  # found by the pre-flight, before Ray starts
+    assert error.startswith(f"error: {key}: 'Nope/NotAModel' could not be resolved. Tried: ")
+    tried = error.split(" Tried: ", 1)[1].split("; ")  # local directory, HF cache, hub, the fix
     assert "local directory" in tried[0] and "HF cache" in tried[1]
-    assert "HF hub: skipped (HF_HUB_OFFLINE" in tried[2]
-    assert tried[-1].startswith("  Fix: ") and f"set {key} to a local directory" in tried[-1]
+    assert tried[2].startswith("HF hub: skipped (HF_HUB_OFFLINE")
+    assert error.endswith(f"set {key} to a local directory.") and " Fix: " in error
+    assert not (tmp_path / "run").exists()
+
+
+# -- the pre-flight check: what the config names, checked in the dry run too ------------
+
+LONG_PROMPT = "word " * 200
+"""About 200 tokens with the tiny model's tokenizer; smoke's generator.max_prompt_length is 128."""
+
+DATA_FILES = {
+    "ok.jsonl": '{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "What is 2 + 2?", "answer": "4"}\n',
+    "no_prompt.jsonl": '{"prompt": "What is 1 + 1?", "answer": "2"}\n{"question": "x", "answer": "1"}\n',
+    "not_json.jsonl": '{"prompt": "What is 1 + 1?", "answer": "2"}\n{oops\n',
+    "long.jsonl": "".join(
+        json.dumps({"prompt": p, "answer": "1"}) + "\n"
+        for p in ["What is 1 + 1?", LONG_PROMPT, "What is 2 + 2?", LONG_PROMPT, "What is 3 + 3?"]
+    ),
+}
+
+
+def dry_run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``skyrl-train experiment=smoke trainer.dry_run=true`` with the data files above in the
+    working directory."""
+    for name, text in DATA_FILES.items():
+        (tmp_path / name).write_text(text)
+    return run_cli(
+        tmp_path,
+        "experiment=smoke",
+        "trainer.dry_run=true",
+        f"trainer.output_dir={tmp_path / 'out'}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+        *overrides,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+
+
+FILES = ("data.source=files", "data.train_files=[ok.jsonl]")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ("data.source=files", "data.train_files=[missing.jsonl]"),
+            "error: data.train_files[0]: missing.jsonl: file not found",
+        ),
+        (
+            ("data.source=files", "data.train_files=[no_prompt.jsonl]"),
+            "error: data.train_files[0]: no_prompt.jsonl: row 2: missing column 'prompt' "
+            "(has ['answer', 'question'])",
+        ),
+        (
+            (*FILES, "data.eval_files=[ok.jsonl,not_json.jsonl]"),
+            "error: data.eval_files[1]: not_json.jsonl: row 2: invalid JSON "
+            "(Expecting property name enclosed in double quotes)",
+        ),
+        (("model.path=/nonexistent",), "error: model.path: '/nonexistent': no such directory"),
+        (
+            ("environment._target_=no.such.Class",),
+            "error: environment._target_: cannot import 'no.such.Class': No module named 'no'",
+        ),
+        (
+            ("environment.name=mathh",),
+            "error: environment.name: unknown environment 'mathh' (did you mean 'math'?)",
+        ),
+        (
+            ("generator.agent=no.such.driver",),
+            "error: generator.agent: 'no.such.driver' does not import: No module named 'no'",
+        ),
+    ],
+)
+def test_dry_run_checks_what_the_config_names(tmp_path, overrides, expected):
+    result = dry_run(tmp_path, *overrides)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{result.stderr}"
+    assert lines[0].startswith(expected), lines[0]
+    assert "skyrl run plan" not in result.stdout
+    assert not (tmp_path / "out").exists(), "a refused run must not create its output dir"
+
+
+def test_overlong_prompt_error_names_the_row_its_length_and_the_count(tmp_path):
+    result = dry_run(tmp_path, "data.source=files", "data.train_files=[long.jsonl]")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert re.fullmatch(
+        r"error: data\.train_files\[0\]: long\.jsonl: row 2: prompt is (\d+) tokens \(after the "
+        r"chat template\), over generator\.max_prompt_length=128; 2 of 5 train prompts are too "
+        r"long \(shorten them, raise generator\.max_prompt_length or set "
+        r"data\.overlong_prompts=drop\)",
+        line,
+    ), line
+
+
+def test_overlong_prompts_dropped_with_one_warning_and_the_count_in_the_plan(tmp_path):
+    result = dry_run(
+        tmp_path,
+        "data.source=files",
+        "data.train_files=[long.jsonl]",
+        "data.eval_files=[long.jsonl,ok.jsonl]",
+        "data.overlong_prompts=drop",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.strip().splitlines() == [
+        "warning: data.overlong_prompts=drop: dropped 2 of 5 train prompts longer than "
+        "generator.max_prompt_length=128 tokens",
+        "warning: data.overlong_prompts=drop: dropped 2 of 7 eval prompts longer than "
+        "generator.max_prompt_length=128 tokens",
+    ]
+    plan = {
+        line[2:24].strip(): line[24:].strip()
+        for line in result.stdout.splitlines()
+        if line.startswith("  ")
+    }
+    assert plan["over-long prompts"] == "dropped: train 2, eval 2 (data.overlong_prompts=drop)"
+    assert plan["prompts"].startswith("train 3, eval 5 (longest ")
+    assert (tmp_path / "out" / "resolved_config.yaml").exists()
+
+
+def test_keys_can_be_added_under_a_free_form_mapping(tmp_path):
+    result = run_cli(
+        tmp_path,
+        "+environment.kwargs.foo=1",
+        "trainer.dry_run=true",
+        f"trainer.output_dir={tmp_path / 'out'}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = yaml.safe_load((tmp_path / "out" / "resolved_config.yaml").read_text())
+    assert saved["environment"]["kwargs"] == {"foo": 1}
 
 
 def test_unknown_option_lists_available(tmp_path):

@@ -9,7 +9,9 @@
 # Environment: CURRICULUM_STAGES (reasoning-gym datasets, easiest first), CURRICULUM_MODEL
 # (stage 1's model.path; default: the experiment's), CURRICULUM_DIR (where the stages'
 # output dirs go), SKYRL_TRAIN (the command to run). Do not pass model.path as an extra
-# override: it would replace the chain from stage 2 on.
+# override: it would replace the chain from stage 2 on. With trainer.dry_run=true a stage
+# that has no final_hf yet is checked, and the next one with the same model (nothing is
+# exported by a dry run).
 set -euo pipefail
 
 read -r -a stages <<< "${CURRICULUM_STAGES:-chain_sum basic_arithmetic gsm_symbolic}"
@@ -28,5 +30,8 @@ for i in "${!stages[@]}"; do
       "environment.dataset=$dataset" "trainer.output_dir=$out" "hydra.run.dir=$out" \
       ${previous[@]+"${previous[@]}"} "$@"
   fi
-  previous=("model.path=$out/final_hf")
+  # a dry run exports nothing: a stage not trained yet hands on the model it was checked with
+  if [[ -d "$out/final_hf" || " $* " != *" trainer.dry_run=true "* ]]; then
+    previous=("model.path=$out/final_hf")
+  fi
 done

@@ -2,18 +2,30 @@
 
 The command line should answer a typo with ``error: trainer.lr_typo: unknown
 key (did you mean 'lr'?)``, not a traceback wall. Everything here only formats;
-it decides nothing about validity.
+it decides nothing about validity. Any exception gets its line, a bug in skyrl
+too; ``is_bad_input`` tells the two apart (the command-line fuzz test relies on it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+from collections.abc import Iterator
+from pathlib import Path
 
-from hydra.errors import MissingConfigException, OverrideParseException
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, did_you_mean
+
+BAD_INPUT_ERRORS = (
+    ConfigError,
+    OmegaConfBaseException,
+    OverrideParseException,
+    ConfigCompositionException,  # MissingConfigException too
+)
+"""What a bad command line or config raises."""
+
+SKYRL_DIR = Path(__file__).resolve().parents[1]
 
 
 def one_line_error(exc: BaseException) -> str:
@@ -32,11 +44,41 @@ def one_line_error(exc: BaseException) -> str:
     return f"error: {_first_line(str(exc))}"
 
 
+def is_bad_input(exc: BaseException) -> bool:
+    """Whether ``exc`` reports bad input rather than a bug that ``one_line_error`` dressed up
+    as one line. Bad input: one of ``BAD_INPUT_ERRORS``, or anything Hydra or OmegaConf raise
+    on their own (Hydra refuses ``trainer=null`` with a ``ValueError``). A bug: any other
+    exception raised in skyrl's code, also where it is only the context of an expected one
+    (OmegaConf re-raises a ``TypeError`` from a schema's ``__post_init__`` as a
+    ``ConfigTypeError``, so the type alone would hide it)."""
+    return not any(not isinstance(e, BAD_INPUT_ERRORS) and _raised_in_skyrl(e) for e in _chain(exc))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _raised_in_skyrl(exc: BaseException) -> bool:
+    """Whether a frame below the one that caught ``exc`` runs skyrl's code."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(SKYRL_DIR):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _omegaconf_error(exc: OmegaConfBaseException) -> str:
     key = exc.full_key or ""  # one_line_error only calls this when it is set
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
         leaf = key.rsplit(".", 1)[-1]
-        hint = _suggest(leaf, _field_names(getattr(exc, "object_type", None)))
+        hint = did_you_mean(leaf, _field_names(getattr(exc, "object_type", None)))
         return f"error: {key}: unknown key{hint}"
     return f"error: {key}: {_first_line(exc.msg or '')}"
 
@@ -46,7 +88,7 @@ def _missing_option(exc: MissingConfigException) -> str:
     options = sorted(o for o in (exc.options or []) if not o.endswith("_schema"))
     if "/" in missing and options:
         group, name = missing.rsplit("/", 1)
-        hint = _suggest(name, options)
+        hint = did_you_mean(name, options)
         return f"error: {group}={name}: no such option in group '{group}'{hint}; available: {', '.join(options)}"
     return f"error: {_first_line(str(exc))}"
 
@@ -55,11 +97,6 @@ def _field_names(object_type: object) -> list[str]:
     if isinstance(object_type, type) and dataclasses.is_dataclass(object_type):
         return [f.name for f in dataclasses.fields(object_type)]
     return []
-
-
-def _suggest(word: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _first_line(text: str) -> str:

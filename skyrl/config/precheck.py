@@ -21,6 +21,14 @@ CONFIG_NAME = "config"
 
 def precheck_command_line(argv: list[str]) -> str | None:
     """The one-line error for ``argv``, or None when it composes and validates."""
+    problem = command_line_problem(argv)
+    return None if problem is None else one_line_error(problem)
+
+
+def command_line_problem(argv: list[str]) -> Exception | None:
+    """What composing and validating ``argv`` raised, or None when it is fine.
+
+    ``cli_errors.is_bad_input`` tells bad input from a bug in skyrl."""
     args, _ = get_args_parser().parse_known_args(argv)
     if (
         args.help
@@ -36,8 +44,8 @@ def precheck_command_line(argv: list[str]) -> str | None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             for overrides in candidates:
                 validate(compose(config_name=args.config_name or CONFIG_NAME, overrides=overrides))
-    except Exception as exc:  # every config problem becomes one line; bugs too, tagged by type
-        return one_line_error(exc)
+    except Exception as exc:  # bad input and bugs alike; the caller formats and tells them apart
+        return exc
     return None
 
 

@@ -412,8 +412,10 @@ Every key of a run, with its type, default and meaning, as declared in the
 dataclass schemas. Set any key on the command line (`skyrl-train
 trainer.train_batch_size=32`), pick a group option (`skyrl-train generator=vllm`),
 or start from an experiment (`skyrl-train experiment=smoke`); `skyrl-train --cfg
-job` prints the composed config and `trainer.dry_run=true` validates it and
-prints the run plan. Batch sizes count prompts, not sequences.
+job` prints the composed config and `trainer.dry_run=true` validates it, checks
+what it names (data files and every row, prompt lengths, model paths, env, rollout
+driver: the checks a real run starts with) and prints the run plan. Batch sizes count
+prompts, not sequences.
 """
 
 

@@ -32,6 +32,18 @@ class ModelConfig:
 
 
 @dataclass
+class EvalConfig:
+    """``skyrl-eval``: which weights to evaluate and where the results go (the prompts and
+    sampling are the composed ``data`` and ``generator.eval_sampling``)."""
+
+    checkpoint: str | None = None
+    """A run directory (its ``final_hf``, else its latest checkpoint) or one checkpoint
+    (``<run>/checkpoints/global_step_N``); None = ``model.path``."""
+    output_file: str | None = None
+    """The results as JSON; None = ``eval_results.json`` in the run directory of the eval."""
+
+
+@dataclass
 class SkyRLConfig:
     """A whole run: the five groups plus the model and extra imports."""
 
@@ -44,6 +56,8 @@ class SkyRLConfig:
     """The policy model."""
     imports: list[str] = field(default_factory=list)
     """Modules imported before validation, e.g. a recipe that registers its own loss."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """``skyrl-eval`` only."""
 
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {

@@ -65,7 +65,10 @@ class TrainerConfig:
     seed: int = 42
     """Seed for data order, sampling and model init (each rank adds its rank)."""
     dry_run: bool = False
-    """Validate, print the plan (batch sizes, optimizer steps, world layout) and exit."""
+    """Validate, run the pre-flight check a real run also starts with (data files and every
+    row, prompt lengths, model paths, env, rollout driver; only the tokenizer is loaded, no
+    weights fetched), print the plan (batch sizes, optimizer steps, world layout, prompt
+    counts) and exit."""
 
     epochs: int = 1
     """Passes over the training prompts (ignored when ``total_steps`` is set)."""
@@ -136,7 +139,8 @@ class TrainerConfig:
     """Write each step's training rollouts (tokens, text, loss masks, rewards) to
     ``<output_dir>/rollouts/step_<N>.jsonl``."""
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl"])
-    """Metric sinks: console, jsonl, tensorboard, wandb, mlflow."""
+    """Metric sinks by name, checked against ``skyrl.tracking.SINKS`` after ``imports`` ran: built
+    in console, jsonl (always on), tensorboard, wandb, mlflow, or one a recipe registers."""
     output_dir: str | None = None
     """Where checkpoints and metrics go; None = Hydra's run directory."""
 
@@ -205,5 +209,3 @@ class TrainerConfig:
             "max_consecutive_nonfinite",
             f"must be >= 1, got {self.max_consecutive_nonfinite}",
         )
-        for name in self.loggers:
-            require_choice(name, ("console", "jsonl", "tensorboard", "wandb", "mlflow"), "loggers")

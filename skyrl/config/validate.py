@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError, require
 from skyrl.config.root import SkyRLConfig
+from skyrl.config.structure import check_structure
 
 GROUPS = ("trainer", "generator", "algorithm", "environment", "data", "model")
 
@@ -26,6 +27,7 @@ STEP_WISE_INCOMPATIBLE_ESTIMATORS = ("gae", "reinforce_pp")
 def validate(cfg: DictConfig) -> SkyRLConfig:
     """Check ``cfg`` and return it as typed dataclasses; raise ``ConfigError`` on the first problem."""
     _run_imports(cfg)
+    check_structure(cfg)
     for group in GROUPS:
         _check_node(cfg[group], group)
     typed = OmegaConf.to_object(cfg)
@@ -34,6 +36,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     _check_batch_sizes(typed)
     _check_algorithm(typed)
     _check_weight_sync(typed)
+    _check_sinks_and_backend(typed)
     return typed
 
 
@@ -155,3 +158,19 @@ def _check_registered_names(a) -> None:
             f"algorithm.{key}",
             f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}",
         )
+
+
+def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:
+    """``trainer.loggers`` and ``generator.backend`` name entries of their registries
+    (``skyrl.tracking.SINKS``, ``skyrl.inference.ENGINE_BACKENDS``), a recipe's included."""
+    from skyrl.inference.backends import ENGINE_BACKENDS
+    from skyrl.tracking import SINKS
+
+    for name in cfg.trainer.loggers:
+        require(name in SINKS, "trainer.loggers", SINKS.unknown(name))
+    backend = cfg.generator.backend
+    require(backend in ENGINE_BACKENDS, "generator.backend", ENGINE_BACKENDS.unknown(backend))
+    try:  # only the constructor kwargs: no engine is built
+        ENGINE_BACKENDS.get(backend)(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
+    except TypeError as exc:  # e.g. generator=vllm generator.backend=hf
+        raise ConfigError("generator.backend", str(exc)) from None

@@ -1,13 +1,23 @@
-"""Prompt datasets: local files, local ``datasets``, and built-in generated tasks."""
+"""Prompt datasets: local files, local ``datasets``, built-in generated tasks, and the checked
+loading a run uses (``load_checked_prompts``: row validation and the over-long policy)."""
 
 from __future__ import annotations
 
+from skyrl.data.checked import PromptSplits, SplitReport, check_prompts, load_checked_prompts
 from skyrl.data.generated import arithmetic_rows, reasoning_gym_rows
-from skyrl.data.prompts import PromptRow, load_hf_dataset, load_prompt_file, row_from_record
+from skyrl.data.prompts import (
+    PromptDataError,
+    PromptRow,
+    iter_prompt_file,
+    load_hf_dataset,
+    load_prompt_file,
+    row_from_record,
+)
 
 
 def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow]:
-    """The ``train`` or ``eval`` prompts a ``DataConfig`` describes."""
+    """The ``train`` or ``eval`` prompts a ``DataConfig`` describes, as they are (a run loads
+    them through ``load_checked_prompts``, which also applies ``data.overlong_prompts``)."""
     train = split == "train"
     if data_cfg.source == "files":
         files = data_cfg.train_files if train else data_cfg.eval_files
@@ -24,8 +34,14 @@ def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow
 
 
 __all__ = [
+    "PromptDataError",
     "PromptRow",
+    "PromptSplits",
+    "SplitReport",
     "arithmetic_rows",
+    "check_prompts",
+    "iter_prompt_file",
+    "load_checked_prompts",
     "load_hf_dataset",
     "load_prompt_file",
     "load_prompts",

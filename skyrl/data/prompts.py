@@ -3,18 +3,27 @@
 A row is a prompt (a string, or a list of chat messages), the ``data_source``
 it belongs to (metrics such as pass@n are reported per source), and
 ``extras``: every other column (e.g. ``answer``), handed to the env's ``init``.
-A malformed row raises ``ValueError`` naming the file and the 1-based row.
+A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
+the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
+parquet record batch at a time), so checking a large file never holds all of it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 Message = dict[str, str]
+
+PARQUET_BATCH_ROWS = 1024
+"""Parquet rows read at a time when streaming a file."""
+
+
+class PromptDataError(ValueError):
+    """A prompt file or row that cannot be used; the message starts with the file (and row)."""
 
 
 @dataclass
@@ -50,54 +59,77 @@ def row_from_record(
 ) -> PromptRow:
     """Validate one record; ``where`` (e.g. ``"data.jsonl: row 3"``) prefixes any error."""
     if not isinstance(record, Mapping):
-        raise ValueError(f"{where}: expected an object, got {type(record).__name__}")
+        raise PromptDataError(f"{where}: expected an object, got {type(record).__name__}")
     if prompt_key not in record:
-        raise ValueError(f"{where}: missing column {prompt_key!r} (has {sorted(record)})")
+        raise PromptDataError(f"{where}: missing column {prompt_key!r} (has {sorted(record)})")
     prompt = record[prompt_key]
     if isinstance(prompt, list | tuple):
         prompt = [dict(m) if isinstance(m, Mapping) else m for m in prompt]
     problem = _check_prompt(prompt)
     if problem:
-        raise ValueError(f"{where}: {problem}")
+        raise PromptDataError(f"{where}: {problem}")
     source = record.get("data_source")
     source = default_source if source is None else source
     if not isinstance(source, str) or not source:
-        raise ValueError(f"{where}: 'data_source' must be a non-empty string, got {source!r}")
+        raise PromptDataError(f"{where}: 'data_source' must be a non-empty string, got {source!r}")
     extras = {k: v for k, v in record.items() if k not in (prompt_key, "data_source", "extra_info")}
     if isinstance(record.get("extra_info"), Mapping):
         extras.update(record["extra_info"])
     return PromptRow(prompt, source, extras, uid=str(record.get("uid", "")))
 
 
-def _records(path: Path) -> Iterable[tuple[int, Any]]:
+def _records(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(1-based row, record)`` of a file, read lazily (jsonl rows are line numbers)."""
     if path.suffix == ".jsonl":
-        with path.open() as f:
+        with path.open("rb") as f:
             for i, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
                 try:
-                    yield i, json.loads(line)
+                    record = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
+                    raise PromptDataError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
+                except UnicodeDecodeError:
+                    raise PromptDataError(f"{path}: row {i}: not UTF-8 text") from None
+                yield i, record
     elif path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, rec in enumerate(pq.read_table(path).to_pylist(), start=1):
-            yield i, rec
+        yield from enumerate(_parquet_records(path), start=1)
     else:
-        raise ValueError(f"{path}: unsupported file type (use .jsonl or .parquet)")
+        raise PromptDataError(f"{path}: unsupported file type (use .jsonl or .parquet)")
+
+
+def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            yield from batch.to_pylist()
+    except pa.ArrowException as exc:
+        raise PromptDataError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def iter_prompt_file(
+    path: str | Path, prompt_key: str = "prompt"
+) -> Iterator[tuple[int, PromptRow]]:
+    """``(1-based row, row)`` of a ``.jsonl`` or ``.parquet`` file, validated one at a time;
+    ``data_source`` defaults to the file stem, the uid to ``<stem>-<index>``."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    if path.is_dir():
+        raise PromptDataError(f"{path}: is a directory, not a .jsonl or .parquet file")
+    index = 0
+    for i, rec in _records(path):
+        row = row_from_record(rec, f"{path}: row {i}", prompt_key, default_source=path.stem)
+        row.uid = row.uid or f"{path.stem}-{index}"
+        index += 1
+        yield i, row
 
 
 def load_prompt_file(path: str | Path, prompt_key: str = "prompt") -> list[PromptRow]:
     """Rows of a ``.jsonl`` or ``.parquet`` file; ``data_source`` defaults to the file stem."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"prompt file not found: {path}")
-    rows = [
-        row_from_record(rec, f"{path}: row {i}", prompt_key, default_source=path.stem)
-        for i, rec in _records(path)
-    ]
-    return assign_uids(rows, prefix=path.stem)
+    return [row for _, row in iter_prompt_file(path, prompt_key)]
 
 
 def load_hf_dataset(

@@ -5,8 +5,17 @@ from skyrl.envs.base import (
     StepResult,
     TextEnv,
     env_class,
+    make_checked_env,
     make_env_factory,
     register_env,
 )
 
-__all__ = ["ENV_REGISTRY", "StepResult", "TextEnv", "env_class", "make_env_factory", "register_env"]
+__all__ = [
+    "ENV_REGISTRY",
+    "StepResult",
+    "TextEnv",
+    "env_class",
+    "make_checked_env",
+    "make_env_factory",
+    "register_env",
+]

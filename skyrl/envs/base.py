@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl.config.errors import ConfigError, did_you_mean
+
 Message = dict[str, str]
 """A chat message: ``{"role": ..., "content": ...}``."""
 
@@ -84,6 +86,35 @@ def env_class(name: str | None = None, target: str | None = None) -> type[TextEn
     if name not in ENV_REGISTRY:
         raise KeyError(f"unknown environment {name!r}; registered: {sorted(ENV_REGISTRY)}")
     return ENV_REGISTRY[name]
+
+
+def make_checked_env(cfg) -> TextEnv:
+    """One env from an ``EnvironmentConfig``, with every way that fails raised as a
+    ``ConfigError`` naming its key: a ``_target_`` that does not import, an unknown ``name``,
+    a constructor that rejects ``kwargs``. The pre-flight check calls this before anything
+    starts; the caller closes the env."""
+    key = "environment._target_" if cfg._target_ else "environment.name"
+    if not cfg._target_:
+        import skyrl.envs.builtin  # noqa: F401  (registers the built-ins)
+
+        if cfg.name not in ENV_REGISTRY:
+            names = sorted(ENV_REGISTRY)
+            raise ConfigError(
+                key,
+                f"unknown environment {cfg.name!r}{did_you_mean(cfg.name, names)}; registered: "
+                f"{', '.join(names)} (or set environment._target_ to an import path)",
+            )
+    try:
+        factory = make_env_factory(cfg)
+    except Exception as exc:  # ImportError, AttributeError, "Empty module name", a broken module
+        problem = f"cannot import {cfg._target_!r}: {exc}"
+    else:
+        try:
+            return factory()
+        except Exception as exc:
+            key = "environment.kwargs" if isinstance(exc, TypeError) else key
+            problem = f"cannot build the environment: {type(exc).__name__}: {exc}"
+    raise ConfigError(key, problem)  # raised here, outside the handlers: no exception context
 
 
 def make_env_factory(cfg) -> Callable[[], TextEnv]:

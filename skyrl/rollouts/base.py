@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
+from skyrl.data import PromptSplits
 from skyrl.inference.client import EngineClient
 
 
@@ -56,10 +57,14 @@ class RolloutSource(Protocol):
 
 
 def make_rollouts(
-    cfg: SkyRLConfig, tokenizer, output_dir: Path, engine: EngineClient | None = None
+    cfg: SkyRLConfig,
+    tokenizer,
+    output_dir: Path,
+    engine: EngineClient | None = None,
+    prompts: PromptSplits | None = None,
 ) -> RolloutSource:
     """``FakeRollouts`` for ``data=fake``, else ``SyncRollouts`` over ``engine`` (built from
-    ``cfg.generator`` when not given)."""
+    ``cfg.generator`` when not given) and ``prompts`` (loaded and checked when not given)."""
     if cfg.data.source == "fake":
         from skyrl.rollouts.fake import FakeRollouts
 
@@ -70,4 +75,4 @@ def make_rollouts(
         from skyrl.inference.factory import make_engine
 
         engine = make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
-    return SyncRollouts(cfg, engine, tokenizer, output_dir)
+    return SyncRollouts(cfg, engine, tokenizer, output_dir, prompts)

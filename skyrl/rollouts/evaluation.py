@@ -3,14 +3,42 @@
 A sample passes when its reward is >= 1 (full credit). pass@k uses the
 unbiased estimator over the ``n`` samples of a prompt with ``c`` passes:
 ``1 - C(n - c, k) / C(n, k)``, averaged over prompts.
+
+``evaluate_prompts`` is the one evaluation pass: the trainer's (through
+``SyncRollouts.evaluate``) and ``skyrl-eval``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections import defaultdict
 from math import comb
 
+from skyrl.config.generator import GeneratorConfig
+from skyrl.data import PromptRow
+from skyrl.generators.generator import Generator
 from skyrl.generators.output import GeneratorOutput
+from skyrl.inference.base import SamplingParams
+
+
+def evaluate_prompts(
+    generator: Generator, rows: list[PromptRow], cfg: GeneratorConfig, seed: int
+) -> tuple[dict[str, float], GeneratorOutput]:
+    """Roll out ``generator.eval_n_samples_per_prompt`` samples of every row with
+    ``generator.eval_sampling`` from base seed ``seed``; the ``eval/...`` metrics
+    (``eval/seconds`` included) and the rollouts."""
+    started = time.perf_counter()
+    n = cfg.eval_n_samples_per_prompt
+    sampling = SamplingParams.from_config(
+        cfg.eval_sampling, n=n, max_tokens=cfg.max_generate_length
+    )
+    sampling.seed = seed
+    rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(rows)]
+    out = generator.generate(rows, n, sampling)
+    metrics = eval_metrics(out, n)
+    metrics["eval/seconds"] = time.perf_counter() - started
+    return metrics, out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -14,22 +14,20 @@ the prompt uid, sample and turn (``skyrl.inference.base.request_seed``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
-from skyrl.data import PromptRow, load_prompts
+from skyrl.data import PromptRow, PromptSplits, load_checked_prompts
 from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_training_batch
 from skyrl.inference.base import SamplingParams
 from skyrl.inference.client import EngineClient
 from skyrl.rollouts import dynamic_sampling as ds
 from skyrl.rollouts.dataloader import PromptLoader
-from skyrl.rollouts.evaluation import eval_metrics
+from skyrl.rollouts.evaluation import evaluate_prompts
 from skyrl.tracking import metric_names as names
 
 LOW_PASS_RATE_WARNING = 0.7
@@ -40,14 +38,25 @@ class SyncRollouts:
     """The prompt loader, the generator, reward shaping and dynamic sampling of a run."""
 
     def __init__(
-        self, cfg: SkyRLConfig, engine: EngineClient, tokenizer, output_dir: Path | None = None
+        self,
+        cfg: SkyRLConfig,
+        engine: EngineClient,
+        tokenizer,
+        output_dir: Path | None = None,
+        prompts: PromptSplits | None = None,
     ):
+        """``prompts``: train and eval rows already through ``load_checked_prompts`` (the
+        pre-flight check's); None = load and check them here, with the same function."""
         self.cfg, self.tokenizer, self.engine = cfg, tokenizer, engine
         self.output_dir = Path(output_dir) if output_dir is not None else None
         t = cfg.trainer
-        rows = load_prompts(cfg.data, cfg.environment, "train")
-        self.loader = PromptLoader(rows, t.train_batch_size, t.seed)
-        self.eval_rows = load_prompts(cfg.data, cfg.environment, "eval")
+        if prompts is None:
+            prompts = PromptSplits(
+                load_checked_prompts(cfg, "train", tokenizer),
+                load_checked_prompts(cfg, "eval", tokenizer),
+            )
+        self.loader = PromptLoader(prompts.train, t.train_batch_size, t.seed)
+        self.eval_rows = prompts.eval
         self.batches_per_epoch = self.loader.batches_per_epoch
         self.clock = VersionClock()
         self.generator = make_generator(
@@ -73,12 +82,9 @@ class SyncRollouts:
 
     def evaluate(self) -> dict[str, float]:
         """Held-out prompts with eval sampling: pass@1 (and pass@k) per data source."""
-        g = self.cfg.generator
-        started = time.perf_counter()
-        rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(self.eval_rows)]
-        out = self.generate(rows, self.base_seed(0, 0), evaluate=True)
-        metrics = eval_metrics(out, g.eval_n_samples_per_prompt)
-        metrics["eval/seconds"] = time.perf_counter() - started
+        metrics, _ = evaluate_prompts(
+            self.generator, self.eval_rows, self.cfg.generator, self.base_seed(0, 0)
+        )
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
@@ -130,21 +136,16 @@ class SyncRollouts:
         metrics.update(ds_metrics)
         return out, metrics
 
-    def generate(self, rows: list[PromptRow], seed: int, evaluate: bool = False) -> GeneratorOutput:
-        """Rollouts of every prompt, training or eval sampling, from base seed ``seed``."""
+    def generate(self, rows: list[PromptRow], seed: int) -> GeneratorOutput:
+        """Rollouts of every prompt with training sampling, from base seed ``seed``."""
         g = self.cfg.generator
-        n = g.eval_n_samples_per_prompt if evaluate else g.n_samples_per_prompt
-        sampling = SamplingParams.from_config(
-            g.eval_sampling if evaluate else g.sampling, n=n, max_tokens=g.max_generate_length
-        )
+        n = g.n_samples_per_prompt
+        sampling = SamplingParams.from_config(g.sampling, n=n, max_tokens=g.max_generate_length)
         sampling.seed = seed
         return self.generator.generate(rows, n, sampling)
 
     def base_seed(self, step: int, round_: int) -> int:
-        """Per step and sampling round; from ``generator.sampling.seed`` or ``trainer.seed``."""
-        base = self.cfg.generator.sampling.seed
-        base = self.cfg.trainer.seed if base is None else base
-        return (base * 1_000_003 + step * 1_009 + round_) % (2**31)
+        return base_seed(self.cfg, step, round_)
 
     def shape_rewards(self, out: GeneratorOutput) -> tuple[GeneratorOutput, dict[str, float]]:
         """DAPO's overlong penalty and overlong filtering, on a copy of ``out``."""
@@ -162,6 +163,14 @@ class SyncRollouts:
         if a.overlong_filter:
             metrics["reward/overlong_masked"] = float(ds.mask_truncated(out))
         return out, metrics
+
+
+def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:
+    """The sampling seed of a step's round (eval: step 0, round 0); from
+    ``generator.sampling.seed`` or ``trainer.seed``."""
+    base = cfg.generator.sampling.seed
+    base = cfg.trainer.seed if base is None else base
+    return (base * 1_000_003 + step * 1_009 + round_) % (2**31)
 
 
 def filled_batch(

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from skyrl.registry import Registry
 from skyrl.tracking.console import ConsoleSink
 from skyrl.tracking.jsonl import JsonlSink
 from skyrl.tracking.mlflow import MlflowSink
@@ -18,15 +19,22 @@ from skyrl.tracking.sink import RunInfo, Sink
 from skyrl.tracking.tensorboard import TensorBoardSink
 from skyrl.tracking.wandb import WandbSink
 
-SINKS: dict[str, Callable[[RunInfo], Sink]] = {
-    "jsonl": JsonlSink,
-    "console": ConsoleSink,
-    "tensorboard": TensorBoardSink,
-    "wandb": WandbSink,
-    "mlflow": MlflowSink,
-}
-"""Logger name -> sink factory; the optional packages are imported only by the chosen sinks.
-A recipe adds its own sink by registering a factory here."""
+SINKS: Registry[Callable[[RunInfo], Sink]] = Registry("logger")
+"""Logger name (``trainer.loggers``) -> sink factory ``RunInfo -> Sink``; the optional packages
+are imported only by the chosen sinks. A recipe adds its own sink by registering a factory::
+
+    from skyrl.tracking import SINKS
+
+    @SINKS.register("my_sink")
+    class MySink:  # skyrl.tracking.sink.Sink: log(step, metrics) and close()
+        def __init__(self, run: RunInfo): ...
+
+and selects it with ``trainer.loggers=[console,my_sink] imports=[my.module]``."""
+SINKS.register("jsonl")(JsonlSink)
+SINKS.register("console")(ConsoleSink)
+SINKS.register("tensorboard")(TensorBoardSink)
+SINKS.register("wandb")(WandbSink)
+SINKS.register("mlflow")(MlflowSink)
 
 
 class Tracker:
@@ -49,9 +57,9 @@ class Tracker:
         run_name: str | None = None,
         start_step: int = 0,
     ) -> None:
-        unknown = [name for name in loggers if name not in SINKS]
-        if unknown:
-            raise ValueError(f"unknown logger(s) {unknown}; choose from {sorted(SINKS)}")
+        for name in loggers:
+            if name not in SINKS:
+                raise ValueError(SINKS.unknown(name))
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         run = RunInfo(
@@ -65,7 +73,7 @@ class Tracker:
         self.closed = False
         try:
             for name in dict.fromkeys(["jsonl", *loggers]):
-                self.sinks.append(SINKS[name](run))
+                self.sinks.append(SINKS.get(name)(run))
         except BaseException:
             self.close()
             raise

@@ -75,19 +75,66 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
         return None
     if resume == "auto":
         return manager.latest()
-    path = Path(resume).expanduser()
+    found = find_checkpoint(Path(resume).expanduser())
+    if found is None:
+        raise ValueError(
+            f"trainer.resume={resume}: not a checkpoint (no {TRAINER_STATE}) and no 'latest' pointer"
+        )
+    return found
+
+
+def find_checkpoint(path: Path) -> Path | None:
+    """``path`` itself when it is a checkpoint, else the ``latest`` one of a run dir or a
+    checkpoints dir; None when there is none."""
     for candidate in (path, path / "checkpoints"):
         if (candidate / TRAINER_STATE).is_file():
             return candidate
         if (candidate / "latest").is_file():
             return CheckpointManager(candidate, 0).latest()
-    raise ValueError(
-        f"trainer.resume={resume}: not a checkpoint (no {TRAINER_STATE}) and no 'latest' pointer"
-    )
+    return None
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / TRAINER_STATE).read_text())
+
+
+def policy_state_dict(ckpt: Path) -> dict[str, Any]:
+    """The policy's full weights in a checkpoint, read from disk without DeepSpeed workers:
+    the module states file under ZeRO 0-2 (it holds every weight), the ZeRO-3 partitions
+    gathered into fp32 otherwise."""
+    import torch
+
+    full = ckpt / "policy" / "state" / "mp_rank_00_model_states.pt"  # ZeRO-3: one per rank
+    if full.is_file():
+        return dict(torch.load(full, map_location="cpu", weights_only=False)["module"])
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt / "policy"), tag="state"))
+
+
+def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: Path) -> Path:
+    """The checkpoint's policy as a ``from_pretrained`` directory (with ``tokenizer``'s
+    files): the architecture of the local model dir ``base_model``, the checkpoint's weights.
+    Weights tied to a loaded one (the output layer of tied-embedding models) may be absent;
+    anything else missing or unexpected is an error."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    weights = policy_state_dict(ckpt)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_model))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    model.tie_weights()
+    loaded = {
+        p.data_ptr() for n, p in model.named_parameters(remove_duplicate=False) if n in weights
+    }
+    untied = [k for k in missing if model.get_parameter(k).data_ptr() not in loaded]
+    if untied or unexpected:
+        raise ValueError(
+            f"{ckpt}: its policy weights do not fit {base_model}: "
+            f"missing {untied[:3]}, unexpected {list(unexpected)[:3]}"
+        )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
+    return out_dir
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -35,6 +35,7 @@ from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync
 
 if TYPE_CHECKING:
+    from skyrl.data import PromptSplits
     from skyrl.tracking import Tracker
     from skyrl.workers.stats import TrainStats
 
@@ -49,7 +50,9 @@ class TrainingAborted(RuntimeError):
 class RLTrainer:
     """Owns the engine, the rollout source and the worker groups of one run."""
 
-    def __init__(self, cfg: SkyRLConfig, output_dir: Path):
+    def __init__(self, cfg: SkyRLConfig, output_dir: Path, prompts: PromptSplits | None = None):
+        """``prompts``: rows the pre-flight check already loaded and checked (``skyrl.train``
+        passes them); None = the rollout source loads them itself."""
         from transformers import AutoTokenizer
 
         from skyrl.workers.group import WorkerGroup
@@ -59,7 +62,9 @@ class RLTrainer:
         self.output_dir = Path(output_dir)
         self.plan = make_plan(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
-        self.rollouts: RolloutSource = make_rollouts(cfg, self.tokenizer, self.output_dir)
+        self.rollouts: RolloutSource = make_rollouts(
+            cfg, self.tokenizer, self.output_dir, prompts=prompts
+        )
         self.engine: EngineClient | None = self.rollouts.engine
         self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
         optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step

@@ -42,6 +42,12 @@ def _validate(*overrides: str):
             "step_wise",
         ),
         (["algorithm.policy_loss=nope"], "algorithm.policy_loss", "registered: "),
+        (
+            ["trainer.loggers=[console,nope]"],
+            "trainer.loggers",
+            "unknown logger 'nope'; registered: console, jsonl, ",
+        ),
+        (["generator.backend=nope"], "generator.backend", "engine backend 'nope'; registered: "),
         (["imports=[no_such_module_xyz]"], "imports[0]", "cannot import"),
         (["trainer.weight_sync=nccl"], "trainer.weight_sync", "auto, object_store, broadcast"),
         (["generator.num_gpus_per_engine=-1"], "generator.num_gpus_per_engine", ">= 0"),

@@ -74,6 +74,32 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
     assert changed, "no parameter changed after two GRPO steps with non-constant rewards"
 
 
+def test_a_recipes_sink_and_engine_backend_run_by_name(tmp_path):
+    """tests/recipe_plugins.py registers the ``recording`` sink and the ``counting_hf`` engine
+    (the hf engine counting its requests); the CLI selects both by name."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    result = subprocess.run(
+        [
+            SKYRL_TRAIN, "experiment=smoke", "hydra.run.dir=run", "imports=[recipe_plugins]",
+            "trainer.loggers=[console,recording]", "generator.backend=counting_hf",
+            "trainer.dp_size=1", "trainer.export_hf=false", "data.num_eval_prompts=0",
+        ],  # fmt: skip
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    recorded = [
+        json.loads(line) for line in (run / "recording_sink.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in recorded] == [1, 2]
+    assert recorded == [
+        json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert all(r["policy/optimizer_steps"] == 2 for r in recorded)
+    # 2 steps x 2 prompts x 2 samples (smoke), one single-turn request each; no eval set
+    assert "counting_hf engine served 8 requests" in result.stdout
+
+
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_engine_and_trainer_logprobs_agree_at_temperature_0_7(tmp_path, backend):
     """One convention (skyrl.inference.base): both engines report tempered logprobs, as the

@@ -31,6 +31,29 @@ def test_registry_and_target():
         env_class("nope")
 
 
+def test_checked_env_names_the_key():
+    from skyrl.config import ConfigError
+    from skyrl.envs import make_checked_env
+    from skyrl.envs.tool_env import ToolEnv
+
+    assert isinstance(make_checked_env(EnvironmentConfig(name="tools")), ToolEnv)
+    cases = [
+        (EnvironmentConfig(name="mathh"), "environment.name", "unknown environment 'mathh' (did"),
+        (EnvironmentConfig(_target_="no.such.Env"), "environment._target_", "cannot import"),
+        (EnvironmentConfig(_target_="NoDots"), "environment._target_", "cannot import 'NoDots'"),
+        (
+            EnvironmentConfig(_target_="skyrl.envs.tools.calculator"),  # not built with kwargs
+            "environment.kwargs",
+            "cannot build the environment: TypeError: ",
+        ),
+    ]
+    for cfg, key, start in cases:
+        with pytest.raises(ConfigError) as err:
+            make_checked_env(cfg)
+        assert err.value.key == key and err.value.message.startswith(start), err.value
+        assert err.value.__context__ is None
+
+
 def test_reasoning_gym_env_uses_dataset_scorer():
     from skyrl.data.generated import reasoning_gym_rows
 

@@ -251,7 +251,7 @@ def test_generator_agent_names_the_driver(tok):
 
     assert driver_factory("agent_loop") is DRIVERS["agent_loop"]
     assert driver_factory("skyrl.generators.agent_loop.AgentLoop.from_context") is not None
-    with pytest.raises(ValueError, match="generator.agent='nope'"):
+    with pytest.raises(ValueError, match="generator.agent: 'nope' is not a built-in driver"):
         driver_factory("nope")
     with pytest.raises(ValueError, match="does not import"):
         driver_factory("no.such.module.factory")

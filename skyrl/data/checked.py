@@ -1,0 +1,184 @@
+"""Prompt rows as a run uses them: every row validated, every prompt measured against
+``generator.max_prompt_length``, the ``data.overlong_prompts`` policy applied.
+
+``load_checked_prompts(cfg, split, tokenizer)`` is the one place that policy lives: the
+pre-flight check (``skyrl.config.preflight``), the training loader
+(``skyrl.rollouts.sync.SyncRollouts``) and ``skyrl-eval`` all call it (or ``check_prompts``,
+which it wraps), so a run drops or rejects exactly what its dry run reported.
+
+A prompt's length is its first context as the agent loop builds it: the env's opening
+messages (``skyrl.generators.agent_loop.opening_messages``: ``env.init``, which may add a
+system prompt) rendered by ``ChatTokens.prompt_ids`` (chat template plus generation
+prompt), the same two calls the loop makes. One env instance renders every row (the loop
+builds one per trajectory; ``init`` is expected to depend on the row only).
+
+Every problem is a ``ConfigError`` whose key names the file (``data.train_files[0]``) or,
+for generated rows, ``data.source``, and whose message names the 1-based row.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from skyrl.config.errors import ConfigError
+from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file
+
+if TYPE_CHECKING:
+    from skyrl.config.root import SkyRLConfig
+
+SPLITS = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """What checking one split found."""
+
+    split: str
+    """``train`` or ``eval``."""
+    num_prompts: int
+    """Rows kept (after the over-long policy)."""
+    num_dropped: int
+    """Rows dropped as longer than ``generator.max_prompt_length`` (``drop`` only)."""
+    max_prompt_tokens: int
+    """Longest kept prompt, in tokens (0 when none)."""
+
+
+@dataclass
+class PromptSplits:
+    """A run's checked prompt rows, handed from the pre-flight check to the loaders."""
+
+    train: list[PromptRow]
+    eval: list[PromptRow]
+
+
+def load_checked_prompts(cfg: SkyRLConfig, split: str, tokenizer) -> list[PromptRow]:
+    """The ``split`` (``train`` or ``eval``) rows ``cfg.data`` names, each validated, after
+    the ``data.overlong_prompts`` policy; raises ``ConfigError`` on a bad row, and on an
+    over-long one under ``error``. ``tokenizer``: a transformers tokenizer with a chat
+    template (the policy's)."""
+    rows: list[PromptRow] = []
+    check_prompts(cfg, split, tokenizer, keep=rows.append)
+    return rows
+
+
+def check_prompts(
+    cfg: SkyRLConfig, split: str, tokenizer, keep: Callable[[PromptRow], None] | None = None
+) -> SplitReport:
+    """Stream ``split``'s rows through the checks, handing each kept row to ``keep`` (none:
+    only count, so a large file is never held); under ``drop`` one warning line on stderr
+    gives the count. Raises like ``load_checked_prompts``."""
+    from skyrl.envs import make_checked_env
+    from skyrl.generators.chat import ChatTokens
+
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if cfg.data.source == "fake":  # random token rows, no prompts
+        return SplitReport(split, 0, 0, 0)
+    limit, policy = cfg.generator.max_prompt_length, cfg.data.overlong_prompts
+    chat = _chat_tokens(cfg, tokenizer, ChatTokens)
+    env = make_checked_env(cfg.environment)
+    total, longest, num_overlong = 0, 0, 0
+    first_overlong: tuple[str, str, int] | None = None
+    try:
+        for key, where, row in source_rows(cfg, split):
+            total += 1
+            num_tokens = _prompt_tokens(chat, env, row, key, where)
+            if num_tokens > limit:
+                num_overlong += 1
+                first_overlong = first_overlong or (key, where, num_tokens)
+                continue
+            longest = max(longest, num_tokens)
+            if keep is not None:
+                keep(row)
+    finally:
+        env.close()
+    if first_overlong is not None and policy == "error":
+        key, where, num_tokens = first_overlong
+        raise ConfigError(
+            key,
+            f"{where}: prompt is {num_tokens} tokens (after the chat template), over "
+            f"generator.max_prompt_length={limit}; {num_overlong} of {total} {split} prompts "
+            "are too long (shorten them, raise generator.max_prompt_length or set "
+            "data.overlong_prompts=drop)",
+        )
+    if num_overlong:
+        print(
+            f"warning: data.overlong_prompts=drop: dropped {num_overlong} of {total} {split} "
+            f"prompts longer than generator.max_prompt_length={limit} tokens",
+            file=sys.stderr,
+            flush=True,
+        )
+    return SplitReport(split, total - num_overlong, num_overlong, longest)
+
+
+def source_rows(cfg: SkyRLConfig, split: str) -> Iterator[tuple[str, str, PromptRow]]:
+    """``(config key, where, row)`` of every row of ``split``, validated, files streamed;
+    ``where`` names the file and 1-based row (``data.jsonl: row 3``) or the generated prompt
+    (``arithmetic train prompt 3``)."""
+    d = cfg.data
+    if d.source == "files":
+        files = d.train_files if split == "train" else d.eval_files
+        for i, path in enumerate(files):
+            key = f"data.{split}_files[{i}]"
+            try:
+                for row_number, row in iter_prompt_file(path, d.prompt_key):
+                    yield key, f"{path}: row {row_number}", row
+                continue
+            except FileNotFoundError:
+                problem = f"{path}: file not found"
+            except PromptDataError as exc:
+                problem = str(exc)
+            except OSError as exc:  # a directory, no permission, ...
+                problem = f"{path}: {exc.strerror or exc}"
+            raise ConfigError(key, problem)  # outside the handlers: no exception context
+        return
+    for i, row in enumerate(_generated_rows(cfg, split), start=1):
+        yield "data.source", f"{d.source} {split} prompt {i}", row
+
+
+def _generated_rows(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
+    from skyrl.data import load_prompts
+
+    d = cfg.data
+    if d.source == "reasoning_gym" and not cfg.environment.dataset:
+        raise ConfigError(
+            "environment.dataset", "data.source=reasoning_gym needs a reasoning-gym dataset name"
+        )
+    if (d.num_train_prompts if split == "train" else d.num_eval_prompts) == 0:
+        return []
+    if d.source != "reasoning_gym":
+        return load_prompts(d, cfg.environment, split)
+    try:
+        return load_prompts(d, cfg.environment, split)
+    except ValueError as exc:  # "Dataset 'x' not registered"
+        problem = f"reasoning-gym: {exc}"
+    raise ConfigError("environment.dataset", problem)
+
+
+def _chat_tokens(cfg: SkyRLConfig, tokenizer, chat_tokens_cls):
+    """``ChatTokens`` of the tokenizer; a tokenizer without a usable chat template is the
+    tokenizer key's problem."""
+    try:
+        return chat_tokens_cls(tokenizer)
+    except Exception as exc:  # no chat template
+        problem = f"the tokenizer cannot render chat prompts: {exc}"
+    raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
+
+
+def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str) -> int:
+    """Tokens of ``row``'s first context, rendered by the agent loop's own two calls."""
+    from skyrl.generators.agent_loop import opening_messages
+
+    try:
+        messages = opening_messages(env, row)
+    except Exception as exc:  # a user env's init; the exception context is kept
+        raise ConfigError(key, f"{where}: env.init failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        return len(chat.prompt_ids(messages))
+    except Exception as exc:  # e.g. a template that requires alternating roles
+        raise ConfigError(
+            key, f"{where}: the chat template cannot render it: {type(exc).__name__}: {exc}"
+        ) from exc

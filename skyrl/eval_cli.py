@@ -1,0 +1,233 @@
+"""``skyrl-eval``: held-out pass@1 / pass@k of a model, a run or a checkpoint, without training.
+
+    skyrl-eval model.path=HuggingFaceTB/SmolLM2-135M-Instruct     a HF directory or id
+    skyrl-eval eval.checkpoint=outputs/2026-12-01/10-00-00        a run: final_hf, else its latest checkpoint
+    skyrl-eval eval.checkpoint=<run>/checkpoints/global_step_8    one checkpoint
+
+The config is composed and validated exactly as for ``skyrl-train`` (same groups, same
+overrides): the eval prompts are the composed ``data`` group's (files, generated tasks,
+reasoning-gym), sampled with ``generator.eval_sampling`` and
+``generator.eval_n_samples_per_prompt`` by the engine ``generator`` names. The rollouts
+go through ``skyrl.rollouts.evaluation.evaluate_prompts``, the pass the trainer's own
+eval runs, from the same seed. No training worker starts; a checkpoint's weights are
+read from its files. The table is printed and the results written as JSON
+(``eval.output_file``, default ``eval_results.json`` in the eval's run directory), with
+every sample beside it in ``eval_samples.jsonl`` (the format of ``trainer.dump_rollouts``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from skyrl.config.errors import ConfigError
+from skyrl.config.root import SkyRLConfig
+
+EVAL_RUN_DIR = "hydra.run.dir=outputs/eval/${now:%Y-%m-%d}/${now:%H-%M-%S}"
+"""Where an eval's Hydra run directory goes unless the command line says otherwise."""
+RESULTS_FILE = "eval_results.json"
+SAMPLES_FILE = "eval_samples.jsonl"
+
+
+@dataclass
+class EvalResult:
+    """What an eval leaves behind."""
+
+    model: str
+    """What was evaluated: the model directory or id, or the checkpoint."""
+    metrics: dict[str, float]
+    """``eval/pass@1``, ``eval/pass@k``, ``eval/reward_mean``, per source ``eval/<src>/...``."""
+    num_prompts: dict[str, int]
+    """Eval prompts per data source."""
+    output_file: Path
+    """The JSON file holding all of it."""
+    samples_file: Path
+    """Every sample: prompt and response ids and text, reward, data source."""
+
+
+def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
+    """Evaluate what ``cfg`` names (``eval.checkpoint``, else ``model.path``) on its eval
+    prompts; print the table and write the JSON file."""
+    from skyrl.config.validate import validate
+
+    typed = validate(cfg)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = Path(typed.eval.output_file or out / RESULTS_FILE)
+    samples = path.with_name(SAMPLES_FILE)
+    with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
+        typed, label = _weights_to_evaluate(typed, Path(scratch))
+        metrics, num_prompts = _run_eval(typed, samples)
+    result = EvalResult(label, metrics, num_prompts, path, samples)
+    _write_results(result, typed)
+    print(format_eval_table(result, typed), flush=True)
+    return result
+
+
+def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, str]:
+    """``cfg`` with ``model.path`` (and the tokenizer) resolved to the directory to load, and
+    a label for it. A checkpoint is exported into ``scratch`` first."""
+    from skyrl.config.preflight import local_model_paths
+
+    target = cfg.eval.checkpoint
+    if target is None:
+        return local_model_paths(cfg), cfg.model.path
+    path = Path(target).expanduser()
+    if (path / "final_hf" / "config.json").is_file():
+        return _with_model(cfg, path / "final_hf"), str(path / "final_hf")
+    from skyrl.trainer.checkpoint import export_checkpoint_hf, find_checkpoint
+
+    ckpt = find_checkpoint(path) if path.is_dir() else None
+    if ckpt is None:
+        raise ConfigError(
+            "eval.checkpoint",
+            f"{target}: neither a run directory (with final_hf or checkpoints/) nor a checkpoint",
+        )
+    base = local_model_paths(_run_model(cfg, ckpt))
+    assert base.model.tokenizer_path is not None  # local_model_paths sets it
+    hf_dir = export_checkpoint_hf(ckpt, base.model.path, base.model.tokenizer_path, scratch)
+    return _with_model(cfg, hf_dir), str(ckpt)
+
+
+def _run_model(cfg: SkyRLConfig, ckpt: Path) -> SkyRLConfig:
+    """``cfg`` with the model section of the run that wrote ``ckpt`` (its architecture and
+    tokenizer), when the run directory's resolved config is there."""
+    saved = ckpt.parent.parent / "resolved_config.yaml"
+    if not saved.is_file():
+        return cfg
+    saved_cfg = OmegaConf.load(saved)
+    model = (saved_cfg.get("model") if isinstance(saved_cfg, DictConfig) else None) or {}
+    return dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(
+            cfg.model,
+            path=model.get("path", cfg.model.path),
+            tokenizer_path=model.get("tokenizer_path", cfg.model.tokenizer_path),
+        ),
+    )
+
+
+def _with_model(cfg: SkyRLConfig, model_dir: Path) -> SkyRLConfig:
+    model = dataclasses.replace(cfg.model, path=str(model_dir), tokenizer_path=str(model_dir))
+    return dataclasses.replace(cfg, model=model)
+
+
+def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], dict[str, int]]:
+    """The eval pass on the engines ``generator`` names, its samples written to
+    ``samples_file``; the metrics and the prompts per source."""
+    from collections import Counter
+
+    from transformers import AutoTokenizer
+
+    from skyrl.config.preflight import check_env_and_agent
+    from skyrl.data import load_checked_prompts
+    from skyrl.generators import VersionClock, make_generator
+    from skyrl.inference.factory import make_engine
+    from skyrl.rollouts.evaluation import evaluate_prompts
+    from skyrl.rollouts.sync import base_seed, dump_rollouts
+
+    check_env_and_agent(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
+    rows = load_checked_prompts(cfg, "eval", tokenizer)  # data.overlong_prompts applies
+    if not rows:
+        raise ConfigError(
+            "data.num_eval_prompts" if cfg.data.source != "files" else "data.eval_files",
+            "no eval prompts to evaluate on",
+        )
+    g = cfg.generator
+    if g.num_engines > 1 or g.num_gpus_per_engine > 0:
+        _start_ray()
+    engine = make_engine(g, cfg.model.path, cfg.model.tokenizer_path)
+    try:
+        generator = make_generator(g, cfg.environment, engine, tokenizer, VersionClock())
+        metrics, output = evaluate_prompts(generator, rows, g, base_seed(cfg, 0, 0))
+    finally:
+        engine.shutdown()
+    dump_rollouts(output, tokenizer, samples_file)
+    return metrics, dict(sorted(Counter(r.data_source for r in rows).items()))
+
+
+def _start_ray() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+def _write_results(result: EvalResult, cfg: SkyRLConfig) -> None:
+    g = cfg.generator
+    record = {
+        "model": result.model,
+        "data_source": cfg.data.source,
+        "num_prompts": result.num_prompts,
+        "samples_per_prompt": g.eval_n_samples_per_prompt,
+        "sampling": dataclasses.asdict(g.eval_sampling),
+        "max_generate_length": g.max_generate_length,
+        "metrics": result.metrics,
+        "samples_file": str(result.samples_file),
+    }
+    result.output_file.parent.mkdir(parents=True, exist_ok=True)
+    result.output_file.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
+    """One row per data source and one for all: prompts, samples, pass@1, pass@k, reward."""
+    k = cfg.generator.eval_n_samples_per_prompt
+    m = result.metrics
+    columns = ["pass@1"] + ([f"pass@{k}"] if k > 1 else []) + ["reward_mean"]
+    width = max(len("source"), *(len(s) for s in result.num_prompts), len("all"))
+    header = f"{'source':<{width}}  {'prompts':>7}  {'samples':>7}" + "".join(
+        f"  {c:>11}" for c in columns
+    )
+    lines = [
+        f"eval of {result.model}: {k} sample(s) per prompt at temperature "
+        f"{cfg.generator.eval_sampling.temperature:g}",
+        header,
+    ]
+    sources = [(s, f"eval/{s}", n) for s, n in result.num_prompts.items()]
+    if len(sources) > 1:
+        sources.append(("all", "eval", sum(result.num_prompts.values())))
+    for name, prefix, n in sources:
+        values = "".join(f"  {m.get(f'{prefix}/{c}', float('nan')):>11.3f}" for c in columns)
+        lines.append(f"{name:<{width}}  {n:>7}  {n * k:>7}{values}")
+    lines.append(f"results: {result.output_file}")
+    return "\n".join(lines)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from skyrl.cli import EXIT_CONFIG_ERROR, EXIT_RUN_FAILED
+    from skyrl.config.cli_errors import one_line_error
+    from skyrl.inference.client import EngineDiedError
+
+    try:
+        evaluate(cfg, HydraConfig.get().runtime.output_dir)
+    except ConfigError as exc:
+        print(one_line_error(exc), file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    except EngineDiedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_RUN_FAILED)
+
+
+def main() -> None:
+    """Console script: check the command line (as ``skyrl-train`` does), then evaluate."""
+    from skyrl.cli import check_command_line
+
+    check_command_line()
+    if not any(a.startswith(("hydra.run.dir=", "hydra/")) for a in sys.argv[1:]):
+        sys.argv.insert(1, EVAL_RUN_DIR)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

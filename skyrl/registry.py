@@ -1,0 +1,54 @@
+"""``Registry``: a name -> entry table that a recipe extends without touching ``skyrl/``.
+
+The algorithms (``skyrl.algorithms``: losses, estimators), the metric sinks
+(``skyrl.tracking.SINKS``) and the engine backends (``skyrl.inference.ENGINE_BACKENDS``)
+each keep one. A config names an entry by string; ``skyrl.config.validate`` checks every
+such name after importing the config's ``imports``, so a recipe's own registrations count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+
+class Registry(Generic[F]):
+    """A named collection of callables of one kind (e.g. policy losses, sink factories)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        """What an entry is, for error messages: ``unknown <kind> 'x'; registered: ...``."""
+        self._entries: dict[str, F] = {}
+
+    def register(self, name: str, *, override: bool = False) -> Callable[[F], F]:
+        """Decorator that registers a callable under ``name``."""
+
+        def decorate(fn: F) -> F:
+            if name in self._entries and not override and self._entries[name] is not fn:
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered; pass override=True to replace it"
+                )
+            self._entries[name] = fn
+            return fn
+
+        return decorate
+
+    def get(self, name: str) -> F:
+        """The entry registered as ``name``; the error lists the registered names."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise KeyError(self.unknown(name)) from None
+
+    def unknown(self, name: str) -> str:
+        """The message for a name that is not registered: ``unknown <kind> 'x'; registered: ...``."""
+        return f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}"
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries

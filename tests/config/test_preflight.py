@@ -1,0 +1,184 @@
+"""The pre-flight check: what a validated config points at (files, rows, prompt lengths, model
+paths, env, rollout driver), checked before anything starts, one ``ConfigError`` each."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import skyrl
+from skyrl.config import ConfigError
+from skyrl.config.preflight import preflight
+from skyrl.config.validate import validate
+from skyrl.models import resolve
+
+
+def cfg_for(*overrides: str):
+    return validate(skyrl.compose(["experiment=smoke", *overrides]))
+
+
+def write_jsonl(path: Path, prompts: list[str]) -> str:
+    path.write_text("".join(json.dumps({"prompt": p, "answer": "1"}) + "\n" for p in prompts))
+    return str(path)
+
+
+def refused(cfg, for_run: bool = False) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        preflight(cfg, for_run=for_run)
+    return err.value
+
+
+def test_dry_run_counts_and_fetches_nothing(monkeypatch):
+    monkeypatch.setattr(resolve, "with_local_model_paths", lambda cfg: pytest.fail("fetched"))
+    cfg = cfg_for()
+    checked = preflight(cfg, for_run=False)
+    assert checked.cfg is cfg and checked.prompts is None  # nothing resolved, no rows kept
+    assert [(r.split, r.num_prompts, r.num_dropped) for r in checked.reports] == [
+        ("train", 8, 0),
+        ("eval", 4, 0),
+    ]
+    [(name, value)] = checked.plan_rows()
+    longest = max(r.max_prompt_tokens for r in checked.reports)
+    assert (name, value) == (
+        "prompts",
+        f"train 8, eval 4 (longest {longest} tokens, max_prompt_length 128)",
+    )
+
+
+def test_a_run_keeps_the_resolved_paths_and_the_checked_rows():
+    from transformers import AutoTokenizer
+
+    from skyrl.data import load_checked_prompts
+
+    cfg = cfg_for()
+    checked = preflight(cfg, for_run=True)
+    assert Path(checked.cfg.model.path).is_dir() and cfg.model.path == "skyrl-tiny"
+    assert checked.cfg.model.tokenizer_path == checked.cfg.model.path
+    assert checked.prompts is not None
+    tok = AutoTokenizer.from_pretrained(checked.cfg.model.tokenizer_path)
+    assert checked.prompts.train == load_checked_prompts(cfg, "train", tok)
+    assert [r.uid for r in checked.prompts.eval] == [f"arithmetic-eval-{i}" for i in range(4)]
+
+
+def test_missing_file_is_found_before_the_model_is_looked_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve, "_resolve", lambda *a: pytest.fail("model looked up first"))
+    ok = write_jsonl(tmp_path / "ok.jsonl", ["q1", "q2"])
+    cfg = cfg_for("data.source=files", f"data.train_files=[{ok}]", "data.eval_files=[gone.jsonl]")
+    error = refused(cfg)
+    assert (error.key, error.message) == ("data.eval_files[0]", "gone.jsonl: file not found")
+
+
+@pytest.mark.parametrize("key", ["model.path", "model.tokenizer_path"])
+def test_model_paths_that_name_nothing(key):
+    error = refused(cfg_for(f"{key}=/nonexistent"))
+    assert (error.key, error.message) == (key, "'/nonexistent': no such directory (/nonexistent)")
+    assert error.__context__ is None
+
+
+def test_hub_id_offline_is_one_line_with_what_was_tried(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error = refused(cfg_for("model.path=Nope/NotAModel"))
+    assert error.key == "model.path" and "\n" not in error.message
+    assert error.message.startswith("'Nope/NotAModel' could not be resolved. Tried: local dir")
+    assert "HF hub: skipped (HF_HUB_OFFLINE" in error.message
+    assert error.message.endswith("or set model.path to a local directory.")
+
+
+def test_a_folder_without_a_tokenizer(tmp_path):
+    (tmp_path / "empty").mkdir()
+    error = refused(cfg_for(f"model.tokenizer_path={tmp_path / 'empty'}"))
+    assert error.key == "model.tokenizer_path"
+    assert error.message.startswith(f"cannot load a tokenizer from {tmp_path / 'empty'}: ")
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "message"),
+    [
+        (
+            "environment._target_=no.such.Class",
+            "environment._target_",
+            "cannot import 'no.such.Class': No module named 'no'",
+        ),
+        (
+            "environment._target_=skyrl.envs.math_env.NoSuchEnv",
+            "environment._target_",
+            "cannot import 'skyrl.envs.math_env.NoSuchEnv': module 'skyrl.envs.math_env' has no "
+            "attribute 'NoSuchEnv'",
+        ),
+        (
+            "environment.name=mathh",
+            "environment.name",
+            "unknown environment 'mathh' (did you mean 'math'?); registered: ",
+        ),
+        (
+            "generator.agent=no.such.driver",
+            "generator.agent",
+            "'no.such.driver' does not import: No module named 'no'",
+        ),
+        ("generator.agent=nope", "generator.agent", "'nope' is not a built-in driver"),
+        (
+            "generator.agent=skyrl.generators.agent_loop.NoDriver",
+            "generator.agent",
+            "'skyrl.generators.agent_loop.NoDriver' does not import: module "
+            "'skyrl.generators.agent_loop' has no attribute 'NoDriver'",
+        ),
+        (
+            "data.num_train_prompts=1",
+            "data.num_train_prompts",
+            "1 training prompts, fewer than trainer.train_batch_size=2",
+        ),
+        (
+            "generator.max_prompt_length=40",
+            "data.source",
+            "arithmetic train prompt 1: prompt is ",
+        ),
+    ],
+)
+def test_what_the_config_names(override, key, message):
+    error = refused(cfg_for(override))
+    assert error.key == key and error.message.startswith(message), error
+
+
+def test_an_env_constructor_that_rejects_its_kwargs():
+    error = refused(cfg_for("environment._target_=skyrl.envs.reasoning_gym_env._scorer"))
+    assert error.key == "environment.kwargs"
+    assert error.message.startswith("cannot build the environment: TypeError: ")
+
+
+def test_an_agent_module_that_raises_on_import(tmp_path, monkeypatch):
+    (tmp_path / "broken_driver.py").write_text("raise RuntimeError('half written')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    error = refused(cfg_for("generator.agent=broken_driver.factory"))
+    assert error.key == "generator.agent"
+    assert error.message == "importing 'broken_driver.factory' raised RuntimeError: half written"
+    sys.modules.pop("broken_driver", None)
+
+
+def test_drop_reports_per_split_and_too_few_left(tmp_path):
+    long = "word " * 200
+    path = write_jsonl(tmp_path / "d.jsonl", ["short", long, "also short", long])
+    files = ["data.source=files", f"data.train_files=[{path}]", f"data.eval_files=[{path}]"]
+    drop = [*files, "generator.max_prompt_length=64", "data.overlong_prompts=drop"]
+    checked = preflight(cfg_for(*drop), for_run=False)
+    assert [(r.num_prompts, r.num_dropped) for r in checked.reports] == [(2, 2), (2, 2)]
+    assert checked.plan_rows()[1] == (
+        "over-long prompts",
+        "dropped: train 2, eval 2 (data.overlong_prompts=drop)",
+    )
+    error = refused(
+        cfg_for(*drop, "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=2")
+    )
+    assert (error.key, error.message) == (
+        "data.train_files",
+        "2 training prompts after dropping 2 over-long, fewer than trainer.train_batch_size=4",
+    )
+
+
+def test_fake_data_checks_only_the_model():
+    checked = preflight(cfg_for("data=fake", "environment.name=unused"), for_run=False)
+    assert checked.reports == [] and checked.plan_rows() == []
+    error = refused(cfg_for("data=fake", "model.path=/nonexistent"))
+    assert error.key == "model.path"

@@ -1,0 +1,231 @@
+"""``load_checked_prompts`` / ``check_prompts``: rows validated with the file and row named,
+prompt length counted as the agent loop renders it, the over-long policy (error / drop)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoTokenizer
+
+import skyrl
+from skyrl.config import ConfigError
+from skyrl.config.validate import validate
+from skyrl.data import check_prompts, load_checked_prompts
+from skyrl.data.prompts import PromptRow
+from skyrl.envs import TextEnv, make_env_factory, register_env
+from skyrl.envs.tool_env import SYSTEM_PROMPT
+from skyrl.generators import AgentLoop, LoopSettings
+from skyrl.generators.chat import ChatTokens
+from skyrl.inference.base import Completion, SamplingParams
+from skyrl.inference.local import LocalEngine, run_serving
+from skyrl.models import build_tiny_model
+
+LONG = "word " * 200  # ~200 tokens with the tiny model's tokenizer: over a 64-token limit
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return AutoTokenizer.from_pretrained(build_tiny_model())
+
+
+def write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def cfg_for(*overrides: str):
+    return validate(skyrl.compose(["experiment=smoke", *overrides]))
+
+
+def files_cfg(train: list[str], evals: list[str] = (), *overrides: str):
+    return cfg_for(
+        "data.source=files",
+        f"data.train_files=[{','.join(train)}]",
+        f"data.eval_files=[{','.join(evals)}]",
+        *overrides,
+    )
+
+
+def rows(*prompts: str) -> list[dict]:
+    return [{"prompt": p, "answer": "1"} for p in prompts]
+
+
+def test_rows_pass_through_in_order(tmp_path, tok):
+    a = write_jsonl(tmp_path / "a.jsonl", rows("q1", "q2"))
+    b = write_jsonl(tmp_path / "b.jsonl", rows("e1"))
+    cfg = files_cfg([a], [b])
+    train = load_checked_prompts(cfg, "train", tok)
+    assert [r.prompt for r in train] == ["q1", "q2"] and [r.uid for r in train] == ["a-0", "a-1"]
+    assert [r.prompt for r in load_checked_prompts(cfg, "eval", tok)] == ["e1"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            '{"prompt": "ok"}\n{"question": "x"}\n',
+            "row 2: missing column 'prompt' (has ['question'])",
+        ),
+        (  # a blank line is skipped but keeps its number: rows are line numbers
+            '{"prompt": "ok"}\n\n{oops\n',
+            "row 3: invalid JSON (Expecting property name enclosed in double quotes)",
+        ),
+        ('{"prompt": "ok"}\n[1, 2]\n', "row 2: expected an object, got list"),
+        ('{"prompt": "ok"}\n{"prompt": ""}\n', "row 2: empty prompt"),
+    ],
+)
+def test_bad_row_names_key_file_and_row(tmp_path, tok, content, message):
+    (tmp_path / "ok.jsonl").write_text('{"prompt": "fine"}\n')
+    (tmp_path / "bad.jsonl").write_text(content)
+    cfg = files_cfg([str(tmp_path / "ok.jsonl"), str(tmp_path / "bad.jsonl")])
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(cfg, "train", tok)
+    assert err.value.key == "data.train_files[1]"
+    assert err.value.message == f"{tmp_path / 'bad.jsonl'}: {message}"
+    assert err.value.__context__ is None  # known bad input: no exception context
+
+
+def test_missing_file_and_eval_files(tmp_path, tok):
+    ok = write_jsonl(tmp_path / "ok.jsonl", rows("q"))
+    cfg = files_cfg([ok], [ok, "nope.jsonl"])
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(cfg, "eval", tok)
+    assert (err.value.key, err.value.message) == (
+        "data.eval_files[1]",
+        "nope.jsonl: file not found",
+    )
+
+
+def test_parquet_is_streamed_and_checked(tmp_path, tok, monkeypatch):
+    from skyrl.data import prompts
+
+    monkeypatch.setattr(prompts, "PARQUET_BATCH_ROWS", 2)  # 5 rows: 3 record batches
+    records = rows("a", "b", "c", "d", LONG)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "p.parquet")
+    cfg = files_cfg([str(tmp_path / "p.parquet")], [], "generator.max_prompt_length=64")
+    with pytest.raises(ConfigError, match=r"p.parquet: row 5: prompt is \d+ tokens"):
+        check_prompts(cfg, "train", tok)
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(ConfigError, match=r"x.parquet: not a readable parquet file"):
+        check_prompts(files_cfg([str(tmp_path / "x.parquet")]), "train", tok)
+
+
+def test_overlong_error_names_first_row_its_length_and_the_count(tmp_path, tok):
+    path = write_jsonl(tmp_path / "d.jsonl", rows("short", LONG, "short too", LONG + LONG))
+    cfg = files_cfg([path], [], "generator.max_prompt_length=64")
+    chat, env = ChatTokens(tok), make_env_factory(cfg.environment)()
+    n = len(chat.prompt_ids(env.init(LONG, {})[0]))
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(cfg, "train", tok)
+    assert err.value.key == "data.train_files[0]"
+    assert err.value.message == (
+        f"{path}: row 2: prompt is {n} tokens (after the chat template), over "
+        "generator.max_prompt_length=64; 2 of 4 train prompts are too long (shorten them, "
+        "raise generator.max_prompt_length or set data.overlong_prompts=drop)"
+    )
+
+
+def test_overlong_drop_keeps_the_rest_and_warns_once_with_the_count(tmp_path, tok, capsys):
+    path = write_jsonl(tmp_path / "d.jsonl", rows("short", LONG, "short too", LONG))
+    cfg = files_cfg([path], [], "generator.max_prompt_length=64", "data.overlong_prompts=drop")
+    kept = load_checked_prompts(cfg, "train", tok)
+    assert [r.prompt for r in kept] == ["short", "short too"]
+    assert [r.uid for r in kept] == ["d-0", "d-2"]  # uids are the rows' places in the file
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: data.overlong_prompts=drop: dropped 2 of 4 train prompts longer than "
+        "generator.max_prompt_length=64 tokens"
+    ]
+    report = check_prompts(cfg, "train", tok)  # counting only: no rows kept
+    assert (report.num_prompts, report.num_dropped) == (2, 2)
+    assert 0 < report.max_prompt_tokens <= 64
+
+
+def test_the_limit_is_inclusive(tmp_path, tok):
+    path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
+    cfg = files_cfg([path])
+    n = check_prompts(cfg, "train", tok).max_prompt_tokens
+    at_limit = files_cfg([path], [], f"generator.max_prompt_length={n}")
+    assert len(load_checked_prompts(at_limit, "train", tok)) == 1
+    with pytest.raises(ConfigError, match=f"prompt is {n} tokens"):
+        check_prompts(files_cfg([path], [], f"generator.max_prompt_length={n - 1}"), "train", tok)
+
+
+def test_generated_rows_are_checked_too(tok):
+    cfg = cfg_for("generator.max_prompt_length=40")  # arithmetic chats are ~100 tokens
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(cfg, "eval", tok)
+    assert err.value.key == "data.source"
+    assert err.value.message.startswith("arithmetic eval prompt 1: prompt is ")
+    assert "4 of 4 eval prompts are too long" in err.value.message
+    drop = cfg_for("generator.max_prompt_length=40", "data.overlong_prompts=drop")
+    assert check_prompts(drop, "train", tok).num_dropped == 8
+    assert check_prompts(cfg_for("data=fake"), "train", tok).num_prompts == 0
+
+
+def test_the_envs_system_prompt_counts(tmp_path, tok):
+    """environment=tools puts its system prompt before the question: the check counts it."""
+    path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
+    row = PromptRow("What is 2 + 2?", "d", {})
+    math, tools = files_cfg([path]), files_cfg([path], [], "environment=tools")
+    plain = check_prompts(math, "train", tok).max_prompt_tokens
+    with_system = check_prompts(tools, "train", tok).max_prompt_tokens
+    assert with_system > plain + len(tok.encode(SYSTEM_PROMPT))
+    # exactly the ids the agent loop sends as the first request, with either env
+    assert plain == len(_first_request(tok, math, row))
+    assert with_system == len(_first_request(tok, tools, row))
+
+
+class _Recording(LocalEngine):
+    """Answers every request with EOS and remembers its prompt ids."""
+
+    def __init__(self, eos_id: int):
+        super().__init__()
+        self.eos_id = eos_id
+        self.prompts: list[list[int]] = []
+
+    def _serve_until(self, done):
+        while not done.done():
+            for r in self.take(block=True):
+                self.prompts.append(list(r.prompt_ids))
+                r.resolve(Completion([self.eos_id], [0.0], "stop"))
+
+
+def _first_request(tok, cfg, row: PromptRow) -> list[int]:
+    """The prompt ids the agent loop really sends for ``row``'s first turn."""
+    engine = _Recording(tok.eos_token_id)
+    loop = AgentLoop(engine, tok, make_env_factory(cfg.environment), LoopSettings(4096, 8, 1, 10.0))
+    run_serving(engine, loop.run([row], 1, SamplingParams(max_tokens=8)))
+    return engine.prompts[0]
+
+
+@register_env("test_checked_failing_init")
+class FailingInit(TextEnv):
+    def init(self, prompt, extras):
+        if prompt == "boom":
+            raise RuntimeError("no boom please")
+        return super().init(prompt, extras)
+
+
+def test_env_init_failure_names_the_row(tmp_path, tok):
+    path = write_jsonl(tmp_path / "d.jsonl", rows("fine", "boom"))
+    cfg = files_cfg([path], [], "environment.name=test_checked_failing_init")
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(cfg, "train", tok)
+    assert err.value.key == "data.train_files[0]"
+    assert err.value.message == f"{path}: row 2: env.init failed: RuntimeError: no boom please"
+
+
+def test_reasoning_gym_needs_a_known_dataset(tok):
+    with pytest.raises(ConfigError) as err:
+        check_prompts(cfg_for("data.source=reasoning_gym"), "train", tok)
+    assert err.value.key == "environment.dataset"
+    cfg = cfg_for("data=reasoning_gym", "environment=reasoning_gym", "environment.dataset=nope_ds")
+    with pytest.raises(ConfigError) as err:
+        check_prompts(cfg, "train", tok)
+    assert (err.value.key, err.value.message) == (
+        "environment.dataset",
+        "reasoning-gym: Dataset 'nope_ds' not registered",
+    )

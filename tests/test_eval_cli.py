@@ -1,0 +1,120 @@
+"""``skyrl-eval``: a model, a run and a checkpoint evaluated without training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import skyrl
+from skyrl.eval_cli import evaluate
+
+SKYRL_EVAL = str(Path(sys.executable).parent / "skyrl-eval")
+SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
+
+
+def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+
+
+def train_smoke(out: Path, *overrides: str) -> Path:
+    """A two-step smoke run: its final_hf and its checkpoint of step 2 hold the same weights."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [SKYRL_TRAIN, "experiment=smoke", f"trainer.output_dir={out}", *overrides]
+    result = run(cmd, out.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    return train_smoke(tmp_path_factory.mktemp("run") / "run")
+
+
+@pytest.mark.slow
+def test_eval_of_a_run_prints_the_table_and_writes_json(smoke_run, tmp_path):
+    result = run([SKYRL_EVAL, "experiment=smoke", f"eval.checkpoint={smoke_run}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    # smoke: 4 eval prompts, 4 samples each (the root config's eval_n_samples_per_prompt)
+    header = next(i for i, line in enumerate(lines) if line.startswith("source"))
+    assert lines[header].split() == [
+        "source",
+        "prompts",
+        "samples",
+        "pass@1",
+        "pass@4",
+        "reward_mean",
+    ]
+    assert lines[header + 1].split()[:3] == ["arithmetic", "4", "16"]
+    assert lines[header - 1].startswith(f"eval of {smoke_run / 'final_hf'}")
+    results = Path(lines[header + 2].removeprefix("results: "))
+    assert (
+        results.parent.parent.parent == tmp_path / "outputs" / "eval"
+    )  # outputs/eval/<date>/<time>
+    record = json.loads(results.read_text())
+    assert record["num_prompts"] == {"arithmetic": 4}
+    assert record["samples_per_prompt"] == 4
+    assert set(record["metrics"]) >= {"eval/pass@1", "eval/pass@4", "eval/arithmetic/pass@1"}
+    samples = Path(record["samples_file"]).read_text().splitlines()
+    assert len(samples) == 16
+    assert {json.loads(s)["data_source"] for s in samples} == {"arithmetic"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero_stage", [0, 3])
+def test_a_checkpoint_evaluates_like_the_exported_model(smoke_run, tmp_path, zero_stage):
+    """The checkpoint's weights, read from its DeepSpeed files (ZeRO-3: gathered from the
+    ranks' partitions), give token for token the samples of the run's final_hf."""
+    if zero_stage == 3:
+        smoke_run = train_smoke(tmp_path / "run3", "trainer.zero_stage=3")
+    samples = []
+    for name, target in [("ckpt", smoke_run / "checkpoints" / "global_step_2"), ("hf", smoke_run)]:
+        cfg = skyrl.compose(["experiment=smoke", f"eval.checkpoint={target}"])
+        result = evaluate(cfg, tmp_path / name)
+        assert result.model == str(target if name == "ckpt" else target / "final_hf")
+        samples.append([json.loads(line) for line in result.samples_file.read_text().splitlines()])
+    assert [s["response_ids"] for s in samples[0]] == [s["response_ids"] for s in samples[1]]
+    assert len(samples[0]) == 16
+
+
+def test_model_path_is_evaluated_on_the_composed_eval_prompts(tmp_path):
+    cfg = skyrl.compose(
+        ["experiment=smoke", "data.num_eval_prompts=3", "generator.eval_n_samples_per_prompt=2"]
+    )
+    result = evaluate(cfg, tmp_path)
+    assert result.model == "skyrl-tiny"
+    assert result.num_prompts == {"arithmetic": 3}
+    assert 0.0 <= result.metrics["eval/pass@1"] <= result.metrics["eval/pass@2"] <= 1.0
+    assert len(result.samples_file.read_text().splitlines()) == 6  # 3 prompts x 2 samples
+    assert json.loads(result.output_file.read_text())["metrics"] == result.metrics
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ["eval.checkpoint=no/such/run"],
+            "error: eval.checkpoint: no/such/run: neither a run directory",
+        ),
+        (
+            ["data.num_eval_prompts=0"],
+            "error: data.num_eval_prompts: no eval prompts to evaluate on",
+        ),
+        (["eval.chekpoint=x"], "error: eval.chekpoint: unknown key (did you mean 'checkpoint'?)"),
+        (["model.path=/nonexistent"], "error: model.path: '/nonexistent': no such directory"),
+        (["environment._target_=no.such.Env"], "error: environment._target_: cannot import"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, overrides, expected):
+    result = run([SKYRL_EVAL, "experiment=smoke", *overrides], tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
