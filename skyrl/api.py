@@ -87,22 +87,11 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
 
 def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
-    import ray
-
     from skyrl.tracking.summary import format_summary, plot_history
     from skyrl.trainer.trainer import RLTrainer
 
     cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):  # a running cluster: use it as it is
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:
-            ray.init(
-                num_cpus=_logical_cpus(cfg),
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+    start_ray(_logical_cpus(cfg))
     trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
         history = trainer.train()
@@ -112,6 +101,24 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     plot_history(history, output_dir / "metrics.png")
     print(format_summary(history, output_dir), flush=True)
     return TrainResult(output_dir, history, final_hf)
+
+
+def start_ray(num_cpus: int | None = None) -> None:
+    """Connect to ``RAY_ADDRESS`` (a running cluster, used as it is) or start a local Ray
+    with ``num_cpus`` logical CPUs (None: the cores); nothing when Ray is already up."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    else:
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
 
 
 def _logical_cpus(cfg) -> int:

@@ -124,9 +124,7 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
     ``samples_file``; the metrics and the prompts per source."""
     from collections import Counter
 
-    from transformers import AutoTokenizer
-
-    from skyrl.config.preflight import check_env_and_agent
+    from skyrl.config.preflight import check_env_and_agent, load_tokenizer
     from skyrl.data import load_checked_prompts
     from skyrl.generators import VersionClock, make_generator
     from skyrl.inference.factory import make_engine
@@ -134,7 +132,8 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
     from skyrl.rollouts.sync import base_seed, dump_rollouts
 
     check_env_and_agent(cfg)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
+    assert cfg.model.tokenizer_path is not None  # _weights_to_evaluate resolved it
+    tokenizer = load_tokenizer(cfg, cfg.model.tokenizer_path)
     rows = load_checked_prompts(cfg, "eval", tokenizer)  # data.overlong_prompts applies
     if not rows:
         raise ConfigError(
@@ -143,7 +142,9 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
         )
     g = cfg.generator
     if g.num_engines > 1 or g.num_gpus_per_engine > 0:
-        _start_ray()
+        from skyrl.api import start_ray
+
+        start_ray()
     engine = make_engine(g, cfg.model.path, cfg.model.tokenizer_path)
     try:
         generator = make_generator(g, cfg.environment, engine, tokenizer, VersionClock())
@@ -152,13 +153,6 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
         engine.shutdown()
     dump_rollouts(output, tokenizer, samples_file)
     return metrics, dict(sorted(Counter(r.data_source for r in rows).items()))
-
-
-def _start_ray() -> None:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
 def _write_results(result: EvalResult, cfg: SkyRLConfig) -> None:

@@ -70,7 +70,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     if fake:
         return Preflight(resolved, None, [])
-    tokenizer = _load_tokenizer(cfg, tokenizer_dir)
+    tokenizer = load_tokenizer(cfg, tokenizer_dir)
     splits = PromptSplits([], []) if for_run else None
     reports = [
         check_prompts(cfg, split, tokenizer, getattr(splits, split).append if splits else None)
@@ -149,7 +149,8 @@ def _resolve_model_paths(cfg: SkyRLConfig, fetch: bool) -> tuple[SkyRLConfig, st
     return cfg, model_dir or resolve_tokenizer_path(cfg.model.path, key="model.path")
 
 
-def _load_tokenizer(cfg: SkyRLConfig, folder: str):
+def load_tokenizer(cfg: SkyRLConfig, folder: str):
+    """The tokenizer in the local ``folder``; one that does not load is a ``ConfigError``."""
     from transformers import AutoTokenizer
 
     try:

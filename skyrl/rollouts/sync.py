@@ -83,7 +83,7 @@ class SyncRollouts:
     def evaluate(self) -> dict[str, float]:
         """Held-out prompts with eval sampling: pass@1 (and pass@k) per data source."""
         metrics, _ = evaluate_prompts(
-            self.generator, self.eval_rows, self.cfg.generator, self.base_seed(0, 0)
+            self.generator, self.eval_rows, self.cfg.generator, base_seed(self.cfg, 0, 0)
         )
         return metrics
 
@@ -105,7 +105,7 @@ class SyncRollouts:
         while True:
             rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
             out, shaping = self.shape_rewards(
-                self.generate(rows, self.base_seed(step, len(rounds)))
+                self.generate(rows, base_seed(self.cfg, step, len(rounds)))
             )
             rounds.append(out)
             if a.dynamic_sampling != "filter":
@@ -121,7 +121,7 @@ class SyncRollouts:
         if a.dynamic_sampling == "filter":
             out, ds_metrics = filled_batch(good, flat, need, len(rounds))
         elif a.dynamic_sampling == "replace":
-            out, replaced = ds.replace_flat_groups(rounds[0], self.base_seed(step, 0))
+            out, replaced = ds.replace_flat_groups(rounds[0], base_seed(self.cfg, step, 0))
             groups = len(ds.group_rows(out))
             ds_metrics = {names.KEPT_GROUP_FRAC: 1.0 - replaced / groups}
         else:
@@ -143,9 +143,6 @@ class SyncRollouts:
         sampling = SamplingParams.from_config(g.sampling, n=n, max_tokens=g.max_generate_length)
         sampling.seed = seed
         return self.generator.generate(rows, n, sampling)
-
-    def base_seed(self, step: int, round_: int) -> int:
-        return base_seed(self.cfg, step, round_)
 
     def shape_rewards(self, out: GeneratorOutput) -> tuple[GeneratorOutput, dict[str, float]]:
         """DAPO's overlong penalty and overlong filtering, on a copy of ``out``."""
