@@ -172,5 +172,9 @@ def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:
     require(backend in ENGINE_BACKENDS, "generator.backend", ENGINE_BACKENDS.unknown(backend))
     try:  # only the constructor kwargs: no engine is built
         ENGINE_BACKENDS.get(backend)(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
+        return
     except TypeError as exc:  # e.g. generator=vllm generator.backend=hf
-        raise ConfigError("generator.backend", str(exc)) from None
+        problem = str(exc)
+    # raised outside the handler: known bad input carries no exception context (the CLI
+    # fuzz test reads context raised in skyrl's code as a bug)
+    raise ConfigError("generator.backend", problem)

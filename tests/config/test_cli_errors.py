@@ -19,6 +19,11 @@ from skyrl.config.trainer import OptimizerConfig
         (["trainer.seed=[1"], "error: cannot parse override: no viable alternative at input '[1'"),
         # Hydra refuses a null group option with a ValueError of its own
         (["trainer=null"], "error: Config group override must be a string or a list. Got NoneType"),
+        # found by the fuzz test: the backend check once re-raised inside its except block
+        (
+            ["~generator"],
+            "error: generator.backend: engine backend 'hf' reads the fields of generator=hf; got a GeneratorConfig",
+        ),
     ],
 )
 def test_bad_command_lines_are_bad_input(argv, line):
