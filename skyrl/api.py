@@ -122,10 +122,14 @@ def start_ray(num_cpus: int | None = None) -> None:
 
 
 def _logical_cpus(cfg) -> int:
-    """Ray CPUs for every worker bundle plus the driver (logical: may exceed the cores)."""
+    """Ray CPUs for every worker bundle, the engine actors and the driver (logical: may exceed
+    the cores)."""
     t, a = cfg.trainer, cfg.algorithm
     roles = 1 + int(a.uses_critic) + int(a.uses_reference and not t.colocate_policy_ref)
-    return max(os.cpu_count() or 1, math.ceil(t.dp_size * t.num_cpus_per_worker * roles) + 1)
+    g = cfg.generator
+    engines = g.num_engines * (g.num_cpus_per_engine or 1) if g.engines_in_actors else 0
+    workers = t.dp_size * t.num_cpus_per_worker * roles
+    return max(os.cpu_count() or 1, math.ceil(workers + engines) + 1)
 
 
 def _timestamped_dir() -> Path:

@@ -8,6 +8,7 @@ such name after importing the config's ``imports``, so a recipe's own registrati
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -52,3 +53,25 @@ class Registry(Generic[F]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+
+def import_path(path: str) -> Callable:
+    """The callable an import path ``package.module.attr`` names (``attr`` may be dotted:
+    ``module.Class.method``). Raises ``ValueError`` with a one-line reason: not a dotted
+    path, does not import (the first import error), or not callable."""
+    parts = path.split(".")
+    if len(parts) < 2:
+        raise ValueError(f"{path!r} is not an import path module.attr")
+    error: Exception | None = None
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                target = getattr(target, attr)
+        except (ImportError, AttributeError) as exc:
+            error = error or exc
+            continue
+        if not callable(target):
+            raise ValueError(f"{path!r} is not callable")
+        return target
+    raise ValueError(f"{path!r} does not import: {error}")

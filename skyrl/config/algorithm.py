@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from skyrl.config.errors import require, require_choice
 
+ASYNC_TIS_CAP = 2.0
+"""``algorithm.tis_cap`` when ``trainer.max_staleness > 0`` and none is set."""
+
 
 @dataclass
 class AlgorithmConfig:
@@ -36,7 +39,16 @@ class AlgorithmConfig:
     clip_ratio_c: float | None = None
     """Dual-clip bound for negative advantages (> 1, e.g. 3.0); None = off."""
     tis_cap: float | None = None
-    """Truncated importance sampling against rollout logprobs, capped at this; None = off."""
+    """Token-level truncated importance sampling against the engine's rollout logprobs, the
+    weight min(pi_old / pi_rollout, tis_cap); None = off in synchronous training and
+    ``ASYNC_TIS_CAP`` (2.0) when ``trainer.max_staleness > 0``."""
+    uncorrected_off_policy: bool = False
+    """Asynchronous training without an off-policy correction (no TIS, no sequence mask): an
+    explicit opt-out, refused together with ``tis_cap`` or ``seq_ratio_bounds``."""
+    seq_ratio_bounds: list[float] | None = None
+    """Sequence-level off-policy mask ``[low, high]`` (e.g. ``[0.99, 1.01]``): a sequence whose
+    geometric-mean ratio pi_old / pi_rollout over its loss tokens, ``exp(mean(old_logprobs -
+    rollout_logprobs))``, lies outside it gets no policy loss; None = off."""
     loss_reduction: str = "token_mean"
     """token_mean, sequence_mean, seq_mean_token_sum_norm, prompt_mean."""
 
@@ -63,7 +75,13 @@ class AlgorithmConfig:
     """Critic value clipping around the old values; 0 = off."""
 
     dynamic_sampling: str | None = None
-    """None, ``filter`` (drop zero-variance groups, sample more) or ``replace``."""
+    """None, ``filter`` (drop uninformative groups, sample more) or ``replace`` (copy informative
+    ones over them); which groups are informative is ``dynamic_filter``."""
+    dynamic_filter: str = "reward_variance"
+    """Dynamic sampling's group filter: a name registered in
+    ``skyrl.rollouts.dynamic_sampling.GROUP_FILTERS`` or an import path ``module.attr`` of a
+    function ``(group: GeneratorOutput) -> bool`` (True = keep; ``group`` holds the rows of
+    one prompt uid). ``reward_variance`` keeps groups whose last-step rewards are not all equal."""
     max_sample_batches: int = 4
     """Dynamic sampling: most generate rounds per training step."""
     overlong_buffer_len: int = 0
@@ -85,6 +103,7 @@ class AlgorithmConfig:
             "tis_cap",
             f"must be > 0 or null, got {self.tis_cap}",
         )
+        self._check_seq_ratio_bounds()
         require(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
         require(self.init_kl_coef >= 0, "init_kl_coef", f"must be >= 0, got {self.init_kl_coef}")
         require_choice(self.kl_ctrl, ("fixed", "adaptive"), "kl_ctrl")
@@ -106,6 +125,22 @@ class AlgorithmConfig:
             not (self.use_kl_loss and self.use_kl_in_reward),
             "use_kl_loss",
             "use_kl_loss and use_kl_in_reward are mutually exclusive; pick one",
+        )
+
+    def _check_seq_ratio_bounds(self) -> None:
+        bounds = self.seq_ratio_bounds
+        if bounds is None:
+            return
+        require(
+            len(bounds) == 2,
+            "seq_ratio_bounds",
+            f"must be two values [low, high] or null, got {list(bounds)}",
+        )
+        low, high = bounds
+        require(
+            0 < low <= 1 <= high,
+            "seq_ratio_bounds",
+            f"must satisfy 0 < low <= 1 <= high, got [{low}, {high}]",
         )
 
     @property

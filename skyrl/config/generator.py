@@ -50,6 +50,10 @@ class GeneratorConfig:
     """Inference engines; more than one run as Ray actors behind a load balancer."""
     num_gpus_per_engine: float = 0.0
     """GPUs of each engine's Ray actor; > 0 runs the engines as Ray actors on their own GPUs."""
+    num_cpus_per_engine: float = 0.0
+    """Ray CPUs of each engine's actor (its torch threads: the whole part, at least 1); > 0 runs
+    the engines as Ray actors beside the workers (asynchronous training on CPU needs it).
+    0 = in-process when there is one engine, 1 CPU per actor when there are several."""
     n_samples_per_prompt: int = 4
     """Samples per prompt (the GRPO group size)."""
     max_prompt_length: int = 256
@@ -86,6 +90,11 @@ class GeneratorConfig:
             "num_gpus_per_engine",
             f"must be >= 0, got {self.num_gpus_per_engine}",
         )
+        require(
+            self.num_cpus_per_engine >= 0,
+            "num_cpus_per_engine",
+            f"must be >= 0, got {self.num_cpus_per_engine}",
+        )
         cap = self.max_tokens_per_turn
         require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
 
@@ -93,6 +102,11 @@ class GeneratorConfig:
     def processes_per_engine(self) -> int:
         """Model processes per engine (each a rank of the broadcast weight-sync group)."""
         return 1
+
+    @property
+    def engines_in_actors(self) -> bool:
+        """Whether the engines run as Ray actors (``skyrl.inference.factory.make_engine``)."""
+        return self.num_engines > 1 or self.num_cpus_per_engine > 0 or self.num_gpus_per_engine > 0
 
     @property
     def max_seq_len(self) -> int:

@@ -135,6 +135,19 @@ class TrainerConfig:
     """How weights reach the engines: ``object_store`` (buckets through Ray), ``broadcast``
     (a torch.distributed group from policy rank 0 to the engines: NCCL on GPU, gloo on CPU),
     or ``auto`` (broadcast when policy and engines have GPUs of their own, else object_store)."""
+    weight_sync_timeout_s: float = 600.0
+    """A weight sync (waiting for in-flight requests included) that takes longer ends the run
+    with one error line naming what it waited for; the last checkpoint stays loadable."""
+    max_staleness: int = 0
+    """Policy versions generation may run ahead of training. 0 = the synchronous loop (generate,
+    then train). k >= 1 = asynchronous: the engines (Ray actors with CPUs or GPUs of their own,
+    ``generator.num_cpus_per_engine`` / ``num_gpus_per_engine``) keep generating while the
+    workers train, and every trained group's oldest turn was dispatched at most k versions
+    before the weights it is trained with (``docs/async.md``)."""
+    partial_rollouts: bool = False
+    """Asynchronous mode: requests in flight at a weight sync continue under the new weights
+    (their turns record both versions). False = new requests wait while the weights load and
+    those in flight finish first, under the old weights."""
     dump_rollouts: bool = False
     """Write each step's training rollouts (tokens, text, loss masks, rewards) to
     ``<output_dir>/rollouts/step_<N>.jsonl``."""
@@ -197,6 +210,12 @@ class TrainerConfig:
             f"must be >= 1, got {self.weight_sync_bucket_mb}",
         )
         require_choice(self.weight_sync, ("auto", "object_store", "broadcast"), "weight_sync")
+        require(
+            self.weight_sync_timeout_s > 0,
+            "weight_sync_timeout_s",
+            f"must be > 0, got {self.weight_sync_timeout_s}",
+        )
+        require(self.max_staleness >= 0, "max_staleness", f"must be >= 0, got {self.max_staleness}")
         require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
         require(
             self.max_ckpts_to_keep >= 0,

@@ -14,6 +14,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
+from skyrl.config.algorithm import ASYNC_TIS_CAP
 from skyrl.config.errors import ConfigError, require
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.structure import check_structure
@@ -36,6 +37,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     _check_batch_sizes(typed)
     _check_algorithm(typed)
     _check_weight_sync(typed)
+    _check_async(typed)
     _check_sinks_and_backend(typed)
     return typed
 
@@ -132,6 +134,50 @@ def _check_weight_sync(cfg: SkyRLConfig) -> None:
     )
 
 
+def _check_async(cfg: SkyRLConfig) -> None:
+    """Asynchronous training (``trainer.max_staleness > 0``) needs engines that generate while
+    the workers train (Ray actors with CPUs or GPUs of their own) and a rollout source; its
+    policy loss is corrected for the stale rollouts (``algorithm.tis_cap`` defaults to
+    ``ASYNC_TIS_CAP`` there, on the typed copy) unless the user opts out explicitly."""
+    t, g, a = cfg.trainer, cfg.generator, cfg.algorithm
+    k = t.max_staleness
+    if k == 0:
+        require(
+            not t.partial_rollouts,
+            "trainer.partial_rollouts",
+            "applies to asynchronous training only (trainer.max_staleness > 0): a synchronous "
+            "step has no request in flight when the weights change",
+        )
+        return
+    require(
+        cfg.data.source != "fake",
+        "trainer.max_staleness",
+        "data=fake has no engine to generate ahead with; use trainer.max_staleness=0",
+    )
+    require(
+        g.num_cpus_per_engine > 0 or g.num_gpus_per_engine > 0,
+        "trainer.max_staleness",
+        f"{k} generates while the workers train, which needs the engines in Ray actors with "
+        "CPUs or GPUs of their own: set generator.num_cpus_per_engine=1 (CPU) or "
+        "generator.num_gpus_per_engine=1 (GPU)",
+    )
+    require(
+        a.dynamic_sampling != "replace",
+        "algorithm.dynamic_sampling",
+        "replace is synchronous-only; with trainer.max_staleness > 0 use filter (a dropped "
+        "group is replaced by a newly admitted one)",
+    )
+    if a.uncorrected_off_policy:
+        require(
+            a.tis_cap is None and a.seq_ratio_bounds is None,
+            "algorithm.uncorrected_off_policy",
+            "is true but algorithm.tis_cap / algorithm.seq_ratio_bounds set a correction; "
+            "drop one of them",
+        )
+    elif a.tis_cap is None:
+        a.tis_cap = ASYNC_TIS_CAP
+
+
 def _check_algorithm(cfg: SkyRLConfig) -> None:
     a = cfg.algorithm
     if cfg.generator.step_wise:
@@ -141,6 +187,9 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
             f"{a.advantage_estimator!r} cannot be used with generator.step_wise=true (use an outcome estimator such as grpo or rloo)",
         )
     _check_registered_names(a)
+    from skyrl.rollouts.dynamic_sampling import check_dynamic_filter  # imports the rollout side
+
+    check_dynamic_filter(cfg)
 
 
 def _check_registered_names(a) -> None:

@@ -100,7 +100,8 @@ class AgentLoop:
     ) -> Turn:
         """One request: this turn of this trajectory, with its own seed and versions."""
         seed = None if sampling.seed is None else request_seed(sampling.seed, row.uid, sample, turn)
-        version, started = self.clock.current, time.monotonic()
+        version = await self.clock.dispatch_version()
+        started = time.monotonic()
         out = await self.engine.generate(context, replace(sampling, n=1, seed=seed), row.uid)
         return Turn(
             list(context),

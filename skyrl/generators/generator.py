@@ -13,7 +13,6 @@ loop (Jupyter).
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import cast
 
@@ -32,6 +31,7 @@ from skyrl.generators.trajectory import (
 )
 from skyrl.inference.base import InferenceEngine, SamplingParams
 from skyrl.inference.local import run_serving
+from skyrl.registry import import_path
 
 DRIVERS: dict[str, DriverFactory] = {"agent_loop": AgentLoop.from_context}
 """Built-in rollout drivers by ``generator.agent`` name."""
@@ -43,26 +43,19 @@ def driver_factory(name: str) -> DriverFactory:
     raises a ``ConfigError`` for ``generator.agent`` (the pre-flight check calls this too)."""
     if name in DRIVERS:
         return DRIVERS[name]
-    parts = name.split(".")
-    if len(parts) < 2:
+    if "." not in name:
         raise ConfigError(
             "generator.agent",
             f"{name!r} is not a built-in driver ({', '.join(sorted(DRIVERS))}) "
             "nor an import path module.attr",
         )
-    error: Exception | None = None
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            target: object = importlib.import_module(".".join(parts[:cut]))
-            for attr in parts[cut:]:
-                target = getattr(target, attr)
-        except (ImportError, AttributeError) as exc:
-            error = error or exc
-            continue
-        if not callable(target):
-            raise ConfigError("generator.agent", f"{name!r} is not callable")
+    try:
+        target = import_path(name)
+    except ValueError as exc:
+        problem = str(exc)
+    else:
         return cast(DriverFactory, target)
-    raise ConfigError("generator.agent", f"{name!r} does not import: {error}")
+    raise ConfigError("generator.agent", problem)  # outside the handler: no exception context
 
 
 class Generator:

@@ -16,6 +16,7 @@ synchronous run both equal the step's version for every turn.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -33,6 +34,15 @@ class VersionClock:
     (step ``s`` of a synchronous run generates at version ``s - 1``)."""
 
     current: int = 0
+    gate: asyncio.Event | None = None
+    """Set while requests may be dispatched; an asynchronous source clears it while the
+    weights change (None: always open)."""
+
+    async def dispatch_version(self) -> int:
+        """Wait until a request may be sent and return the version it is dispatched at."""
+        if self.gate is not None:
+            await self.gate.wait()
+        return self.current
 
 
 @dataclass

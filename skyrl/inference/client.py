@@ -29,12 +29,15 @@ class EngineActor:
     """Runs inside a Ray actor: builds the engine on a serving thread and serves it there
     until ``shutdown``; requests and control calls reach that thread."""
 
-    def __init__(self, engine_cls: type, kwargs: dict[str, Any]):
+    def __init__(self, engine_cls: type, kwargs: dict[str, Any], num_threads: int = 1):
         built: Future = Future()
         self._done: Future = Future()
 
         def build_and_serve() -> None:
             try:
+                import torch
+
+                torch.set_num_threads(num_threads)  # the actor's CPUs, on the serving thread
                 engine = engine_cls(**kwargs)
             except BaseException as exc:
                 built.set_exception(exc)
@@ -71,7 +74,7 @@ class RayEngineHandle:
         import ray
 
         remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(EngineActor)
-        return cls(remote.remote(engine_cls, kwargs))
+        return cls(remote.remote(engine_cls, kwargs, max(1, int(num_cpus))))
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None

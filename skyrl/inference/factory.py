@@ -16,17 +16,18 @@ def make_engine(
     use_ray: bool | None = None,
 ) -> EngineClient:
     """The client over ``num_engines`` engines: one in-process engine by default, Ray actors
-    when there are several (unless ``use_ray=False``) and always when the engines get GPUs
-    of their own (``generator.num_gpus_per_engine``)."""
+    when there are several (unless ``use_ray=False``) and always when the engines get CPUs or
+    GPUs of their own (``generator.num_cpus_per_engine``, ``num_gpus_per_engine``)."""
     cls, kwargs = ENGINE_BACKENDS.get(cfg.backend)(cfg, model_path, tokenizer_path)
-    if cfg.num_gpus_per_engine > 0:
+    if cfg.num_gpus_per_engine > 0 or cfg.num_cpus_per_engine > 0:
         use_ray = True
     if use_ray is None:
-        use_ray = cfg.num_engines > 1
+        use_ray = cfg.engines_in_actors
     engines: list[InferenceEngine]
     if use_ray:
+        num_cpus = cfg.num_cpus_per_engine or 1
         engines = [
-            RayEngineHandle.start(cls, kwargs, num_gpus=cfg.num_gpus_per_engine)
+            RayEngineHandle.start(cls, kwargs, num_cpus=num_cpus, num_gpus=cfg.num_gpus_per_engine)
             for _ in range(cfg.num_engines)
         ]
     else:

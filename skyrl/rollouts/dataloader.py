@@ -36,16 +36,21 @@ class PromptLoader:
 
     def next_batch(self, uid_prefix: str) -> list[PromptRow]:
         """The next ``batch_size`` rows as copies with uids ``<uid_prefix>p<j>``."""
+        return [self.row(i, uid) for i, uid in self.draw(uid_prefix)]
+
+    def draw(self, uid_prefix: str) -> list[tuple[int, str]]:
+        """The next ``batch_size`` prompts as (row index, uid ``<uid_prefix>p<j>``)."""
         if self.cursor + self.batch_size > len(self._order):
             self.epoch, self.cursor = self.epoch + 1, 0
             self._order = self._shuffled(self.epoch)
         picked = self._order[self.cursor : self.cursor + self.batch_size]
         self.cursor += self.batch_size
         start, self._drawn = self._drawn, self._drawn + len(picked)
-        return [
-            dataclasses.replace(copy.deepcopy(self.rows[i]), uid=f"{uid_prefix}p{start + j}")
-            for j, i in enumerate(picked)
-        ]
+        return [(i, f"{uid_prefix}p{start + j}") for j, i in enumerate(picked)]
+
+    def row(self, index: int, uid: str) -> PromptRow:
+        """An independent copy of row ``index`` with uid ``uid``."""
+        return dataclasses.replace(copy.deepcopy(self.rows[index]), uid=uid)
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "cursor": self.cursor, "drawn": self._drawn}

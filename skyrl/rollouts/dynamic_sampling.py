@@ -1,20 +1,72 @@
-"""DAPO's batch shaping on rollouts: zero-variance group filtering and overlong handling.
+"""DAPO's batch shaping on rollouts: group filtering and overlong handling.
 
 A group is all trajectories of one prompt (one ``uid``). When every reward in
 a group is equal, a group-relative advantage is zero for all of it: it only
 dilutes the batch. ``filter`` drops such groups and samples more prompts;
 ``replace`` swaps each for a copy of a group that does carry signal.
+
+Which groups count as informative is pluggable (``algorithm.dynamic_filter``): a
+group filter ``(group) -> keep?`` registered in ``GROUP_FILTERS`` or named by import
+path. The default, ``reward_variance``, is the zero-variance test above.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Callable
+from typing import cast
 
+from skyrl.config.errors import ConfigError, did_you_mean
+from skyrl.config.root import SkyRLConfig
 from skyrl.generators.output import GeneratorOutput
+from skyrl.registry import Registry, import_path
 
 TRUNCATED = ("length", "budget")
 """Stop reasons of a trajectory cut by the token limit."""
+
+GroupFilter = Callable[[GeneratorOutput], bool]
+"""``(group) -> keep?``: ``group`` holds the rows of one prompt uid (every sample, every
+turn); True keeps it as informative."""
+
+GROUP_FILTERS: Registry[GroupFilter] = Registry("group filter")
+"""Group filters by name, for ``algorithm.dynamic_filter``; a recipe registers its own."""
+
+_KEY = "algorithm.dynamic_filter"
+
+
+@GROUP_FILTERS.register("reward_variance")
+def reward_variance(group: GeneratorOutput) -> bool:
+    """Keep a group whose trajectory rewards (on last steps) are not all equal."""
+    rewards = {r for r, last in zip(group.rewards, group.is_last_step, strict=True) if last}
+    return len(rewards) > 1
+
+
+def group_filter(name: str) -> GroupFilter:
+    """The filter ``algorithm.dynamic_filter`` names: a registered name or an import path
+    ``package.module.attr`` (``attr`` may be dotted). Anything else raises a ``ConfigError``
+    for ``algorithm.dynamic_filter``."""
+    if name in GROUP_FILTERS:
+        return GROUP_FILTERS.get(name)
+    if "." not in name:
+        raise ConfigError(
+            _KEY,
+            f"{GROUP_FILTERS.unknown(name)}{did_you_mean(name, GROUP_FILTERS.names())} "
+            "(or an import path module.attr)",
+        )
+    try:
+        target = import_path(name)
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        return cast(GroupFilter, target)
+    raise ConfigError(_KEY, problem)  # outside the handler: no exception context
+
+
+def check_dynamic_filter(cfg: SkyRLConfig) -> None:
+    """``algorithm.dynamic_filter`` of a ``SkyRLConfig`` names a registered or importable
+    filter (checked whatever ``dynamic_sampling`` is, so a typo is found before it is used)."""
+    group_filter(cfg.algorithm.dynamic_filter)
 
 
 def group_rows(output: GeneratorOutput) -> dict[str, list[int]]:
@@ -25,13 +77,10 @@ def group_rows(output: GeneratorOutput) -> dict[str, list[int]]:
     return dict(groups)
 
 
-def informative_uids(output: GeneratorOutput) -> list[str]:
-    """Uids whose trajectory rewards (on last steps) are not all equal."""
-    rewards: dict[str, set[float]] = defaultdict(set)
-    for uid, reward, last in zip(output.uids, output.rewards, output.is_last_step, strict=True):
-        if last:
-            rewards[uid].add(reward)
-    return [uid for uid in group_rows(output) if len(rewards[uid]) > 1]
+def informative_uids(output: GeneratorOutput, keep: GroupFilter = reward_variance) -> list[str]:
+    """Uids, in first-seen order, of the groups ``keep`` keeps (default: rewards on last
+    steps not all equal)."""
+    return [uid for uid, rows in group_rows(output).items() if keep(output.select_rows(rows))]
 
 
 def keep_groups(output: GeneratorOutput, uids: list[str]) -> GeneratorOutput:
@@ -40,10 +89,13 @@ def keep_groups(output: GeneratorOutput, uids: list[str]) -> GeneratorOutput:
     return output.select_rows([i for uid in uids for i in groups[uid]])
 
 
-def replace_flat_groups(output: GeneratorOutput, seed: int) -> tuple[GeneratorOutput, int]:
-    """Each zero-variance group replaced by a copy (new uid) of a random informative group;
-    returns the new output and the number replaced. Unchanged when no group is informative."""
-    good = informative_uids(output)
+def replace_flat_groups(
+    output: GeneratorOutput, seed: int, keep: GroupFilter = reward_variance
+) -> tuple[GeneratorOutput, int]:
+    """Each group ``keep`` rejects (default: zero variance) replaced by a copy (new uid) of a
+    random kept group; returns the new output and the number replaced. Unchanged when no
+    group is kept."""
+    good = informative_uids(output, keep)
     groups = group_rows(output)
     flat = [uid for uid in groups if uid not in set(good)]
     if not good or not flat:

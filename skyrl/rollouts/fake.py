@@ -7,11 +7,13 @@ Every row is stamped with the policy version the source was last told.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.client import EngineClient
+from skyrl.rollouts.base import set_version_after
 from skyrl.tracking import metric_names as names
 from skyrl.workers.fake_rollouts import fake_rollouts
 
@@ -23,7 +25,8 @@ class FakeRollouts:
         self.cfg = cfg
         self.vocab_size = len(tokenizer)
         self.batches_per_epoch = cfg.data.num_train_prompts // cfg.trainer.train_batch_size
-        self.version = 0
+        self.current = 0
+        """Policy version the rows are stamped with."""
         self.engine: EngineClient | None = None
         """No engine: nothing to generate with or sync into."""
 
@@ -41,7 +44,7 @@ class FakeRollouts:
             max_turns=g.max_turns,
         )
         batch.metadata["policy_versions"] = [
-            [(self.version, self.version)] for _ in range(len(batch))
+            [(self.current, self.current)] for _ in range(len(batch))
         ]
         # generated tokens per trajectory: loss tokens summed over its rows (turns)
         tokens = batch.loss_mask.sum(dim=1).tolist()
@@ -53,8 +56,13 @@ class FakeRollouts:
             names.RESPONSE_LENGTH: sum(per_trajectory.values()) / max(1, len(per_trajectory)),
         }
 
-    def weights_updated(self, version: int) -> None:
-        self.version = version
+    def updating_weights(
+        self, version: int, timeout_s: float | None = None
+    ) -> AbstractContextManager[None]:
+        return set_version_after(self, version)
+
+    def close(self) -> None:
+        pass
 
     def has_eval(self) -> bool:
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_t
 from skyrl.inference.base import SamplingParams
 from skyrl.inference.client import EngineClient
 from skyrl.rollouts import dynamic_sampling as ds
+from skyrl.rollouts.base import set_version_after
 from skyrl.rollouts.dataloader import PromptLoader
 from skyrl.rollouts.evaluation import evaluate_prompts
 from skyrl.tracking import metric_names as names
@@ -49,14 +51,7 @@ class SyncRollouts:
         pre-flight check's); None = load and check them here, with the same function."""
         self.cfg, self.tokenizer, self.engine = cfg, tokenizer, engine
         self.output_dir = Path(output_dir) if output_dir is not None else None
-        t = cfg.trainer
-        if prompts is None:
-            prompts = PromptSplits(
-                load_checked_prompts(cfg, "train", tokenizer),
-                load_checked_prompts(cfg, "eval", tokenizer),
-            )
-        self.loader = PromptLoader(prompts.train, t.train_batch_size, t.seed)
-        self.eval_rows = prompts.eval
+        self.loader, self.eval_rows = prompt_loader(cfg, tokenizer, prompts)
         self.batches_per_epoch = self.loader.batches_per_epoch
         self.clock = VersionClock()
         self.generator = make_generator(
@@ -74,8 +69,14 @@ class SyncRollouts:
             dump_rollouts(out, self.tokenizer, path)
         return to_training_batch(out, self.pad_id), metrics
 
-    def weights_updated(self, version: int) -> None:
-        self.clock.current = version
+    def updating_weights(
+        self, version: int, timeout_s: float | None = None
+    ) -> AbstractContextManager[None]:
+        """Nothing is in flight during a sync; the clock moves on once it is done."""
+        return set_version_after(self.clock, version)
+
+    def close(self) -> None:
+        pass
 
     def has_eval(self) -> bool:
         return bool(self.eval_rows)
@@ -102,15 +103,16 @@ class SyncRollouts:
         rounds: list[GeneratorOutput] = []
         shaping: dict[str, float] = {}
         good, flat = [], []
+        keep = ds.group_filter(a.dynamic_filter)
         while True:
             rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
-            out, shaping = self.shape_rewards(
-                self.generate(rows, base_seed(self.cfg, step, len(rounds)))
+            out, shaping = shape_rewards(
+                self.cfg, self.generate(rows, base_seed(self.cfg, step, len(rounds)))
             )
             rounds.append(out)
             if a.dynamic_sampling != "filter":
                 break
-            informative = ds.informative_uids(out)
+            informative = ds.informative_uids(out, keep)
             good.append(ds.keep_groups(out, informative))
             flat_uids = [u for u in ds.group_rows(out) if u not in informative]
             flat.append(ds.keep_groups(out, flat_uids))
@@ -121,7 +123,7 @@ class SyncRollouts:
         if a.dynamic_sampling == "filter":
             out, ds_metrics = filled_batch(good, flat, need, len(rounds))
         elif a.dynamic_sampling == "replace":
-            out, replaced = ds.replace_flat_groups(rounds[0], base_seed(self.cfg, step, 0))
+            out, replaced = ds.replace_flat_groups(rounds[0], base_seed(self.cfg, step, 0), keep)
             groups = len(ds.group_rows(out))
             ds_metrics = {names.KEPT_GROUP_FRAC: 1.0 - replaced / groups}
         else:
@@ -130,7 +132,7 @@ class SyncRollouts:
         if kept < LOW_PASS_RATE_WARNING:
             warnings.warn(
                 f"step {step}: dynamic sampling dropped {1 - kept:.0%} of prompt groups "
-                "(all samples got the same reward)",
+                f"(algorithm.dynamic_filter={a.dynamic_filter} rejected them)",
                 stacklevel=1,
             )
         metrics.update(ds_metrics)
@@ -144,22 +146,37 @@ class SyncRollouts:
         sampling.seed = seed
         return self.generator.generate(rows, n, sampling)
 
-    def shape_rewards(self, out: GeneratorOutput) -> tuple[GeneratorOutput, dict[str, float]]:
-        """DAPO's overlong penalty and overlong filtering, on a copy of ``out``."""
-        a, metrics = self.cfg.algorithm, dict[str, float]()
-        if a.overlong_buffer_len <= 0 and not a.overlong_filter:
-            return out, metrics
-        out = out.select_rows(list(range(len(out))))
-        if a.overlong_buffer_len > 0:
-            metrics["reward/overlong_penalty_mean"] = ds.overlong_penalty(
-                out,
-                self.cfg.generator.max_generate_length,
-                a.overlong_buffer_len,
-                a.overlong_penalty_factor,
-            )
-        if a.overlong_filter:
-            metrics["reward/overlong_masked"] = float(ds.mask_truncated(out))
+
+def prompt_loader(
+    cfg: SkyRLConfig, tokenizer, prompts: PromptSplits | None
+) -> tuple[PromptLoader, list[PromptRow]]:
+    """The training prompts' loader and the eval rows, from ``prompts`` (the pre-flight
+    check's) or, when None, loaded and checked here with the same function."""
+    if prompts is None:
+        prompts = PromptSplits(
+            load_checked_prompts(cfg, "train", tokenizer),
+            load_checked_prompts(cfg, "eval", tokenizer),
+        )
+    t = cfg.trainer
+    return PromptLoader(prompts.train, t.train_batch_size, t.seed), prompts.eval
+
+
+def shape_rewards(
+    cfg: SkyRLConfig, out: GeneratorOutput
+) -> tuple[GeneratorOutput, dict[str, float]]:
+    """DAPO's overlong penalty and overlong filtering, on a copy of ``out``."""
+    a, metrics = cfg.algorithm, dict[str, float]()
+    if a.overlong_buffer_len <= 0 and not a.overlong_filter:
         return out, metrics
+    out = out.select_rows(list(range(len(out))))
+    if a.overlong_buffer_len > 0:
+        metrics["reward/overlong_penalty_mean"] = ds.overlong_penalty(
+            out, cfg.generator.max_generate_length, a.overlong_buffer_len,
+            a.overlong_penalty_factor,
+        )  # fmt: skip
+    if a.overlong_filter:
+        metrics["reward/overlong_masked"] = float(ds.mask_truncated(out))
+    return out, metrics
 
 
 def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:

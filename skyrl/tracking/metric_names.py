@@ -36,6 +36,30 @@ TRAIN_REFUSED = "train/refused"
 LOGPROB_ABS_DIFF = "rollout/logprob_abs_diff"
 """Mean |trainer logprob - engine logprob| over the step's trained tokens (nats): ~1e-6 in fp32
 when the engines hold the policy's weights (one logprob convention, ``skyrl.inference.base``)."""
+ASYNC_STALENESS_MEAN = "async/staleness_mean"
+"""Asynchronous mode: mean over the step's trajectories of (policy version trained with -
+version at dispatch of the trajectory's first turn)."""
+ASYNC_STALENESS_MAX = "async/staleness_max"
+"""Asynchronous mode: the step's largest staleness (never above ``trainer.max_staleness``)."""
+ASYNC_MIXED_VERSION_TURNS = "async/mixed_version_turns"
+"""Turns of the step that finished under other weights than they were dispatched with (only
+with ``trainer.partial_rollouts``; a count)."""
+ASYNC_QUEUE_DEPTH = "async/queue_depth"
+"""Groups generated and waiting for a later step when the step's batch was taken."""
+ASYNC_RUNNING = "async/running_groups"
+"""Groups still generating when the step's batch was taken."""
+ASYNC_ENGINE_IDLE_S = "async/engine_idle_s"
+"""Seconds since the previous batch with no request in flight on the engines."""
+ASYNC_TRAINER_WAIT_S = "async/trainer_wait_s"
+"""Seconds the trainer waited for the step's batch."""
+ASYNC_FILTERED_GROUPS = "async/filtered_groups"
+"""Groups ``algorithm.dynamic_filter`` dropped since the previous batch (a new one was
+admitted for each)."""
+ASYNC_STALE_GROUPS = "async/stale_groups"
+"""Groups found past the staleness bound since the previous batch (generated again; 0 under
+the admission rule)."""
+LOGPROB_DIFF_BY_STALENESS = "rollout/logprob_abs_diff/staleness_"
+"""Prefix: ``rollout/logprob_abs_diff`` over the rows of one staleness value (``..._0``, ``..._1``)."""
 STEP_TIME = "timing/step_s"
 """Wall seconds of the whole step."""
 OVERHEAD_FRAC = "timing/overhead_frac"
@@ -125,6 +149,7 @@ class TrainedRoleMetrics:
     def token_frac(self, name: str) -> str:
         """A loss's ``<name>_tokens`` as the share of loss tokens where the flag is on, averaged
         over mini-batches: ``clip_frac``, ``dual_clip_frac``, ``tis_clip_frac``,
+        ``seq_masked_frac`` (tokens of sequences ``algorithm.seq_ratio_bounds`` masked),
         ``vf_clip_frac``."""
         return f"{self.role}/{name}_frac"
 

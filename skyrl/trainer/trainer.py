@@ -9,7 +9,10 @@ optimizer steps, whatever the number of turns.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +30,7 @@ from skyrl.config.validate import uses_broadcast_sync
 from skyrl.dispatch import MeshDispatch
 from skyrl.inference.client import EngineClient
 from skyrl.models.resolve import with_local_model_paths
-from skyrl.rollouts import RolloutSource, make_rollouts
+from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
 from skyrl.trainer.plan import make_plan
@@ -44,7 +47,12 @@ PHASES = ("generate", "forward", "train", "checkpoint", "sync", "eval")
 
 
 class TrainingAborted(RuntimeError):
-    """The run stopped on purpose (too many consecutive non-finite steps)."""
+    """The run stopped on purpose (too many consecutive non-finite steps, a weight sync that
+    timed out); the message is one line for the user."""
+
+
+class WeightSyncTimedOut(TrainingAborted):
+    """A weight sync did not finish within ``trainer.weight_sync_timeout_s``."""
 
 
 class RLTrainer:
@@ -130,7 +138,7 @@ class RLTrainer:
             batch, metrics = self.rollouts.next_batch(step)
         with timer("forward"):
             batch = self.add_logprobs_and_values(batch)
-        metrics.update(rollout_logprob_mismatch(batch))
+        metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
         batch, adv_metrics = self.add_advantages(batch)
         metrics.update(adv_metrics)
         with timer("train"):
@@ -243,16 +251,59 @@ class RLTrainer:
     def sync_weights(self, version: int) -> None:
         """Policy weights into the inference engines, in buckets from rank 0: broadcast over
         the sync group, or through the object store (``trainer.weight_sync``); the engines
-        then hold policy version ``version``."""
-        if self.engine is not None:
+        then hold policy version ``version``. The rollout source holds new requests meanwhile
+        (``updating_weights``); a sync that takes longer than ``trainer.weight_sync_timeout_s``
+        ends the run (``WeightSyncTimedOut``)."""
+        timeout = self.cfg.trainer.weight_sync_timeout_s
+        started = time.monotonic()
+        try:
+            with self.rollouts.updating_weights(version, timeout):
+                if self.engine is not None:
+                    left = timeout - (time.monotonic() - started)
+                    self._push_weights(max(left, 0.0))
+        except WeightSyncTimeout as exc:
+            raise WeightSyncTimedOut(
+                f"weight sync to policy version {version} did not finish within "
+                f"trainer.weight_sync_timeout_s={timeout:g}: still waiting for {exc}; "
+                f"stopped at step {self.step}; {self._last_checkpoint('last checkpoint')}"
+            ) from None
+        self.policy_version = version
+
+    def _push_weights(self, timeout: float) -> None:
+        """The transfer itself. With the engines in Ray actors it runs on a helper thread so it
+        can time out; an in-process engine loads on this thread (its torch work stays on the
+        thread that owns torch's thread pool), where nothing waits on another process."""
+        engine = self.engine
+        assert engine is not None
+
+        def push() -> None:
             if self.weight_sync is not None:
                 self.weight_sync.sync()
             else:
                 bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
-                self.engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
-            self.engine.reset_prefix_cache()
-        self.policy_version = version
-        self.rollouts.weights_updated(version)
+                engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
+            engine.reset_prefix_cache()
+
+        if not self.cfg.generator.engines_in_actors:
+            push()
+            return
+        done: Future = Future()
+
+        def run() -> None:
+            try:
+                push()
+                done.set_result(None)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        threading.Thread(target=run, name="skyrl-weight-sync", daemon=True).start()
+        try:
+            done.result(timeout)
+        except FutureTimeout:
+            what = "broadcast" if self.weight_sync is not None else "object store"
+            raise WeightSyncTimeout(
+                f"the inference engines to load the weights ({what} sync from policy rank 0)"
+            ) from None
 
     def save_checkpoint(self, step: int) -> Path:
         """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``."""
@@ -293,13 +344,16 @@ class RLTrainer:
         """Abort after ``max_consecutive_nonfinite`` refused steps in a row."""
         limit = self.cfg.trainer.max_consecutive_nonfinite
         if self.consecutive_nonfinite >= limit:
-            latest = self.checkpoints.latest()
-            where = f"last good checkpoint: {latest}" if latest else "no checkpoint was saved"
             raise TrainingAborted(
                 f"{self.consecutive_nonfinite} consecutive steps had a non-finite loss or grad "
                 f"norm (trainer.max_consecutive_nonfinite={limit}); stopped at step {self.step}; "
-                f"{where}"
+                f"{self._last_checkpoint('last good checkpoint')}"
             )
+
+    def _last_checkpoint(self, label: str) -> str:
+        """``<label>: <path>`` of the latest checkpoint, for an error line."""
+        latest = self.checkpoints.latest()
+        return f"{label}: {latest}" if latest else "no checkpoint was saved"
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """To every configured sink (console line, jsonl, trackers)."""
@@ -316,6 +370,7 @@ class RLTrainer:
         return out
 
     def shutdown(self) -> None:
+        self.rollouts.close()
         for group in (self.critic, self.reference, self.policy):
             if group is not None:
                 group.shutdown()
@@ -367,11 +422,23 @@ class PhaseTimer:
         return out
 
 
-def rollout_logprob_mismatch(batch: TrainingInputBatch) -> dict[str, float]:
+def rollout_logprob_mismatch(batch: TrainingInputBatch, version: int) -> dict[str, float]:
     """Mean |trainer logprob - engine logprob| over the trained tokens: ~0 (numerics) when the
-    engine samples with the policy's current weights; a stale engine or bf16 shows here."""
+    engine samples with the policy's current weights; a stale engine or bf16 shows here. With
+    rows of several staleness values (asynchronous training: ``version`` minus the version
+    at dispatch of the row's first turn) also per staleness value."""
     if batch.rollout_logprobs is None:
         return {}
     mask = batch.loss_mask
-    diff = ((batch.require("old_logprobs") - batch.rollout_logprobs).abs() * mask).sum()
-    return {names.LOGPROB_ABS_DIFF: float(diff / mask.sum().clamp(min=1))}
+    per_token = (batch.require("old_logprobs") - batch.rollout_logprobs).abs() * mask
+    out = {names.LOGPROB_ABS_DIFF: float(per_token.sum() / mask.sum().clamp(min=1))}
+    versions = batch.metadata.get("policy_versions")
+    if not versions:
+        return out
+    staleness = [version - min(d for d, _ in v) if v else 0 for v in versions]
+    if len(set(staleness)) > 1 or staleness[0] != 0:
+        for value in sorted(set(staleness)):
+            rows = torch.tensor([s == value for s in staleness])
+            tokens = mask[rows].sum().clamp(min=1)
+            out[f"{names.LOGPROB_DIFF_BY_STALENESS}{value}"] = float(per_token[rows].sum() / tokens)
+    return out

@@ -31,7 +31,7 @@ class LossSums:
     ``entropy``, ``value_error``, ..."""
     flag_tokens: dict[str, float] = field(default_factory=dict)
     """``name -> loss tokens where the flag is on`` (a loss's ``<name>_tokens``): ``clip``,
-    ``dual_clip``, ``tis_clip``, ``vf_clip``, ..."""
+    ``dual_clip``, ``tis_clip``, ``seq_masked``, ``vf_clip``, ..."""
 
     @classmethod
     def from_loss_metrics(cls, loss: float, metrics: Mapping[str, float]) -> LossSums:

@@ -1,4 +1,5 @@
-"""Policy losses: PPO (clip-higher, dual clip), GSPO, CISPO, TIS (skyrl/algorithms/policy_losses/)."""
+"""Policy losses: PPO (clip-higher, dual clip), GSPO, CISPO, TIS, the sequence off-policy mask
+(skyrl/algorithms/policy_losses/)."""
 
 import math
 
@@ -6,7 +7,10 @@ import pytest
 import torch
 
 from skyrl.algorithms import POLICY_LOSSES, compute_loss_weights, finalize_metrics
+from skyrl.algorithms.policy_losses.terms import seq_ratio_mask
 from skyrl.config.algorithm import AlgorithmConfig
+from skyrl.config.errors import ConfigError
+from skyrl.workers.stats import LossSums
 
 NAN = float("nan")
 ASYM = AlgorithmConfig(eps_clip_low=0.2, eps_clip_high=0.28)
@@ -142,6 +146,85 @@ def test_tis_truncated_importance_weight(name):
     assert metrics["tis_clip_tokens"] == 1
     with pytest.raises(ValueError, match="rollout_logprobs"):
         POLICY_LOSSES.get(name)(old, old, ones, ones, ones, cfg)
+
+
+SEQ_MASK = AlgorithmConfig(seq_ratio_bounds=[0.99, 1.01])
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "cispo"])
+def test_seq_ratio_mask_zeroes_the_loss_of_off_policy_sequences(name):
+    # logprobs = old = log 0.5 (ratio 1), A = 1, weight 1: per-token loss -1 for ppo/gspo,
+    # -log 0.5 for cispo, and d loss / d logprob = -1 for all three.
+    # old - rollout per loss token (the third column is off the mask, NaN there):
+    #   row 0 (0.01, -0.01): mean 0     -> exp(0) = 1                inside [0.99, 1.01]: kept
+    #   row 1 (0.02,  0.02): mean 0.02  -> exp(0.02) = 1.0202 > 1.01:  masked
+    #   row 2 (-0.02, -0.02): mean -0.02 -> exp(-0.02) = 0.9802 < 0.99: masked
+    # loss = 2 kept tokens x per-token loss; 4 of 6 loss tokens masked.
+    old = torch.full((3, 3), math.log(0.5))
+    delta = torch.tensor([[0.01, -0.01, NAN], [0.02, 0.02, NAN], [-0.02, -0.02, NAN]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]] * 3)
+    logprobs = old.clone().requires_grad_()
+    loss, metrics = POLICY_LOSSES.get(name)(
+        logprobs, old, mask, mask, mask, SEQ_MASK, rollout_logprobs=old - delta
+    )
+    loss.backward()
+    per_token = -math.log(0.5) if name == "cispo" else -1.0
+    assert loss.item() == pytest.approx(2 * per_token, abs=1e-6)
+    expected_grad = torch.tensor([[-1.0, -1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    torch.testing.assert_close(logprobs.grad, expected_grad, rtol=0, atol=1e-6)
+    assert metrics["seq_masked_tokens"] == 4 and metrics["loss_tokens"] == 6
+    # reported as the share of loss tokens: 4 / 6
+    assert finalize_metrics(metrics)["seq_masked_frac"] == pytest.approx(4 / 6)
+    assert LossSums.from_loss_metrics(loss.item(), metrics).token_frac("seq_masked") == 4 / 6
+    with pytest.raises(ValueError, match="seq_ratio_bounds.*rollout_logprobs"):
+        POLICY_LOSSES.get(name)(old, old, mask, mask, mask, SEQ_MASK)
+
+
+def test_seq_ratio_mask_splits_packed_rows_by_position_ids():
+    # Two packed rows of two sequences each (position ids restart at 0 per sequence);
+    # old - rollout per token, loss mask in brackets:
+    #   row 0, seq A: (5.0 [0], 0.005 [1], 0.005 [1]) -> mean over loss tokens 0.005
+    #                 -> exp = 1.00501, inside: kept (the 5.0 is off the mask)
+    #          seq B: (0.03 [1], 0.01 [1])             -> mean 0.02 -> 1.0202 > 1.01: masked
+    #   row 1, seq C: (-0.02 [1], -0.02 [1])           -> mean -0.02 -> 0.9802 < 0.99: masked
+    #          seq D: (0.0 [1], 0.0 [1], 0.0 [1])       -> mean 0 -> 1, inside: kept
+    # Row 0 as ONE sequence would be masked whole: (0.005 + 0.005 + 0.03 + 0.01) / 4 = 0.0125,
+    # exp = 1.01258 > 1.01.
+    delta = torch.tensor([[5.0, 0.005, 0.005, 0.03, 0.01], [-0.02, -0.02, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[False, True, True, True, True], [True] * 5])
+    positions = torch.tensor([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])
+    old = torch.zeros(2, 5)
+    keep, metrics = seq_ratio_mask(old, old - delta, mask, SEQ_MASK, positions)
+    assert keep.tolist() == [[True, True, True, False, False], [False, False, True, True, True]]
+    assert metrics == {"seq_masked_tokens": 4.0}  # B's 2 + C's 2
+    whole_rows, metrics = seq_ratio_mask(old, old - delta, mask, SEQ_MASK)
+    assert whole_rows.tolist() == [[False] * 5, [True] * 5]  # row 1: mean -0.008 -> 0.99203
+    assert metrics == {"seq_masked_tokens": 4.0}  # row 0's 4 loss tokens
+
+
+def test_seq_ratio_mask_off_by_default():
+    old = torch.zeros(1, 2)
+    assert seq_ratio_mask(old, None, torch.ones(1, 2, dtype=torch.bool), AlgorithmConfig()) == (
+        None,
+        {},
+    )
+
+
+@pytest.mark.parametrize(
+    "bounds, fragment",
+    [
+        ([0.99], "two values"),
+        ([0.9, 1.0, 1.1], "two values"),
+        ([0.0, 1.01], "0 < low <= 1 <= high"),
+        ([1.01, 1.02], "0 < low <= 1 <= high"),
+        ([0.9, 0.99], "0 < low <= 1 <= high"),
+    ],
+)
+def test_seq_ratio_bounds_validation(bounds, fragment):
+    with pytest.raises(ConfigError, match="seq_ratio_bounds") as exc:
+        AlgorithmConfig(seq_ratio_bounds=bounds)
+    assert exc.value.key == "seq_ratio_bounds" and fragment in exc.value.message
+    AlgorithmConfig(seq_ratio_bounds=[1.0, 1.0])  # the bounds may touch 1
 
 
 @pytest.mark.parametrize("name", ["ppo", "gspo", "cispo"])

@@ -1,15 +1,19 @@
 """Fault injection for the end-to-end tests, loaded through the CLI (``environment._target_``,
-``imports``): NaN rewards after a number of trajectories, and a policy loss that kills rank 1."""
+``imports``): NaN rewards after a number of trajectories, a policy loss that kills rank 1, and an
+engine whose weight loads stall."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch.distributed as dist
 
 from skyrl.algorithms import POLICY_LOSSES
 from skyrl.envs.base import StepResult, TextEnv
 from skyrl.envs.tool_env import ToolEnv
+from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec, hf_engine_kwargs
+from skyrl.inference.hf import HFEngine
 
 
 class NaNAfterEnv(TextEnv):
@@ -42,3 +46,30 @@ class ScriptedToolEnv(ToolEnv):
         if self.tool_calls < 2:
             return super().step(f"<calculator>{self.tool_calls + 2} * 7</calculator>")
         return StepResult(observations=[], reward=float(len(action_text) % 2 == 0), done=True)
+
+
+class SlowSyncHFEngine(HFEngine):
+    """The hf engine, but from its ``hang_from``-th weight load on each load first sleeps
+    ``hang_s`` seconds, as an engine stuck in a sync would."""
+
+    def __init__(self, *args, hang_from: int, hang_s: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loads, self.hang_from, self.hang_s = 0, hang_from, hang_s
+
+    def update_weights(self, weights) -> None:
+        self.loads += 1
+        if self.loads >= self.hang_from:
+            time.sleep(self.hang_s)
+        super().update_weights(weights)
+
+
+@ENGINE_BACKENDS.register("slow_sync_hf", override=True)
+def slow_sync_hf(cfg, model_path, tokenizer_path):
+    """``generator.backend=slow_sync_hf``: loads from the ``$HANG_SYNC_FROM``-th on take
+    ``$HANG_SYNC_S`` seconds longer."""
+    kwargs = hf_engine_kwargs(cfg, model_path, tokenizer_path)
+    hang = {
+        "hang_from": int(os.environ["HANG_SYNC_FROM"]),
+        "hang_s": float(os.environ["HANG_SYNC_S"]),
+    }
+    return EngineSpec(SlowSyncHFEngine, {**kwargs, **hang})

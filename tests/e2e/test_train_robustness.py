@@ -40,6 +40,23 @@ def comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if not any(n in k for n in noisy)}
 
 
+def kill_9_after_checkpoint(cwd: Path, args: list[str], step: int) -> None:
+    """Start ``skyrl-train args`` in ``cwd`` and kill -9 it (the driver and every Ray process
+    it started) as soon as its ``latest`` checkpoint is ``global_step_<step>``."""
+    env = {**os.environ, "PYTHONPATH": HERE}
+    proc = subprocess.Popen(
+        [SKYRL_TRAIN, *args], cwd=cwd, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    latest = cwd / "run" / "checkpoints" / "latest"
+    deadline = time.monotonic() + 300
+    while not (latest.exists() and latest.read_text().strip() == f"global_step_{step}"):
+        assert proc.poll() is None and time.monotonic() < deadline, f"run ended before {step}"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     args = [*PARITY, "trainer.total_steps=4", "trainer.ckpt_interval=1", "trainer.export_hf=false"]
     straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -47,19 +64,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     result = cli(straight, *args)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    env = {**os.environ, "PYTHONPATH": HERE}
-    proc = subprocess.Popen(
-        [SKYRL_TRAIN, *args], cwd=killed, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    latest = killed / "run" / "checkpoints" / "latest"
-    deadline = time.monotonic() + 300
-    while not (latest.exists() and latest.read_text().strip() == "global_step_2"):
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended before step 2"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
-    proc.wait()
-
+    kill_9_after_checkpoint(killed, args, step=2)
     result = cli(killed, *args)  # trainer.resume=auto is the default
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stdout and "global_step_2" in result.stdout

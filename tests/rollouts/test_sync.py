@@ -11,7 +11,7 @@ from skyrl.config.validate import validate
 from skyrl.inference import make_engine
 from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import make_rollouts
-from skyrl.rollouts.sync import SyncRollouts
+from skyrl.rollouts.sync import SyncRollouts, shape_rewards
 
 
 def _source(tmp_path, *overrides: str) -> SyncRollouts:
@@ -36,7 +36,8 @@ def test_a_batch_holds_the_steps_prompt_groups(source):
     assert len(batch) == 4 and len(set(batch.metadata["uids"])) == 2
     assert batch.metadata["policy_versions"] == [[(0, 0)]] * 4
     assert "generate/reward_mean" in metrics
-    source.weights_updated(1)
+    with source.updating_weights(1):
+        pass
     batch, _ = source.next_batch(2)
     assert batch.metadata["policy_versions"] == [[(1, 1)]] * 4
 
@@ -67,7 +68,7 @@ def test_overlong_shaping_leaves_the_generator_output_unchanged(tmp_path):
     rows = source.loader.next_batch("x")
     out = source.generate(rows, seed=0)
     rewards = list(out.rewards)
-    shaped, metrics = source.shape_rewards(out)
+    shaped, metrics = shape_rewards(source.cfg, out)
     assert out.rewards == rewards  # the generator's output is not touched
     # every sample hit max_generate_length=8 > 8 - 4 (tiny random model: no EOS) -> penalty
     # -(L - 4) / 4 * 1.0 per trajectory; L = its generated tokens

@@ -8,7 +8,7 @@ token ratios over its |y_i| loss tokens,
 
 and each token uses ``s_it = sg[s_i] * pi(y_t) / sg[pi(y_t)]`` (value s_i; the
 gradient of log pi(y_t)) in the clipped surrogate of ``ppo`` (same eps_low /
-eps_high, dual clip, TIS). Every token of a sequence is clipped together.
+eps_high, dual clip, TIS, sequence mask). Every token of a sequence is clipped together.
 With per-sequence advantages and any of the built-in reductions (constant
 weight within a sequence) this equals the sequence-level GSPO gradient.
 A sequence is never split across micro batches, so |y_i| is the row's count.

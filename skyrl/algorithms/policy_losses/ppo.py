@@ -8,7 +8,8 @@ Separate ``eps_clip_low`` / ``eps_clip_high`` are DAPO's clip-higher (Yu et al. 
 eq. 10; 0.2 / 0.28). Dual clip (Ye et al. 2020, "Mastering Complex Control in
 MOBA Games with Deep RL") bounds the loss of negative-advantage tokens whose
 ratio exploded: for A_t < 0, ``L_t = min(L_t, -c A_t)`` with c = ``clip_ratio_c``.
-With ``tis_cap`` each L_t is multiplied by ``min(pi_old / pi_rollout, tis_cap)``.
+With ``tis_cap`` each L_t is multiplied by ``min(pi_old / pi_rollout, tis_cap)``; with
+``seq_ratio_bounds`` a sequence too far off the rollout policy gets no loss (``terms``).
 The reduction is the mini-batch weights: ``loss = sum_t w_t L_t``.
 """
 
@@ -47,7 +48,7 @@ def ppo(
     cfg: AlgorithmConfig,
     rollout_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-level clipped surrogate; metrics: clip/dual_clip/tis_clip tokens, approx_kl_sum."""
+    """Token-level clipped surrogate; metrics: clip/dual_clip/tis_clip/seq_masked tokens, approx_kl_sum."""
     t = policy_tokens(logprobs, old_logprobs, advantages, loss_weights, loss_mask, rollout_logprobs)
     per_token, clipped, dual_clipped = clipped_surrogate(torch.exp(t.log_ratio), t.advantages, cfg)
     return finish_policy_loss(

@@ -1,7 +1,12 @@
-"""Pieces every policy loss shares: input checks, the masked log-ratio, TIS, the weighted sum, metrics.
+"""Pieces every policy loss shares: input checks, the masked log-ratio, the off-policy
+corrections (TIS, the sequence mask), the weighted sum, metrics.
 
 A loss is ``policy_tokens`` (checks, mask, log-ratio, masked advantages), its own
-per-token formula, then ``finish_policy_loss`` (TIS, weighted sum, metrics).
+per-token formula, then ``finish_policy_loss`` (TIS, sequence mask, weighted sum, metrics).
+
+A loss sees one micro batch as rows ``[N, S]``: the worker unpacks its packed
+``[1, T]`` forward output back to one row per training sequence before calling it, so
+a row is a sequence. ``sequence_ids`` also splits a packed row by its position ids.
 
 Metrics convention: every value a loss returns is *additive*: a count of loss
 tokens (``loss_tokens``, ``<name>_tokens``) or a sum over loss tokens
@@ -61,6 +66,52 @@ def tis_weights(
     return torch.where(mask, ratio.clamp(max=cfg.tis_cap), 1.0), {
         "tis_clip_tokens": float(capped.sum())
     }
+
+
+def sequence_ids(mask: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """``[N, S]`` long: the training sequence of each token, unique over the micro batch.
+
+    Without ``position_ids`` each row is one sequence (its row index). With them (``[N, S]``,
+    restarting at 0 where a sequence starts, as ``skyrl.batch.packing`` builds them) a packed
+    row holds several: a new id begins at every 0.
+    """
+    n, s = mask.shape
+    rows = torch.arange(n, device=mask.device).unsqueeze(1)
+    if position_ids is None:
+        return rows.expand(n, s)
+    return rows * (s + 1) + (position_ids == 0).long().cumsum(dim=1)
+
+
+def seq_ratio_mask(
+    old_logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    position_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """``[N, S]`` bool, False on every token of a sequence whose geometric-mean ratio
+    ``exp(mean over its loss tokens of (log pi_old - log pi_rollout))`` lies outside
+    ``cfg.seq_ratio_bounds``; or None when off. Metric ``seq_masked_tokens``: loss tokens masked.
+
+    The sequence-level counterpart of ``tis_weights`` for stale or mismatched rollouts: a
+    sequence too far off-policy is dropped whole rather than reweighted token by token.
+    Sequences are rows, or the spans ``sequence_ids`` finds from ``position_ids``.
+    """
+    if cfg.seq_ratio_bounds is None:
+        return None, {}
+    if rollout_logprobs is None:
+        raise ValueError(
+            "algorithm.seq_ratio_bounds is set but no rollout_logprobs were given to the policy loss"
+        )
+    log_ratio = masked_log_ratio(old_logprobs, rollout_logprobs, mask).detach().reshape(-1)
+    ids = sequence_ids(mask, position_ids).reshape(-1)
+    num_ids = int(ids.max()) + 1 if ids.numel() else 0
+    sums = log_ratio.new_zeros(num_ids).index_add_(0, ids, log_ratio)
+    counts = log_ratio.new_zeros(num_ids).index_add_(0, ids, mask.reshape(-1).to(log_ratio.dtype))
+    seq_ratio = torch.exp(sums / counts.clamp(min=1))
+    low, high = cfg.seq_ratio_bounds
+    keep = ((seq_ratio >= low) & (seq_ratio <= high))[ids].reshape(mask.shape)
+    return keep, {"seq_masked_tokens": float((mask & ~keep).sum())}
 
 
 def weighted_sum(
@@ -144,11 +195,16 @@ def finish_policy_loss(
     cfg: AlgorithmConfig,
     **flags: torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """TIS (if ``cfg.tis_cap``), then ``(sum_t w_t L_t, metrics)``: loss tokens, the count of
-    each flag as ``<name>_tokens``, ``approx_kl_sum`` and TIS's clipped tokens."""
+    """TIS (if ``cfg.tis_cap``) and the sequence mask (if ``cfg.seq_ratio_bounds``), then
+    ``(sum_t w_t L_t, metrics)``: loss tokens, the count of each flag as ``<name>_tokens``,
+    ``approx_kl_sum``, TIS's clipped tokens and the sequence mask's masked tokens."""
     tis, tis_metrics = tis_weights(old_logprobs, rollout_logprobs, tokens.mask, cfg)
     if tis is not None:
         per_token_loss = per_token_loss * tis
+    keep, seq_metrics = seq_ratio_mask(old_logprobs, rollout_logprobs, tokens.mask, cfg)
+    if keep is not None:
+        per_token_loss = torch.where(keep, per_token_loss, 0.0)
     metrics = token_counts(tokens.mask, **flags)
-    metrics.update(token_sums(tokens.mask, approx_kl=approx_kl(tokens.log_ratio)), **tis_metrics)
+    metrics.update(token_sums(tokens.mask, approx_kl=approx_kl(tokens.log_ratio)))
+    metrics.update(tis_metrics, **seq_metrics)
     return weighted_sum(per_token_loss, loss_weights, tokens.mask), metrics

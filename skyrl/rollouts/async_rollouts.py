@@ -1,0 +1,493 @@
+"""``AsyncRollouts``: the engines keep generating while the workers train, at most
+``trainer.max_staleness`` policy versions ahead.
+
+Prompt groups (all samples of one prompt) are admitted one at a time and run on
+an event loop of their own (a background thread), against engines that are Ray
+actors with CPUs or GPUs of their own, so generation and training really overlap.
+
+- **Staleness is bounded by admission** (``Admission``), never by throwing work
+  away: a group starts only while the groups admitted and not yet trained fit in
+  the versions left, ``accepted + running <= (max_staleness + version + 1) *
+  train_batch_size``. Counted from the batches taken, so a refused step (no
+  weight sync) cannot stall the stream.
+- **Batches are cut in admission order**: a batch is the next
+  ``train_batch_size`` kept groups in the order they were admitted, so which
+  prompts a step trains on does not depend on timing, a fast prompt is never
+  preferred to a slow one, and a resumed run consumes the prompts the
+  uninterrupted one would have. The trainer waits for the slowest group of its
+  batch while the engines go on with the next ones.
+- **Versions are data**: every turn records the policy version at dispatch and
+  at finish; each batch reports the staleness it holds (``async/...``). A group
+  whose oldest turn is older than the bound (impossible under the admission
+  rule; the check guards it) is counted in ``async/stale_groups`` and its prompt
+  generated again.
+- **Weight syncs** (``updating_weights``): new requests wait while the weights
+  load; requests in flight finish first, under the old weights, unless
+  ``trainer.partial_rollouts`` lets them continue under the new ones.
+- **Dynamic sampling** (``algorithm.dynamic_sampling=filter``) is a filter on the
+  stream: a group ``algorithm.dynamic_filter`` rejects is dropped, counted, and
+  another prompt admitted in its place.
+- **Resume**: a checkpoint holds the loader and every prompt drawn but not yet
+  trained on (running or finished at save time); after a resume those are
+  generated again first, so no prompt is trained twice or skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from skyrl.batch import TrainingInputBatch
+from skyrl.config.root import SkyRLConfig
+from skyrl.data import PromptRow, PromptSplits
+from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_training_batch
+from skyrl.generators.generator import trajectories_to_output
+from skyrl.generators.metrics import rollout_metrics
+from skyrl.generators.trajectory import Trajectory
+from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
+from skyrl.inference.client import EngineClient
+from skyrl.rollouts import dynamic_sampling as ds
+from skyrl.rollouts.base import WeightSyncTimeout
+from skyrl.rollouts.evaluation import evaluate_prompts
+from skyrl.rollouts.sync import base_seed, dump_rollouts, prompt_loader, shape_rewards
+from skyrl.tracking import metric_names as names
+
+T = TypeVar("T")
+
+
+class Admission:
+    """The staleness bound, kept when a group is admitted.
+
+    ``in_line`` counts groups admitted and not yet taken into a batch or dropped
+    (running or finished). A group admitted now trains at most ``holding +
+    in_line // batch_size`` versions later: ``holding`` is 1 while a taken batch
+    waits for its weight sync. So admitting while ``in_line < (max_staleness + 1 -
+    holding) * batch_size`` keeps every group within ``max_staleness``; in a run
+    without refused steps that is ``accepted + running <= (max_staleness + version
+    + 1) * batch_size``, with ``accepted`` counting the groups trained already.
+    """
+
+    def __init__(self, max_staleness: int, batch_size: int):
+        self.max_staleness, self.batch_size = max_staleness, batch_size
+        self.in_line = 0
+        self.holding = False
+        self.admitted_total = 0
+
+    @property
+    def limit(self) -> int:
+        """Most groups that may be in line now."""
+        return (self.max_staleness + 1 - int(self.holding)) * self.batch_size
+
+    def can_admit(self) -> bool:
+        return self.in_line < self.limit
+
+    def admit(self) -> None:
+        self.in_line += 1
+        self.admitted_total += 1
+
+    def drop(self) -> None:
+        """A group left the line without being trained on (filtered, or to be regenerated)."""
+        self.in_line -= 1
+
+    def take(self, n: int) -> None:
+        """``n`` groups went into a batch; its weights are not synced yet."""
+        self.in_line -= n
+        self.holding = True
+
+    def release(self) -> None:
+        """The taken batch's step is over: its weights were synced, or the step was refused."""
+        self.holding = False
+
+
+@dataclass
+class Group:
+    """One admitted prompt and, once done, its rollouts."""
+
+    index: int
+    """Loader index of the prompt (``PromptLoader.rows``)."""
+    row: PromptRow
+    seed: int
+    """Base sampling seed of the group's requests."""
+    order: int
+    """Admission order."""
+    trajectories: list[Trajectory] = field(default_factory=list)
+    output: GeneratorOutput | None = None
+    shaping: dict[str, float] = field(default_factory=dict)
+    done: bool = False
+
+    @property
+    def oldest_version(self) -> int:
+        """Policy version at dispatch of the group's first request."""
+        versions = [t.version_dispatched for tr in self.trajectories for t in tr.turns]
+        return min(versions) if versions else 0
+
+    def pending(self) -> dict[str, Any]:
+        """What a checkpoint keeps of a group not trained on yet (it is generated again)."""
+        return {"index": self.index, "uid": self.row.uid, "seed": self.seed}
+
+
+class GatedEngine:
+    """The engine as the training driver sees it: requests wait while a weight sync holds the
+    gate; requests in flight are counted (a sync can wait for them) and the time with none in
+    flight is the engine's idle time. Lives on the source's event loop."""
+
+    def __init__(self, engine: InferenceEngine, gate: asyncio.Event):
+        self.engine, self.gate = engine, gate
+        self.in_flight = 0
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.idle_s = 0.0
+        self._idle_since: float | None = time.monotonic()
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        await self.gate.wait()
+        if self.in_flight == 0 and self._idle_since is not None:
+            self.idle_s += time.monotonic() - self._idle_since
+            self._idle_since = None
+        self.in_flight += 1
+        self.drained.clear()
+        try:
+            return await self.engine.generate(prompt_ids, sampling, route_key)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle_since = time.monotonic()
+                self.drained.set()
+
+    def take_idle_s(self) -> float:
+        """Idle seconds since the last call."""
+        idle = self.idle_s
+        if self._idle_since is not None:
+            now = time.monotonic()
+            idle += now - self._idle_since
+            self._idle_since = now
+        self.idle_s = 0.0
+        return idle
+
+    # the rest of the engine interface, unchanged
+    def serve(self, done: Future) -> None:
+        self.engine.serve(done)
+
+    def update_weights(self, weights: WeightItems) -> None:
+        self.engine.update_weights(weights)
+
+    def join_weight_sync(
+        self, host: str, port: int, first_rank: int, world_size: int, backend: str
+    ) -> None:
+        self.engine.join_weight_sync(host, port, first_rank, world_size, backend)
+
+    def receive_weights(self, plan: list) -> None:
+        self.engine.receive_weights(plan)
+
+    def reset_prefix_cache(self) -> None:
+        self.engine.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+class AsyncRollouts:
+    """The ``RolloutSource`` of ``trainer.max_staleness > 0`` (module docstring)."""
+
+    def __init__(
+        self,
+        cfg: SkyRLConfig,
+        engine: EngineClient,
+        tokenizer,
+        output_dir: Path | None = None,
+        prompts: PromptSplits | None = None,
+        max_staleness: int | None = None,
+    ):
+        """``max_staleness``: the bound (default ``trainer.max_staleness``; a test may run the
+        asynchronous source at 0, where it must give the synchronous batches)."""
+        self.cfg, self.tokenizer, self.engine = cfg, tokenizer, engine
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        t = cfg.trainer
+        self.loader, self.eval_rows = prompt_loader(cfg, tokenizer, prompts)
+        self.batches_per_epoch = self.loader.batches_per_epoch
+        self.max_staleness = t.max_staleness if max_staleness is None else max_staleness
+        self.batch_size = t.train_batch_size
+        self.admission = Admission(self.max_staleness, self.batch_size)
+        self.keep = (
+            ds.group_filter(cfg.algorithm.dynamic_filter)
+            if cfg.algorithm.dynamic_sampling == "filter"
+            else None
+        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.clock = VersionClock()
+        """The version the engines hold; new requests record it at dispatch."""
+        self.eval_generator = make_generator(cfg.generator, cfg.environment, engine, tokenizer)
+        self.line: deque[Group] = deque()
+        """Admitted groups not yet taken or dropped, in admission order."""
+        self.queued: deque[tuple[int, str, int]] = deque()
+        """Prompts to admit first: (loader index, uid, seed), regenerated ones and those a
+        checkpoint held; then the loader's next chunk."""
+        self.chunks = 0
+        """Loader batches drawn so far (chunk ``c`` has uids ``s<c+1>r0p...``, as step ``c + 1``
+        of the synchronous source)."""
+        self.counts = {"filtered": 0, "stale": 0}
+        self.failure: BaseException | None = None
+        self.started = False
+        self.closed = False
+        self._last_take = time.monotonic()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="skyrl-async-rollouts", daemon=True
+        )
+        self.thread.start()
+        self._on_loop(self._setup())
+
+    async def _setup(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.clock.gate = self.gate
+        self.progress = asyncio.Event()
+        self.admit_wake = asyncio.Event()
+        self.gated = GatedEngine(self.engine, self.gate)
+        self.generator = make_generator(
+            self.cfg.generator, self.cfg.environment, self.gated, self.tokenizer, self.clock
+        )
+        self.driver = self.generator.driver
+        self.tasks: set[asyncio.Task] = set()
+
+    def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the source's event loop and wait for it (cancelled on a timeout)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    # -- the RolloutSource interface ----------------------------------------------------
+
+    def next_batch(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
+        """The next ``train_batch_size`` kept groups in admission order (waiting for them)."""
+        waited = time.perf_counter()
+        groups, metrics = self._on_loop(self._take())
+        metrics[names.ASYNC_TRAINER_WAIT_S] = time.perf_counter() - waited
+        out = GeneratorOutput.concat([g.output for g in groups if g.output is not None])
+        if self.cfg.trainer.dump_rollouts and self.output_dir is not None:
+            dump_rollouts(out, self.tokenizer, self.output_dir / "rollouts" / f"step_{step}.jsonl")
+        return to_training_batch(out, self.pad_id), metrics
+
+    @contextmanager
+    def updating_weights(self, version: int, timeout_s: float | None = None) -> Iterator[None]:
+        """Around a weight sync: new requests wait; unless ``trainer.partial_rollouts``, the
+        requests in flight finish first (under the old weights). Afterwards the engines hold
+        ``version``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._on_loop(self._hold(), timeout_s)
+        try:
+            if not self.cfg.trainer.partial_rollouts:
+                self._drain(deadline)
+            yield
+        finally:
+            self._on_loop(self._resume(version))
+
+    def has_eval(self) -> bool:
+        return bool(self.eval_rows)
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out prompts with eval sampling, beside the training stream."""
+        metrics, _ = evaluate_prompts(
+            self.eval_generator, self.eval_rows, self.cfg.generator, base_seed(self.cfg, 0, 0)
+        )
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader and every prompt drawn and not trained on yet, to generate again."""
+        return self._on_loop(self._state())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError("AsyncRollouts.load_state_dict after the stream started")
+        if state.get("loader"):
+            self.loader.load_state_dict(state["loader"])
+        self.chunks = int(state.get("chunks", 0))
+        self.queued = deque((int(p["index"]), p["uid"], int(p["seed"])) for p in state["pending"])
+
+    def close(self) -> None:
+        """Cancel the groups in flight and stop the event loop."""
+        if self.closed:
+            return
+        self.closed = True
+        self._on_loop(self._cancel_all(), timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+
+    # -- on the event loop ---------------------------------------------------------------
+
+    async def _take(self) -> tuple[list[Group], dict[str, float]]:
+        self.admission.release()  # the previous step is over, synced or refused
+        if not self.started:
+            self.started = True
+            self.gated.take_idle_s()  # idle time counts from the stream's start
+            self._last_take = time.monotonic()
+            self._spawn(self._admit_forever())
+        self.admit_wake.set()
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            groups = self._ready_head()
+            if groups is not None:
+                break
+            self.progress.clear()
+            await self.progress.wait()
+        self.admission.take(len(groups))
+        self.admit_wake.set()
+        return groups, self._metrics(groups)
+
+    def _ready_head(self) -> list[Group] | None:
+        """The first ``batch_size`` groups of the line when all are done, else None. Groups past
+        the staleness bound are dropped on the way and their prompts queued again."""
+        version = self.clock.current
+        for group in list(self.line)[: self.batch_size]:
+            if not group.done:
+                return None
+            if group.oldest_version < version - self.max_staleness:
+                self.line.remove(group)
+                self.counts["stale"] += 1
+                self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
+                self.admission.drop()
+                self.admit_wake.set()
+                return None
+        if len(self.line) < self.batch_size:
+            return None
+        return [self.line.popleft() for _ in range(self.batch_size)]
+
+    async def _admit_forever(self) -> None:
+        while True:
+            while self.admission.can_admit():
+                index, uid, seed = self._next_prompt()
+                row = self.loader.row(index, uid)
+                group = Group(index, row, seed, self.admission.admitted_total)
+                self.admission.admit()
+                self.line.append(group)
+                self._spawn(self._run_group(group))
+            self.admit_wake.clear()
+            await self.admit_wake.wait()
+
+    def _next_prompt(self) -> tuple[int, str, int]:
+        if not self.queued:
+            self.chunks += 1
+            seed = base_seed(self.cfg, self.chunks, 0)
+            prefix = f"s{self.chunks}r0"
+            self.queued.extend((i, uid, seed) for i, uid in self.loader.draw(prefix))
+        return self.queued.popleft()
+
+    async def _run_group(self, group: Group) -> None:
+        g = self.cfg.generator
+        n = g.n_samples_per_prompt
+        sampling = SamplingParams.from_config(g.sampling, n=n, max_tokens=g.max_generate_length)
+        sampling.seed = group.seed
+        try:
+            group.trajectories = await self.driver.run([group.row], n, sampling)
+            out = trajectories_to_output(group.trajectories, g.step_wise)
+            out.validate()
+            group.output, group.shaping = shape_rewards(self.cfg, out)
+            group.done = True
+            if self.keep is not None and not self.keep(group.output):
+                self.line.remove(group)
+                self.counts["filtered"] += 1
+                self.admission.drop()
+                self.admit_wake.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # re-raised on the trainer's thread by next_batch
+            self.failure = self.failure or exc
+        finally:
+            self.progress.set()
+
+    async def _hold(self) -> None:
+        self.gate.clear()
+
+    def _drain(self, deadline: float | None) -> None:
+        """Wait (on the trainer's thread) until no request is in flight, or raise
+        ``WeightSyncTimeout`` naming what is still in flight."""
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            self._on_loop(self.gated.drained.wait(), timeout)
+        except TimeoutError:
+            in_flight = self.gated.in_flight
+            raise WeightSyncTimeout(
+                f"{in_flight} request(s) in flight on the inference engines to finish "
+                "before the weights load"
+            ) from None
+
+    async def _resume(self, version: int) -> None:
+        self.clock.current = version
+        self.admission.release()
+        self.gate.set()
+        self.admit_wake.set()
+
+    async def _state(self) -> dict[str, Any]:
+        pending = [{"index": i, "uid": u, "seed": s} for i, u, s in self.queued]
+        return {
+            "loader": self.loader.state_dict(),
+            "chunks": self.chunks,
+            "pending": [g.pending() for g in self.line] + pending,
+        }
+
+    def _metrics(self, groups: list[Group]) -> dict[str, float]:
+        trajs = [t for g in groups for t in g.trajectories]
+        now = time.monotonic()
+        metrics = rollout_metrics(
+            trajs, self.cfg.generator.n_samples_per_prompt, now - self._last_take
+        )
+        self._last_take = now
+        for key in {k for g in groups for k in g.shaping}:
+            values = [g.shaping[key] for g in groups if key in g.shaping]
+            metrics[key] = sum(values) / len(values)
+        version = self.clock.current
+        staleness = [
+            version - min(t.version_dispatched for t in tr.turns) for tr in trajs if tr.turns
+        ] or [0]
+        turns = [t for tr in trajs for t in tr.turns]
+        metrics.update(
+            {
+                names.ASYNC_STALENESS_MEAN: sum(staleness) / len(staleness),
+                names.ASYNC_STALENESS_MAX: float(max(staleness)),
+                names.ASYNC_MIXED_VERSION_TURNS: float(
+                    sum(t.version_dispatched != t.version_finished for t in turns)
+                ),
+                names.ASYNC_QUEUE_DEPTH: float(sum(g.done for g in self.line)),
+                names.ASYNC_RUNNING: float(sum(not g.done for g in self.line)),
+                names.ASYNC_ENGINE_IDLE_S: self.gated.take_idle_s(),
+                names.ASYNC_FILTERED_GROUPS: float(self.counts["filtered"]),
+                names.ASYNC_STALE_GROUPS: float(self.counts["stale"]),
+            }
+        )
+        self.counts = dict.fromkeys(self.counts, 0)
+        if self.keep is not None:
+            metrics[names.KEPT_GROUP_FRAC] = len(groups) / (
+                len(groups) + metrics[names.ASYNC_FILTERED_GROUPS]
+            )
+        return metrics
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _cancel_all(self) -> None:
+        self.gate.set()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)

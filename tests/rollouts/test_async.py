@@ -1,0 +1,203 @@
+"""``AsyncRollouts``: the admission rule, the stream against a real engine actor (tiny model),
+and its equality with the synchronous source at ``max_staleness=0``."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+import skyrl
+from skyrl.config.errors import ConfigError
+from skyrl.config.validate import validate
+from skyrl.inference import make_engine
+from skyrl.models.resolve import with_local_model_paths
+from skyrl.rollouts import make_rollouts
+from skyrl.rollouts.async_rollouts import Admission, AsyncRollouts
+from skyrl.rollouts.sync import SyncRollouts
+from skyrl.tracking import metric_names as names
+
+# -- the admission rule (no engine) ----------------------------------------------------
+
+
+def test_admission_bound_matches_accepted_plus_running_formula():
+    # k = 1, batch 4: the issue's rule is accepted + running <= (k + version + 1) * batch.
+    adm = Admission(max_staleness=1, batch_size=4)
+    admitted = 0
+    while adm.can_admit():  # a burst: everything that may start, starts
+        adm.admit()
+        admitted += 1
+    assert admitted == 8  # (1 + 0 + 1) * 4 at version 0
+    adm.take(4)  # step 1 takes 4 groups and trains: no more may start (they would be 2 old)
+    assert not adm.can_admit()
+    adm.release()  # synced: version 1 -> (1 + 1 + 1) * 4 = 12 accepted + running
+    while adm.can_admit():
+        adm.admit()
+        admitted += 1
+    assert admitted == 12
+
+
+def test_a_slow_consumer_stops_admission_at_the_bound():
+    # the trainer never takes a batch: at most (k + 1) * batch groups are ever admitted
+    adm = Admission(max_staleness=2, batch_size=3)
+    started = 0
+    for _ in range(100):
+        if adm.can_admit():
+            adm.admit()
+            started += 1
+    assert started == 9
+
+
+def test_dropped_groups_free_their_place_and_refused_steps_do_not_stall():
+    adm = Admission(max_staleness=1, batch_size=2)
+    for _ in range(4):
+        adm.admit()
+    assert not adm.can_admit()
+    adm.drop()  # a group the dynamic filter rejected: another one may start
+    assert adm.can_admit()
+    adm.admit()
+    # three refused steps in a row (no weight sync): each next batch still finds room
+    for _ in range(3):
+        adm.take(2)
+        adm.release()  # the next next_batch call: the step is over
+        assert adm.can_admit()
+        adm.admit()
+        adm.admit()
+
+
+# -- against a real engine actor --------------------------------------------------------
+
+
+def _cfg(*overrides: str):
+    return with_local_model_paths(
+        validate(
+            skyrl.compose(
+                [
+                    "experiment=smoke", "generator.max_generate_length=8",
+                    "generator.num_cpus_per_engine=1", "trainer.dp_size=1",
+                    "generator.sampling.seed=3", *overrides,
+                ]
+            )
+        )
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def actor_engine(ray_cluster):
+    cfg = _cfg()
+    engine = make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
+    yield engine
+    engine.shutdown()
+
+
+def _tokenizer(cfg):
+    return AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
+
+
+def _rows(batch) -> list[tuple]:
+    """What a batch trains on, row by row."""
+    return list(
+        zip(
+            batch.metadata["uids"],
+            batch.input_ids.tolist(),
+            batch.loss_mask.tolist(),
+            batch.require("rewards").tolist(),
+            strict=True,
+        )
+    )
+
+
+def test_at_staleness_0_the_async_source_gives_the_synchronous_batches(actor_engine, tmp_path):
+    cfg = _cfg()
+    tok = _tokenizer(cfg)
+    sync = SyncRollouts(cfg, actor_engine, tok, tmp_path)
+    stream = AsyncRollouts(cfg, actor_engine, tok, tmp_path, max_staleness=0)
+    try:
+        for step in (1, 2, 3):
+            want, _ = sync.next_batch(step)
+            got, metrics = stream.next_batch(step)
+            assert _rows(got) == _rows(want)
+            assert got.metadata["policy_versions"] == want.metadata["policy_versions"]
+            assert metrics[names.ASYNC_STALENESS_MAX] == 0
+            for source in (sync, stream):
+                with source.updating_weights(step):
+                    pass
+    finally:
+        stream.close()
+
+
+def test_at_staleness_1_generation_runs_one_version_ahead(actor_engine, tmp_path):
+    cfg = _cfg("trainer.max_staleness=1")
+    source = make_rollouts(cfg, _tokenizer(cfg), tmp_path, actor_engine)
+    assert isinstance(source, AsyncRollouts)
+    try:
+        staleness, uids = [], []
+        for step in (1, 2, 3, 4):
+            batch, metrics = source.next_batch(step)
+            version = step - 1
+            row_staleness = {version - v[0][0] for v in batch.metadata["policy_versions"]}
+            assert max(row_staleness) <= 1  # the bound
+            assert metrics[names.ASYNC_STALENESS_MAX] == max(row_staleness)
+            assert metrics[names.ASYNC_MIXED_VERSION_TURNS] == 0  # in-flight ones drained
+            staleness.append(max(row_staleness))
+            uids += sorted(set(batch.metadata["uids"]))
+            with source.updating_weights(step, timeout_s=60):
+                pass
+        # step 1 trains on version 0 rollouts; the batches after it were admitted while
+        # the previous step trained, so they are exactly one version old
+        assert staleness == [0, 1, 1, 1]
+        # admission order = loader order: the synchronous source's prompts, none twice
+        assert uids == [f"s{c}r0p{j}" for c in (1, 2, 3, 4) for j in (2 * c - 2, 2 * c - 1)]
+        state = source.state_dict()
+        # after the sync to version 4: (k + 1) x 2 groups in line, drawn and not trained on,
+        # kept in the checkpoint to be generated again
+        assert [p["uid"] for p in state["pending"]] == ["s5r0p8", "s5r0p9", "s6r0p10", "s6r0p11"]
+    finally:
+        source.close()
+
+
+def test_a_resumed_stream_regenerates_what_was_in_flight(actor_engine, tmp_path):
+    cfg = _cfg("trainer.max_staleness=2")
+    tok = _tokenizer(cfg)
+    first = AsyncRollouts(cfg, actor_engine, tok, tmp_path)
+    try:
+        consumed = [u for s in (1, 2) for u in first.next_batch(s)[0].metadata["uids"]]
+        with first.updating_weights(1):
+            pass
+        state = first.state_dict()
+    finally:
+        first.close()
+    resumed = AsyncRollouts(cfg, actor_engine, tok, tmp_path)
+    try:
+        resumed.load_state_dict(state)
+        later = [u for s in (3, 4) for u in resumed.next_batch(s)[0].metadata["uids"]]
+    finally:
+        resumed.close()
+    straight = AsyncRollouts(cfg, actor_engine, tok, tmp_path)
+    try:
+        want = [u for s in (1, 2, 3, 4) for u in straight.next_batch(s)[0].metadata["uids"]]
+    finally:
+        straight.close()
+    assert consumed + later == want
+
+
+def test_async_needs_engines_in_actors_and_a_correction():
+    with pytest.raises(ConfigError, match="generator.num_cpus_per_engine=1"):
+        validate(skyrl.compose(["experiment=smoke", "trainer.max_staleness=1"]))
+    cfg = validate(
+        skyrl.compose(
+            ["experiment=smoke", "trainer.max_staleness=1", "generator.num_cpus_per_engine=1"]
+        )
+    )
+    assert cfg.algorithm.tis_cap == 2.0  # the default correction
+    with pytest.raises(ConfigError, match="algorithm.uncorrected_off_policy"):
+        validate(
+            skyrl.compose(
+                [
+                    "experiment=smoke", "trainer.max_staleness=1",
+                    "generator.num_cpus_per_engine=1", "algorithm.uncorrected_off_policy=true",
+                    "algorithm.tis_cap=3",
+                ]
+            )
+        )  # fmt: skip
+    with pytest.raises(ConfigError, match="trainer.partial_rollouts"):
+        validate(skyrl.compose(["experiment=smoke", "trainer.partial_rollouts=true"]))
