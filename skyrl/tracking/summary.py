@@ -33,15 +33,21 @@ def series(history: Iterable[dict[str, float]], key: str) -> tuple[list[int], li
 
 def plot_history(history: list[dict[str, float]], path: Path | str) -> Path:
     """A PNG with three panels over steps: training reward, eval pass@1 (one line per eval
-    key), response length. A panel whose metric was never logged says "no data"."""
+    key), response length; and a fourth, the staleness trained on (mean and max), in an
+    asynchronous run. A panel whose metric was never logged says "no data"."""
     from matplotlib.figure import Figure  # no pyplot: the caller's backend stays untouched
 
-    fig = Figure(figsize=(13, 3.6), layout="constrained")
-    reward_ax, eval_ax, length_ax = fig.subplots(1, 3)
-    _plot_panel(reward_ax, "training reward", history, [names.REWARD])
+    asynchronous = any(names.ASYNC_STALENESS_MAX in r for r in history)
+    panels = 4 if asynchronous else 3
+    fig = Figure(figsize=(13 + 4 * (panels - 3), 3.6), layout="constrained")
+    axes = fig.subplots(1, panels)
+    _plot_panel(axes[0], "training reward", history, [names.REWARD])
     eval_keys = names.eval_pass_at_1_keys({k for r in history for k in r})
-    _plot_panel(eval_ax, "eval pass@1", history, eval_keys)
-    _plot_panel(length_ax, "response length (tokens)", history, [names.RESPONSE_LENGTH])
+    _plot_panel(axes[1], "eval pass@1", history, eval_keys)
+    _plot_panel(axes[2], "response length (tokens)", history, [names.RESPONSE_LENGTH])
+    if asynchronous:
+        staleness = [names.ASYNC_STALENESS_MEAN, names.ASYNC_STALENESS_MAX]
+        _plot_panel(axes[3], "staleness (policy versions)", history, staleness)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -95,3 +95,33 @@ def test_a_weight_sync_timeout_ends_the_run_with_one_line(tmp_path):
 
     state = policy_state_dict(checkpoint)
     assert state and all(v.isfinite().all() for v in state.values())
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ["algorithm=ppo", "trainer.critic_only_steps=1"],  # GAE with a critic
+        ["algorithm=dapo", "algorithm.overlong_buffer_len=4"],  # the stream filter + shaping
+        [
+            "environment=tools", "environment._target_=faults.ScriptedToolEnv",
+            "generator.step_wise=true", "generator.max_turns=3",
+            "generator.max_prompt_length=256", "generator.max_generate_length=96",
+            "generator.max_tokens_per_turn=8",
+        ],  # step-wise multi-turn
+        ["generator=vllm", "trainer.dp_size=2", "algorithm=rloo"],  # vLLM actor, 2 ranks
+    ],
+    ids=["ppo_critic", "dapo", "step_wise_tools", "vllm_dp2_rloo"],
+)  # fmt: skip
+def test_async_runs_with_every_algorithm_and_layout(tmp_path, case):
+    result = cli(
+        tmp_path, *ASYNC, "environment._target_=parity_env.ParityEnv", "trainer.total_steps=3",
+        "trainer.export_hf=false", "data.num_eval_prompts=0", *case,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = records(tmp_path)
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for r in steps:
+        assert r["async/staleness_max"] <= 1
+        if r["step"] == 1 and "trainer.critic_only_steps=1" in case:
+            continue  # the critic's warm-up step trains no policy
+        assert r["policy/optimizer_steps"] == 2  # 2 prompts / 1 per mini-batch

@@ -201,3 +201,96 @@ def test_async_needs_engines_in_actors_and_a_correction():
         )  # fmt: skip
     with pytest.raises(ConfigError, match="trainer.partial_rollouts"):
         validate(skyrl.compose(["experiment=smoke", "trainer.partial_rollouts=true"]))
+
+
+class DelayedEngine:
+    """The engine, but the completions of ``slow`` prompt uids come back ``delay_s`` later:
+    those requests are in flight that long (as a long response would be)."""
+
+    def __init__(self, engine, slow: set[str], delay_s: float):
+        self.engine, self.slow, self.delay_s = engine, slow, delay_s
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        import asyncio
+
+        out = await self.engine.generate(prompt_ids, sampling, route_key)
+        if route_key in self.slow:
+            await asyncio.sleep(self.delay_s)
+        return out
+
+    def serve(self, done) -> None:
+        self.engine.serve(done)
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_requests_in_flight_at_a_sync_drain_or_continue(actor_engine, tmp_path, partial):
+    cfg = _cfg("trainer.max_staleness=1", f"trainer.partial_rollouts={partial}")
+    # step 2's prompts (chunk 2: uids s2r0p2, s2r0p3) answer 1.5 s late: in flight at the sync
+    engine = DelayedEngine(actor_engine, {"s2r0p2", "s2r0p3"}, delay_s=1.5)
+    source = AsyncRollouts(cfg, engine, _tokenizer(cfg), tmp_path)
+    try:
+        source.next_batch(1)
+        import time
+
+        started = time.monotonic()
+        with source.updating_weights(1, timeout_s=30):
+            pass
+        waited = time.monotonic() - started
+        batch, metrics = source.next_batch(2)
+    finally:
+        source.close()
+    versions = {tuple(v[0]) for v in batch.metadata["policy_versions"]}
+    if partial:
+        # the sync did not wait; the requests finished after it: dispatched at 0, finished at 1
+        assert waited < 1.0
+        assert versions == {(0, 1)}
+        assert metrics[names.ASYNC_MIXED_VERSION_TURNS] == len(batch)  # one turn per row
+    else:
+        # the sync waited for them; they finished under the weights they started with
+        assert waited >= 1.0
+        assert versions == {(0, 0)}
+        assert metrics[names.ASYNC_MIXED_VERSION_TURNS] == 0
+
+
+def test_a_drain_past_the_timeout_names_what_it_waited_for(actor_engine, tmp_path):
+    from skyrl.rollouts import WeightSyncTimeout
+
+    cfg = _cfg("trainer.max_staleness=1")
+    engine = DelayedEngine(actor_engine, {"s2r0p2", "s2r0p3"}, delay_s=5.0)
+    source = AsyncRollouts(cfg, engine, _tokenizer(cfg), tmp_path)
+    try:
+        source.next_batch(1)
+        with pytest.raises(WeightSyncTimeout, match=r"request\(s\) in flight on the inference"):
+            with source.updating_weights(1, timeout_s=0.5):
+                pass
+    finally:
+        source.close()
+
+
+def keep_even_prompts(group) -> bool:
+    """A dynamic filter for the test: keep prompts whose uid ends in an even number."""
+    return int(group.uids[0].rsplit("p", 1)[1]) % 2 == 0
+
+
+def test_the_dynamic_filter_drops_groups_from_the_stream_and_admits_others(actor_engine, tmp_path):
+    cfg = _cfg(
+        "trainer.max_staleness=1", "algorithm.dynamic_sampling=filter",
+        f"algorithm.dynamic_filter={__name__}.keep_even_prompts",
+    )  # fmt: skip
+    source = AsyncRollouts(cfg, actor_engine, _tokenizer(cfg), tmp_path)
+    try:
+        seen, filtered = [], 0.0
+        for step in (1, 2, 3):
+            batch, metrics = source.next_batch(step)
+            uids = sorted(set(batch.metadata["uids"]))
+            seen += uids
+            filtered += metrics[names.ASYNC_FILTERED_GROUPS]
+            assert len(uids) == 2  # still train_batch_size groups
+            with source.updating_weights(step):
+                pass
+    finally:
+        source.close()
+    # odd prompts were generated, dropped and replaced by the next ones in loader order
+    assert seen == ["s1r0p0", "s2r0p2", "s3r0p4", "s4r0p6", "s5r0p8", "s6r0p10"]
+    # p1, p3, p5, p7, p9 were dropped before the third batch (p9 stands in line before p10)
+    assert filtered >= 5

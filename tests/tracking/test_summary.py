@@ -36,6 +36,15 @@ def test_plot_is_a_png(tmp_path):
     assert (width, height) == (1300, 360)  # figsize (13, 3.6) at 100 dpi
 
 
+def test_an_asynchronous_run_gets_a_staleness_panel(tmp_path):
+    history = small_history()
+    for record in history[1:]:
+        record.update({"async/staleness_mean": 0.75, "async/staleness_max": 1.0})
+    path = plot_history(history, tmp_path / "async.png")
+    height, width, _ = imread(path).shape
+    assert (width, height) == (1700, 360)  # a fourth panel: figsize (17, 3.6) at 100 dpi
+
+
 def test_plot_without_any_series_still_renders(tmp_path):
     path = plot_history([{"step": 1, "policy/loss": 0.1}], tmp_path / "empty.png")
     assert path.read_bytes()[:8] == PNG_SIGNATURE
