@@ -68,8 +68,9 @@ class Admission:
 
     ``in_line`` counts groups admitted and not yet taken into a batch or dropped
     (running or finished). A group admitted now trains at most ``holding +
-    in_line // batch_size`` versions later: ``holding`` is 1 while a taken batch
-    waits for its weight sync. So admitting while ``in_line < (max_staleness + 1 -
+    in_line // batch_size`` versions later: ``holding`` is 1 from taking a batch until
+    its step's weight sync starts (requests sent after that wait for the new weights;
+    ``release`` also comes with the next batch, for a refused step that synced nothing). So admitting while ``in_line < (max_staleness + 1 -
     holding) * batch_size`` keeps every group within ``max_staleness``; in a run
     without refused steps that is ``accepted + running <= (max_staleness + version
     + 1) * batch_size``, with ``accepted`` counting the groups trained already.
@@ -103,7 +104,7 @@ class Admission:
         self.holding = True
 
     def release(self) -> None:
-        """The taken batch's step is over: its weights were synced, or the step was refused."""
+        """The taken batch's step is over: its weight sync started, or the step was refused."""
         self.holding = False
 
 
@@ -243,6 +244,11 @@ class AsyncRollouts:
         of the synchronous source)."""
         self.counts = {"filtered": 0, "stale": 0}
         self.failure: BaseException | None = None
+        self.hold_deadline: float | None = None
+        """When the weight sync holding the requests must be done (None: none holds them)."""
+        self.trained_version = 0
+        """The policy version the trainer trains the next batch with: that of the last weight
+        sync it started (the engines may still be loading it). Staleness is counted from it."""
         self.started = False
         self.closed = False
         self._last_take = time.monotonic()
@@ -293,7 +299,7 @@ class AsyncRollouts:
         requests in flight finish first (under the old weights). Afterwards the engines hold
         ``version``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self._on_loop(self._hold(), timeout_s)
+        self._on_loop(self._hold(deadline, version), timeout_s)
         try:
             if not self.cfg.trainer.partial_rollouts:
                 self._drain(deadline)
@@ -349,15 +355,28 @@ class AsyncRollouts:
             if groups is not None:
                 break
             self.progress.clear()
-            await self.progress.wait()
+            await self._wait_for_progress()
         self.admission.take(len(groups))
         self.admit_wake.set()
         return groups, self._metrics(groups)
 
+    async def _wait_for_progress(self) -> None:
+        """Until a group changes; while a weight sync holds the requests (it may load in the
+        background), no longer than that sync's deadline."""
+        if self.gate.is_set() or self.hold_deadline is None:
+            await self.progress.wait()
+            return
+        try:
+            await asyncio.wait_for(self.progress.wait(), self.hold_deadline - time.monotonic())
+        except TimeoutError:
+            raise WeightSyncTimeout(
+                "the inference engines to load the weights (the next batch waits for them)"
+            ) from None
+
     def _ready_head(self) -> list[Group] | None:
         """The first ``batch_size`` groups of the line when all are done, else None. Groups past
         the staleness bound are dropped on the way and their prompts queued again."""
-        version = self.clock.current
+        version = self.trained_version
         for group in list(self.line)[: self.batch_size]:
             if not group.done:
                 return None
@@ -415,8 +434,16 @@ class AsyncRollouts:
         finally:
             self.progress.set()
 
-    async def _hold(self) -> None:
+    async def _hold(self, deadline: float | None, version: int) -> None:
+        """A sync starts: new requests wait for the new weights, so groups admitted from now on
+        are dispatched under them; the step that held the taken batch is over. ``deadline``
+        (monotonic): when the sync must be done by; a batch waited for meanwhile waits no
+        longer (``_take``)."""
+        self.hold_deadline = deadline
+        self.trained_version = version
         self.gate.clear()
+        self.admission.release()
+        self.admit_wake.set()
 
     def _drain(self, deadline: float | None) -> None:
         """Wait (on the trainer's thread) until no request is in flight, or raise
@@ -432,10 +459,11 @@ class AsyncRollouts:
             ) from None
 
     async def _resume(self, version: int) -> None:
+        """The engines hold ``version``: requests go out again (recording it). No release here:
+        with a background load the trainer may already hold the next batch."""
         self.clock.current = version
-        self.admission.release()
+        self.hold_deadline = None
         self.gate.set()
-        self.admit_wake.set()
 
     async def _state(self) -> dict[str, Any]:
         pending = [{"index": i, "uid": u, "seed": s} for i, u, s in self.queued]
@@ -455,7 +483,7 @@ class AsyncRollouts:
         for key in {k for g in groups for k in g.shaping}:
             values = [g.shaping[key] for g in groups if key in g.shaping]
             metrics[key] = sum(values) / len(values)
-        version = self.clock.current
+        version = self.trained_version
         staleness = [
             version - min(t.version_dispatched for t in tr.turns) for tr in trajs if tr.turns
         ] or [0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -97,6 +98,8 @@ class RLTrainer:
         self.policy_version = 0
         """Weight syncs so far: the version of the weights the engines hold."""
         self.consecutive_nonfinite = 0
+        self._loading: tuple[Future, int, float] | None = None
+        """A weight load running in the background: (its future, version, start time)."""
         self.history: list[dict[str, float]] = []
         self.tracker: Tracker | None = None
 
@@ -126,6 +129,7 @@ class RLTrainer:
                 self.step += 1
                 self.log(self.step, self.run_step(self.step))
                 self.check_nonfinite()
+            self.wait_for_engines()
         finally:
             tracker.close()
         return self.history
@@ -135,7 +139,11 @@ class RLTrainer:
         t = self.cfg.trainer
         timer = PhaseTimer()
         with timer("generate"):
-            batch, metrics = self.rollouts.next_batch(step)
+            try:
+                batch, metrics = self.rollouts.next_batch(step)
+            except WeightSyncTimeout as exc:  # the batch waited for a background weight load
+                assert self._loading is not None
+                raise self._sync_timed_out(self._loading[1], str(exc)) from None
         with timer("forward"):
             batch = self.add_logprobs_and_values(batch)
         metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
@@ -253,21 +261,60 @@ class RLTrainer:
         the sync group, or through the object store (``trainer.weight_sync``); the engines
         then hold policy version ``version``. The rollout source holds new requests meanwhile
         (``updating_weights``); a sync that takes longer than ``trainer.weight_sync_timeout_s``
-        ends the run (``WeightSyncTimedOut``)."""
+        ends the run (``WeightSyncTimedOut``).
+
+        Asynchronous training over the object store: the step's weights are fetched from rank
+        0 now and the engines load them in the background while the trainer goes on (the next
+        batch is already generated); the next sync, an eval and the end of the run wait for
+        that load (``wait_for_engines``)."""
+        self.wait_for_engines()
         timeout = self.cfg.trainer.weight_sync_timeout_s
         started = time.monotonic()
+        engine = self.engine
+        if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
+            bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
+            weights = list(self.policy.stream_weight_buckets(bucket_bytes))  # this step's
+
+            def load() -> None:
+                with self.rollouts.updating_weights(version, timeout):
+                    engine.update_weights(weights)
+                    engine.reset_prefix_cache()
+
+            self._loading = (in_thread(load), version, started)
+            self.policy_version = version
+            return
         try:
             with self.rollouts.updating_weights(version, timeout):
-                if self.engine is not None:
+                if engine is not None:
                     left = timeout - (time.monotonic() - started)
                     self._push_weights(max(left, 0.0))
         except WeightSyncTimeout as exc:
-            raise WeightSyncTimedOut(
-                f"weight sync to policy version {version} did not finish within "
-                f"trainer.weight_sync_timeout_s={timeout:g}: still waiting for {exc}; "
-                f"stopped at step {self.step}; {self._last_checkpoint('last checkpoint')}"
-            ) from None
+            raise self._sync_timed_out(version, str(exc)) from None
         self.policy_version = version
+
+    def wait_for_engines(self) -> None:
+        """Wait for a weight load still running in the background (asynchronous training),
+        within what is left of ``trainer.weight_sync_timeout_s``."""
+        if self._loading is None:
+            return
+        done, version, started = self._loading
+        self._loading = None
+        left = self.cfg.trainer.weight_sync_timeout_s - (time.monotonic() - started)
+        try:
+            done.result(max(left, 0.0))
+        except FutureTimeout:
+            what = "the inference engines to load the weights (object store, in the background)"
+            raise self._sync_timed_out(version, what) from None
+        except WeightSyncTimeout as exc:
+            raise self._sync_timed_out(version, str(exc)) from None
+
+    def _sync_timed_out(self, version: int, waiting_for: str) -> WeightSyncTimedOut:
+        timeout = self.cfg.trainer.weight_sync_timeout_s
+        return WeightSyncTimedOut(
+            f"weight sync to policy version {version} did not finish within "
+            f"trainer.weight_sync_timeout_s={timeout:g}: still waiting for {waiting_for}; "
+            f"stopped at step {self.step}; {self._last_checkpoint('last checkpoint')}"
+        )
 
     def _push_weights(self, timeout: float) -> None:
         """The transfer itself. With the engines in Ray actors it runs on a helper thread so it
@@ -287,18 +334,8 @@ class RLTrainer:
         if not self.cfg.generator.engines_in_actors:
             push()
             return
-        done: Future = Future()
-
-        def run() -> None:
-            try:
-                push()
-                done.set_result(None)
-            except BaseException as exc:
-                done.set_exception(exc)
-
-        threading.Thread(target=run, name="skyrl-weight-sync", daemon=True).start()
         try:
-            done.result(timeout)
+            in_thread(push).result(timeout)
         except FutureTimeout:
             what = "broadcast" if self.weight_sync is not None else "object store"
             raise WeightSyncTimeout(
@@ -337,7 +374,8 @@ class RLTrainer:
         return ckpt
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics from the rollout source (``eval/...``)."""
+        """Held-out metrics from the rollout source (``eval/...``), at the trained weights."""
+        self.wait_for_engines()
         return self.rollouts.evaluate()
 
     def check_nonfinite(self) -> None:
@@ -395,6 +433,21 @@ class RLTrainer:
                 )
 
         return MeshDispatch.stage_chunks(t.dp_size, batch, bounds, loss_weights_fn=weights_fn)
+
+
+def in_thread(fn: Callable[[], None]) -> Future:
+    """Run ``fn`` on a daemon thread; its outcome arrives in the returned future."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            fn()
+            done.set_result(None)
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="skyrl-weight-sync", daemon=True).start()
+    return done
 
 
 class PhaseTimer:
