@@ -327,7 +327,8 @@ class AsyncRollouts:
         if state.get("loader"):
             self.loader.load_state_dict(state["loader"])
         self.chunks = int(state.get("chunks", 0))
-        self.queued = deque((int(p["index"]), p["uid"], int(p["seed"])) for p in state["pending"])
+        pending = state.get("pending", [])  # none in a synchronous run's checkpoint
+        self.queued = deque((int(p["index"]), p["uid"], int(p["seed"])) for p in pending)
 
     def close(self) -> None:
         """Cancel the groups in flight and stop the event loop."""

@@ -272,8 +272,7 @@ class RLTrainer:
         started = time.monotonic()
         engine = self.engine
         if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
-            bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
-            weights = list(self.policy.stream_weight_buckets(bucket_bytes))  # this step's
+            weights = list(self._weight_buckets())  # this step's, fetched now
 
             def load() -> None:
                 with self.rollouts.updating_weights(version, timeout):
@@ -291,6 +290,10 @@ class RLTrainer:
         except WeightSyncTimeout as exc:
             raise self._sync_timed_out(version, str(exc)) from None
         self.policy_version = version
+
+    def _weight_buckets(self):
+        """The policy's weights streamed from rank 0 in ``trainer.weight_sync_bucket_mb``."""
+        return self.policy.stream_weight_buckets(self.cfg.trainer.weight_sync_bucket_mb << 20)
 
     def wait_for_engines(self) -> None:
         """Wait for a weight load still running in the background (asynchronous training),
@@ -327,8 +330,7 @@ class RLTrainer:
             if self.weight_sync is not None:
                 self.weight_sync.sync()
             else:
-                bucket_bytes = self.cfg.trainer.weight_sync_bucket_mb << 20
-                engine.update_weights(self.policy.stream_weight_buckets(bucket_bytes))
+                engine.update_weights(self._weight_buckets())
             engine.reset_prefix_cache()
 
         if not self.cfg.generator.engines_in_actors:
