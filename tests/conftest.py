@@ -28,3 +28,19 @@ def tiny_model_path() -> str:
     from skyrl.models.tiny import build_tiny_model
 
     return build_tiny_model()
+
+
+def pytest_sessionstart(session):
+    """The `skyrl-train` the tests run in subprocesses must import this checkout. A venv
+    shared between clones (CI reuses one) can still point its editable install at another
+    clone; the tests would then run old code and fail with confusing config errors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent / "skyrl"
+    probe = "import pathlib, skyrl; print(pathlib.Path(skyrl.__file__).resolve().parent)"
+    found = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True)
+    if found.returncode != 0 or Path(found.stdout.strip()) != here:
+        where = found.stdout.strip() or found.stderr.strip().splitlines()[-1:]
+        pytest.exit(f"this venv's skyrl is {where}, not {here}: run `make install-dev` here", 2)
