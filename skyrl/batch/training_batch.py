@@ -60,6 +60,8 @@ class RowMetadata(TypedDict, total=False):
     stop_reasons: list[str]
     policy_versions: list[list[tuple[int, int]]]
     """Per row, ``(version at dispatch, version at finish)`` of each LLM turn it holds."""
+    forks: list[str]
+    """Per row, why it does not extend the previous row of its trajectory (``""``: it does)."""
     is_padding: list[bool]
     """True on rows ``pad_training_input_batch`` added (zero loss)."""
     source_rows: list[int]

@@ -43,9 +43,26 @@ class GeneratorConfig:
     """Inference engine by name, checked against ``skyrl.inference.ENGINE_BACKENDS`` after
     ``imports`` ran: ``hf`` (transformers in-process), ``vllm``, or one a recipe registers."""
     agent: str = "agent_loop"
-    """Rollout driver: ``agent_loop`` (the built-in multi-turn ``TextEnv`` loop) or the import
+    """Rollout driver: ``agent_loop`` (the built-in multi-turn ``TextEnv`` loop), the import
     path ``module.attr`` of a factory ``(DriverContext) -> RolloutDriver``
-    (``skyrl.generators.trajectory``). Independent of the engine backend."""
+    (``skyrl.generators.trajectory``), or of an external agent ``async def rollout(client,
+    row)`` that talks to the policy through an OpenAI-compatible endpoint
+    (``skyrl.serve.harness``). Independent of the engine backend."""
+    agent_timeout_s: float = 300.0
+    """An external agent's time limit per trajectory (seconds); past it, or when it raises,
+    the trajectory gets reward 0 and counts in ``env/errors``."""
+    agent_reward_fn: str | None = None
+    """Import path of ``reward_fn(row, messages) -> float`` scoring an external agent's
+    conversation (its last request's messages plus the reply); None = the agent's return
+    value is the reward."""
+    agent_sampling_drift: str = "error"
+    """An external agent's request whose temperature or top_p differ from ``sampling``:
+    ``error`` (refused with HTTP 400; the trainer's logprobs assume the training sampling)
+    or ``override`` (the training values are used and the request counts in
+    ``agent/sampling_overrides``)."""
+    tool_parser: str = "hermes"
+    """How tool calls are parsed from the model's output: a vLLM tool-parser name
+    (``hermes`` for Qwen2.5 and similar ``<tool_call>`` JSON formats)."""
     num_engines: int = 1
     """Inference engines; more than one run as Ray actors behind a load balancer."""
     num_gpus_per_engine: float = 0.0
@@ -97,6 +114,14 @@ class GeneratorConfig:
         )
         cap = self.max_tokens_per_turn
         require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
+        require(
+            self.agent_timeout_s > 0, "agent_timeout_s", f"must be > 0, got {self.agent_timeout_s}"
+        )
+        require(
+            self.agent_sampling_drift in ("error", "override"),
+            "agent_sampling_drift",
+            f"must be error or override, got {self.agent_sampling_drift!r}",
+        )
 
     @property
     def processes_per_engine(self) -> int:

@@ -87,6 +87,10 @@ def check_env_and_agent(cfg: SkyRLConfig) -> None:
 
     make_checked_env(cfg.environment).close()
     _check_agent(cfg.generator.agent)
+    from skyrl.serve.harness import check_external_agent, is_external_agent
+
+    if is_external_agent(cfg.generator.agent):
+        check_external_agent(cfg)
 
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:

@@ -44,6 +44,18 @@ class EvalConfig:
 
 
 @dataclass
+class ServeConfig:
+    """``skyrl-serve``: where the OpenAI-compatible endpoint listens."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind."""
+    port: int = 8000
+    """TCP port; 0 = any free port (printed with the base URL)."""
+    model_name: str | None = None
+    """The model id clients send (``model``); None = ``model.path``."""
+
+
+@dataclass
 class SkyRLConfig:
     """A whole run: the five groups plus the model and extra imports."""
 
@@ -58,6 +70,8 @@ class SkyRLConfig:
     """Modules imported before validation, e.g. a recipe that registers its own loss."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """``skyrl-eval`` only."""
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    """``skyrl-serve`` only."""
 
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {

@@ -13,6 +13,8 @@ loop (Jupyter).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from typing import cast
 
@@ -27,6 +29,7 @@ from skyrl.generators.trajectory import (
     LoopSettings,
     RolloutDriver,
     Trajectory,
+    Turn,
     VersionClock,
 )
 from skyrl.inference.base import InferenceEngine, SamplingParams
@@ -54,6 +57,10 @@ def driver_factory(name: str) -> DriverFactory:
     except ValueError as exc:
         problem = str(exc)
     else:
+        if inspect.iscoroutinefunction(target):  # an external agent: async def rollout(client, row)
+            from skyrl.serve.harness import HarnessDriver
+
+            return functools.partial(HarnessDriver.from_context, rollout=target)
         return cast(DriverFactory, target)
     raise ConfigError("generator.agent", problem)  # outside the handler: no exception context
 
@@ -80,10 +87,11 @@ class Generator:
 
 
 def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> GeneratorOutput:
-    """Rows for training: one per trajectory, or one per turn when ``step_wise``."""
+    """Rows for training: one per trajectory (or per run of turns between forks), or one per
+    turn when ``step_wise``."""
     out = GeneratorOutput([], [], [], [], [], [], [], [], [], [], [], step_wise=step_wise)
 
-    def add(prompt, resp, mask, lps, reward, t: Trajectory, last: bool, versions):
+    def add(prompt, resp, mask, lps, reward, t: Trajectory, last: bool, versions, fork=""):
         out.prompt_token_ids.append(prompt)
         out.response_token_ids.append(resp)
         out.loss_masks.append(mask)
@@ -95,31 +103,47 @@ def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> Generato
         out.data_sources.append(t.row.data_source)
         out.stop_reasons.append(t.stop_reason)
         out.policy_versions.append(versions)
+        out.forks.append(fork)
 
     for t in trajs:
         if not t.turns:  # env failed before the first turn: an empty, masked row
             add([], [], [], [], t.reward, t, True, [])
             continue
-        versions = [(turn.version_dispatched, turn.version_finished) for turn in t.turns]
         if step_wise:
             for k, turn in enumerate(t.turns):
                 n = len(turn.response_ids)
                 last = k + 1 == len(t.turns)
                 add(
                     turn.prompt_ids, turn.response_ids, [1] * n, turn.logprobs, t.reward, t, last,
-                    [versions[k]],
+                    [(turn.version_dispatched, turn.version_finished)], turn.fork,
                 )  # fmt: skip
             continue
-        resp, mask, lps = [], [], []
-        for turn in t.turns:
-            resp += turn.response_ids + turn.appended_ids
-            mask += [1] * len(turn.response_ids) + [0] * len(turn.appended_ids)
-            lps += turn.logprobs + [0.0] * len(turn.appended_ids)
-        if t.turns[-1].appended_ids:  # trailing observation is never trained on
-            cut = len(t.turns[-1].appended_ids)
-            resp, mask, lps = resp[:-cut], mask[:-cut], lps[:-cut]
-        add(t.turns[0].prompt_ids, resp, mask, lps, t.reward, t, True, versions)
+        segments = _segments(t.turns)
+        for k, segment in enumerate(segments):
+            resp, mask, lps = [], [], []
+            for turn in segment:
+                resp += turn.response_ids + turn.appended_ids
+                mask += [1] * len(turn.response_ids) + [0] * len(turn.appended_ids)
+                lps += turn.logprobs + [0.0] * len(turn.appended_ids)
+            if segment[-1].appended_ids:  # trailing observation is never trained on
+                cut = len(segment[-1].appended_ids)
+                resp, mask, lps = resp[:-cut], mask[:-cut], lps[:-cut]
+            versions = [(turn.version_dispatched, turn.version_finished) for turn in segment]
+            last = k + 1 == len(segments)
+            add(
+                segment[0].prompt_ids, resp, mask, lps, t.reward, t, last, versions, segment[0].fork
+            )
     return out
+
+
+def _segments(turns: list[Turn]) -> list[list[Turn]]:
+    """Runs of turns that extend each other: a forked turn starts a new run."""
+    runs: list[list[Turn]] = []
+    for turn in turns:
+        if not runs or turn.fork:
+            runs.append([])
+        runs[-1].append(turn)
+    return runs
 
 
 def make_generator(
@@ -136,7 +160,7 @@ def make_generator(
         max_tokens_per_turn=gen_cfg.max_tokens_per_turn,
     )
     ctx = DriverContext(
-        engine, tokenizer, make_env_factory(env_cfg), settings, clock or VersionClock()
+        engine, tokenizer, make_env_factory(env_cfg), settings, clock or VersionClock(), gen_cfg
     )
     driver = driver_factory(gen_cfg.agent)(ctx)
     return Generator(driver, engine, step_wise=gen_cfg.step_wise)

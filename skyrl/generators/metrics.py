@@ -36,4 +36,7 @@ def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]
     }
     for source, vals in passes.items():
         m[f"generate/pass@{n_samples}/{source}"] = sum(vals) / len(vals)
+    for tr in trajs:
+        for key, value in tr.counts.items():
+            m[key] = m.get(key, 0.0) + value
     return m

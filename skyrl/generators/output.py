@@ -1,7 +1,10 @@
 """``GeneratorOutput``: rollouts as training sequences, its invariants, and the tensor batch.
 
 One row per training sequence. Whole-trajectory mode: one row per trajectory
-(prompt + every turn; observations and template tokens have loss mask 0).
+(prompt + every turn; observations and template tokens have loss mask 0), or
+several when a trajectory FORKS: a turn whose prompt does not extend the
+previous prompt + response (an external agent edited its history,
+``skyrl.serve.reconcile``) starts a new row, and ``forks`` says why.
 Step-wise mode: one row per LLM turn (prompt = the full context at that turn,
 response = that turn's sampled tokens), ``is_last_step`` True exactly on each
 trajectory's last turn, the reward on the last step (0 on the others).
@@ -45,13 +48,32 @@ class GeneratorOutput:
     """[B][turns of the row] ``(version at dispatch, version at finish)`` of each LLM turn the
     row holds: one per row in step-wise mode, every turn of the trajectory otherwise (none for
     a trajectory whose env failed before its first turn)."""
+    forks: list[str] = field(default_factory=list)
+    """[B] why the row does not extend the previous row of its trajectory (``""``: it does,
+    or it is the trajectory's first row; else the reconciler's reason, e.g. ``edited``).
+    Built with fewer entries (older callers), every row is ``""``."""
     step_wise: bool = False
     """Whether rows are turns (True) or whole trajectories (False)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Rollout metrics (see ``skyrl.generators.metrics``)."""
 
+    def __post_init__(self) -> None:
+        if not self.forks:
+            self.forks = [""] * len(self.uids)
+
     def __len__(self) -> int:
         return len(self.uids)
+
+    @property
+    def has_forks(self) -> bool:
+        """Whether some trajectory has several rows although rows are whole trajectories."""
+        return any(self.forks)
+
+    @property
+    def multi_row(self) -> bool:
+        """Whether a trajectory may span several rows (step-wise, or forked): advantages then
+        come from each trajectory's last row and prompts hold varying numbers of rows."""
+        return self.step_wise or self.has_forks
 
     def select_rows(self, rows: list[int]) -> GeneratorOutput:
         """A new output holding ``rows`` (in that order); metrics are kept."""
@@ -97,11 +119,13 @@ class GeneratorOutput:
                 )
             if not last and self.rewards[i] != 0:
                 raise ValueError(f"row {i}: reward {self.rewards[i]} on a non-last step of {tid!r}")
-            if not self.step_wise and not last:
+            continues = i > 0 and self.trajectory_ids[i - 1] == tid
+            if not self.step_wise and continues and not self.forks[i]:
                 raise ValueError(
-                    f"row {i}: whole-trajectory mode has one row per trajectory, {tid!r} has more"
+                    f"row {i}: whole-trajectory mode has one row per trajectory unless it forks, "
+                    f"{tid!r} has more"
                 )
-            if self.step_wise and i > 0 and self.trajectory_ids[i - 1] == tid:
+            if self.step_wise and continues and not self.forks[i]:
                 check_prefix(
                     self.prompt_token_ids[i - 1] + self.response_token_ids[i - 1],
                     self.prompt_token_ids[i],
@@ -117,6 +141,7 @@ class GeneratorOutput:
 ROW_FIELDS = (
     "prompt_token_ids", "response_token_ids", "loss_masks", "rollout_logprobs", "rewards",
     "uids", "trajectory_ids", "is_last_step", "data_sources", "stop_reasons", "policy_versions",
+    "forks",
 )  # fmt: skip
 """The per-row list fields, in constructor order."""
 
@@ -139,8 +164,8 @@ def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
 
     ``loss_mask`` and ``rollout_logprobs`` at position t refer to token t (0 on the
     prompt and padding); ``rewards`` is ``[B]``; the metadata (``RowMetadata``) carries
-    ``uids``, ``trajectory_ids``, ``is_last_step``, ``data_sources``, ``stop_reasons`` and
-    ``policy_versions``.
+    ``uids``, ``trajectory_ids``, ``is_last_step``, ``data_sources``, ``stop_reasons``,
+    ``policy_versions`` and ``forks``.
     """
     import torch
 
@@ -175,5 +200,6 @@ def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
             data_sources=list(output.data_sources),
             stop_reasons=list(output.stop_reasons),
             policy_versions=[list(v) for v in output.policy_versions],
+            forks=list(output.forks),
         ),
     )

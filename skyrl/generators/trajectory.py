@@ -25,6 +25,7 @@ from skyrl.data.prompts import PromptRow
 from skyrl.inference.base import InferenceEngine, SamplingParams
 
 if TYPE_CHECKING:
+    from skyrl.config.generator import GeneratorConfig
     from skyrl.envs.base import TextEnv
 
 
@@ -67,6 +68,9 @@ class Turn:
     """``time.monotonic()`` when the request was sent."""
     finished_at: float = 0.0
     """``time.monotonic()`` when the completion came back."""
+    fork: str = ""
+    """Why this turn's prompt does not extend the previous turn's prompt + response +
+    appended tokens (``""``: it does). A forked turn starts a new training row."""
 
 
 @dataclass
@@ -79,6 +83,9 @@ class Trajectory:
     reward: float
     stop_reason: str
     env_errors: int = 0
+    counts: dict[str, float] = field(default_factory=dict)
+    """Driver-specific counts, summed over the step's trajectories into its metrics (an
+    external agent's ``agent/forks``, ...)."""
 
 
 @dataclass
@@ -102,6 +109,8 @@ class DriverContext:
     env_factory: Callable[[], TextEnv]
     settings: LoopSettings
     clock: VersionClock
+    config: GeneratorConfig | None = None
+    """The whole ``generator`` group, for drivers that need more than ``settings``."""
 
 
 class RolloutDriver(Protocol):

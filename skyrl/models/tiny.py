@@ -21,12 +21,39 @@ import tempfile
 from pathlib import Path
 
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nYou may call functions. Their signatures, within <tools></tools>:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nFor each call, return a JSON object with the function name and "
+    "arguments within <tool_call></tool_call> tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n\' }}'
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message['content'] %}{{- '\n' + message['content'] }}{%- endif %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set call = call['function'] if call['function'] is defined else call %}"
+    "{{- '\n<tool_call>\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
+    "{{- (call['arguments'] if call['arguments'] is string else call['arguments'] | tojson) }}"
+    "{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- elif message['role'] == 'tool' and tools %}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
-"""ChatML: every message is ``<|im_start|>role\\ncontent<|im_end|>\\n``."""
+"""ChatML: every message is ``<|im_start|>role\\ncontent<|im_end|>\\n``. With ``tools``
+(Qwen2.5's format): the signatures in a system message, an assistant's calls as
+``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``, tool results as a user
+message in ``<tool_response>`` tags (without ``tools``, a tool message is plain ChatML)."""
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -74,7 +101,14 @@ def build_tiny_tokenizer(vocab_size: int = 512):
 
 def _cache_key(arch: str, seed: int, config_kwargs: dict, vocab_size: int) -> str:
     blob = json.dumps(
-        {"arch": arch, "seed": seed, "cfg": config_kwargs, "vocab": vocab_size, "v": 1},
+        {
+            "arch": arch,
+            "seed": seed,
+            "cfg": config_kwargs,
+            "vocab": vocab_size,
+            "v": 1,
+            "template": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:8],
+        },  # fmt: skip
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -219,7 +219,7 @@ def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
         values = [r[key] for r in rounds if key in r]
         if key.endswith("_max"):
             out[key] = max(values)
-        elif key in (names.ENV_ERRORS, names.GENERATE_SECONDS):
+        elif key in (names.ENV_ERRORS, names.GENERATE_SECONDS) or key.startswith("agent/"):
             out[key] = sum(values)
         else:
             out[key] = sum(values) / len(values)
@@ -240,6 +240,7 @@ def dump_rollouts(out: GeneratorOutput, tokenizer, path: Path) -> None:
                 "reward": out.rewards[i],
                 "stop_reason": out.stop_reasons[i],
                 "policy_versions": [list(v) for v in out.policy_versions[i]],
+                "fork": out.forks[i],
                 "prompt_ids": out.prompt_token_ids[i],
                 "response_ids": out.response_token_ids[i],
                 "loss_mask": out.loss_masks[i],

@@ -211,7 +211,7 @@ class RLTrainer:
             batch.values,
             token_rewards,
         )
-        if self.cfg.generator.step_wise:
+        if self._multi_row(batch):
             adv, ret = broadcast_last_step_advantages(
                 inputs, a, batch.metadata["is_last_step"], batch.metadata.get("trajectory_ids")
             )
@@ -419,12 +419,17 @@ class RLTrainer:
 
     # -- helpers ---------------------------------------------------------------------
 
+    def _multi_row(self, batch: TrainingInputBatch) -> bool:
+        """Whether a trajectory may have several rows: step-wise, or some trajectory forked
+        (``GeneratorOutput.forks``: an external agent's session that edited its history)."""
+        return self.cfg.generator.step_wise or any(batch.metadata.get("forks", ()))
+
     def _stage(self, batch: TrainingInputBatch, mini_batch_size: int, loss_weights: bool = True):
         """Prompt-unit mini-batches of ``mini_batch_size`` prompts, split over the DP ranks."""
         t, g, a = self.cfg.trainer, self.cfg.generator, self.cfg.algorithm
         uids = batch.metadata["uids"]
         bounds = compute_prompt_mini_batch_boundaries(
-            uids, mini_batch_size, t.train_batch_size, step_wise=g.step_wise
+            uids, mini_batch_size, t.train_batch_size, step_wise=self._multi_row(batch)
         )
         weights_fn = None
         if loss_weights:

@@ -1,0 +1,533 @@
+"""What the OpenAI-compatible endpoint does with a request, HTTP aside.
+
+``OpenAIBackend`` turns a request body into engine calls and an OpenAI
+response: ``chat`` (``/v1/chat/completions``), ``completion``
+(``/v1/completions``) and ``models`` (``/v1/models``). Errors are ``APIError``
+(HTTP status + OpenAI error object).
+
+Sessions. A training run opens one ``Session`` per trajectory and gives its key
+to the agent as the API key (the ``Authorization: Bearer`` value every OpenAI
+client sends). A session's requests are:
+
+- checked against the training sampling (``generator.sampling``): a
+  temperature or top_p that differs is refused (400) or overridden and counted
+  (``generator.agent_sampling_drift``), because the trainer's logprobs assume it;
+- seeded like the built-in loop's turns (``request_seed(base, uid, sample,
+  turn)``), whatever seed the client sends;
+- decided against the session's chain (``skyrl.serve.reconcile``) before the
+  engine sees them, and bounded like the built-in loop's turns: the first
+  prompt by ``generator.max_prompt_length``, the tokens after it by
+  ``max_generate_length`` (a request's ``max_tokens`` is capped to what is left);
+- recorded: the prompt ids the engine got, the sampled ids, their logprobs,
+  the finish reason and the policy versions at dispatch and finish.
+
+Without a session (``skyrl-serve``), requests are plain inference: the client's
+sampling and seed, ``max_tokens`` up to ``generator.max_generate_length``.
+
+Engine calls run where the engine's callers must run them: ``EngineBinding``
+carries the event loop of the rollout driver that opened the session (the
+version clock's gate and the async source's in-flight counting live there) and
+hands the call to it; without one the call runs on the server's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl.data.prompts import PromptRow
+from skyrl.generators.trajectory import VersionClock
+from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
+from skyrl.serve.chat_format import (
+    ChatFormat,
+    FormatError,
+    ToolParserUnavailable,
+    check_tools,
+    normalize_messages,
+)
+from skyrl.serve.reconcile import FIRST, FORK, Chain, Decision, RequestRecord
+
+
+class APIError(Exception):
+    """An OpenAI error response: HTTP ``status`` and the error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = (
+            status, message, type, param, code,
+        )  # fmt: skip
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass
+class EngineBinding:
+    """An engine, the version clock of its weights, and the loop its calls must run on."""
+
+    engine: InferenceEngine
+    clock: VersionClock = field(default_factory=VersionClock)
+    loop: asyncio.AbstractEventLoop | None = None
+    """The rollout driver's loop (None: the caller's)."""
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None
+    ) -> tuple[Completion, int, int, float, float]:
+        """``(completion, version at dispatch, at finish, dispatched_at, finished_at)``."""
+        call = self._generate(prompt_ids, sampling, route_key)
+        if self.loop is None or self.loop is asyncio.get_running_loop():
+            return await call
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.loop))
+
+    async def _generate(self, prompt_ids, sampling, route_key):
+        version = await self.clock.dispatch_version()
+        started = time.monotonic()
+        out = await self.engine.generate(prompt_ids, sampling, route_key)
+        return out, version, self.clock.current, started, time.monotonic()
+
+
+@dataclass
+class Limits:
+    """Token limits of the requests (the ``generator`` group's)."""
+
+    max_prompt_length: int
+    max_generate_length: int
+    max_tokens_per_turn: int | None = None
+
+
+@dataclass
+class Session:
+    """One trajectory of an external agent: its requests, recorded."""
+
+    row: PromptRow
+    sample: int
+    sampling: SamplingParams
+    """The training sampling; ``seed`` is the base of the per-request seeds."""
+    binding: EngineBinding
+    drift: str = "error"
+    """``generator.agent_sampling_drift``."""
+    key: str = field(default_factory=lambda: "sk-skyrl-" + secrets.token_hex(16))
+    chain: Chain | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+    sampling_overrides: int = 0
+    lock: asyncio.Lock | None = None
+    """Serializes the session's requests (made on the server's loop)."""
+
+    @property
+    def trajectory_id(self) -> str:
+        return f"{self.row.uid}/{self.sample}"
+
+
+class SessionStore:
+    """Open sessions by key (thread-safe: drivers open them, the server reads them)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def open(self, session: Session) -> Session:
+        with self._lock:
+            self._sessions[session.key] = session
+        return session
+
+    def close(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.pop(session.key, None)
+
+    def get(self, key: str | None) -> Session | None:
+        with self._lock:
+            return self._sessions.get(key) if key else None
+
+
+def _number(body: dict, name: str, kind: type, default: Any, low: float | None = None) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise APIError(400, f"{name} must be a number, got {value!r}", param=name)
+    if kind is int and value != int(value):
+        raise APIError(400, f"{name} must be an integer, got {value!r}", param=name)
+    if low is not None and value < low:
+        raise APIError(400, f"{name} must be >= {low:g}, got {value!r}", param=name)
+    return kind(value)
+
+
+def _stops(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return list(stop)
+    raise APIError(400, f"stop must be a string or a list of strings, got {stop!r}", param="stop")
+
+
+class OpenAIBackend:
+    """The endpoint's logic for one model (see the module docstring)."""
+
+    def __init__(
+        self,
+        tokenizer,
+        model_names: list[str],
+        limits: Limits,
+        binding: EngineBinding | None = None,
+        sessions: SessionStore | None = None,
+        tool_parser: str = "hermes",
+    ):
+        self.format = ChatFormat(tokenizer, tool_parser)
+        self.tokenizer = tokenizer
+        self.model_names = list(model_names)
+        self.limits = limits
+        self.binding = binding
+        """Where session-less requests go (None: only sessions are served)."""
+        self.sessions = sessions or SessionStore()
+        self.max_requests: int | None = None
+        """Requests a session may make (``generator.max_turns``; None: any number)."""
+        self.created = int(time.time())
+
+    # -- endpoints -------------------------------------------------------------------
+
+    def models(self) -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": self.created, "owned_by": "skyrl"}
+                for name in self.model_names
+            ],
+        }
+
+    async def chat(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
+        body = self._body(body)
+        session = self._session(key)
+        try:
+            messages = normalize_messages(body.get("messages"))
+            tools = check_tools(body.get("tools"))
+        except FormatError as exc:
+            raise APIError(400, f"{exc.param}: {exc}", param=exc.param) from None
+        if body.get("tool_choice") == "none":
+            tools = None
+        if tools and not self.format.supports_tools:
+            raise APIError(400, "this model's chat template does not render tools", param="tools")
+        rendered = self.format.prompt_ids(messages, tools)
+        choices, prompt_ids = await self._sample(body, session, rendered, messages)
+        out = []
+        for k, (completion, record) in enumerate(choices):
+            try:
+                content, calls = self.format.parse_reply(completion.token_ids, tools, messages)
+            except ToolParserUnavailable as exc:
+                raise APIError(500, str(exc), type="server_error", param="tools") from None
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+            if record is not None:
+                record.reply = message
+            finish = "tool_calls" if calls else completion.finish_reason
+            choice: dict[str, Any] = {"index": k, "message": message, "finish_reason": finish}
+            choice["logprobs"] = self._chat_logprobs(completion) if body.get("logprobs") else None
+            out.append(self._with_ids(body, choice, completion))
+        response = self._response("chat.completion", "chatcmpl", body, out, prompt_ids, choices)
+        return self._chat_stream(response) if body.get("stream") else response
+
+    async def completion(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
+        body = self._body(body)
+        session = self._session(key)
+        if body.get("echo"):
+            raise APIError(400, "echo is not supported", param="echo")
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            rendered = self.tokenizer.encode(prompt, add_special_tokens=False)
+        elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            rendered = list(prompt)
+        else:
+            raise APIError(400, "prompt must be a string or a list of token ids", param="prompt")
+        choices, prompt_ids = await self._sample(body, session, rendered, [])
+        out = []
+        for k, (completion, _record) in enumerate(choices):
+            text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+            choice: dict[str, Any] = {
+                "index": k,
+                "text": text,
+                "finish_reason": completion.finish_reason,
+                "logprobs": self._completion_logprobs(completion) if body.get("logprobs") else None,
+            }
+            out.append(self._with_ids(body, choice, completion))
+        response = self._response("text_completion", "cmpl", body, out, prompt_ids, choices)
+        return self._completion_stream(response) if body.get("stream") else response
+
+    # -- the common path ---------------------------------------------------------------
+
+    def _body(self, body: Any) -> dict:
+        if not isinstance(body, dict):
+            raise APIError(400, "the request body must be a JSON object")
+        model = body.get("model")
+        if model not in self.model_names:
+            raise APIError(
+                404,
+                f"model {model!r} does not exist; this endpoint serves {', '.join(self.model_names)}",
+                param="model",
+                code="model_not_found",
+            )
+        return body
+
+    def _session(self, key: str | None) -> Session | None:
+        session = self.sessions.get(key)
+        if session is None and self.binding is None:
+            raise APIError(
+                401,
+                "unknown session key: during training each trajectory's agent gets its own API key",
+                type="authentication_error",
+                code="invalid_api_key",
+            )
+        return session
+
+    async def _sample(
+        self, body: dict, session: Session | None, rendered: list[int], messages: list[dict]
+    ) -> tuple[list[tuple[Completion, RequestRecord | None]], list[int]]:
+        n = _number(body, "n", int, 1, low=1)
+        if session is None:
+            return await self._sample_free(body, rendered, n), rendered
+        if n != 1:
+            raise APIError(400, "n must be 1 in a training session", param="n")
+        if session.lock is None:
+            session.lock = asyncio.Lock()
+        async with session.lock:
+            return await self._sample_session(body, session, rendered, messages)
+
+    async def _sample_free(self, body: dict, prompt: list[int], n: int):
+        lim = self.limits
+        if len(prompt) > lim.max_prompt_length:
+            raise self._too_long(len(prompt))
+        max_tokens = self._max_tokens(body, lim.max_generate_length)
+        if max_tokens > lim.max_generate_length:
+            raise APIError(
+                400,
+                f"max_tokens {max_tokens} is over generator.max_generate_length="
+                f"{lim.max_generate_length}",
+                param="max_tokens",
+            )
+        seed = _number(body, "seed", int, None)
+        base = SamplingParams(
+            temperature=_number(body, "temperature", float, 1.0, low=0),
+            top_p=_number(body, "top_p", float, 1.0),
+            stop=_stops(body),
+            max_tokens=max_tokens,
+        )
+        if not 0 < base.top_p <= 1:
+            raise APIError(400, f"top_p must be in (0, 1], got {base.top_p}", param="top_p")
+
+        def one(j: int) -> SamplingParams:
+            s = None if seed is None else (seed if n == 1 else request_seed(seed, "0", j, 0))
+            return dataclasses.replace(base, seed=s)
+
+        assert self.binding is not None
+        key = uuid.uuid4().hex
+        results = await asyncio.gather(
+            *(self._engine_call(self.binding, prompt, one(j), key) for j in range(n))
+        )
+        return [(r[0], None) for r in results]
+
+    async def _sample_session(
+        self, body: dict, session: Session, rendered: list[int], messages: list[dict]
+    ):
+        lim = self.limits
+        if self.max_requests is not None and len(session.records) >= self.max_requests:
+            raise APIError(
+                400,
+                f"the trajectory has made its generator.max_turns={self.max_requests} requests",
+                code="max_turns_reached",
+            )
+        if session.chain is None:
+            session.chain = Chain(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
+        decision = session.chain.decide(rendered)
+        room = self._room(decision)
+        sampling = dataclasses.replace(
+            session.sampling,
+            n=1,
+            stop=_stops(body) or list(session.sampling.stop),
+            max_tokens=min(self._max_tokens(body, room), room, lim.max_tokens_per_turn or room),
+        )
+        for name in ("temperature", "top_p"):
+            asked, used = body.get(name), getattr(session.sampling, name)
+            if asked is None or float(asked) == float(used):
+                continue
+            if session.drift == "error":
+                raise APIError(
+                    400,
+                    f"{name} {asked} differs from the training {name} {used} "
+                    f"(generator.sampling.{name}): the trainer's logprobs assume it; set "
+                    "generator.agent_sampling_drift=override to use the training value",
+                    param=name,
+                )
+            session.sampling_overrides += 1
+        base = session.sampling.seed
+        turn = len(session.records)
+        if base is not None:
+            sampling.seed = request_seed(base, session.row.uid, session.sample, turn)
+        completion, v0, v1, t0, t1 = await self._engine_call(
+            session.binding, decision.prompt_ids, sampling, session.row.uid
+        )
+        session.chain.record(decision, completion.token_ids)
+        record = RequestRecord(
+            decision, list(completion.token_ids), list(completion.logprobs),
+            completion.finish_reason, v0, v1, t0, t1, messages=messages,
+        )  # fmt: skip
+        session.records.append(record)
+        return [(completion, record)], decision.prompt_ids
+
+    def _room(self, d: Decision) -> int:
+        """New tokens the request may sample (a 400 when there is no room)."""
+        lim = self.limits
+        if d.kind == FIRST:
+            if len(d.prompt_ids) > lim.max_prompt_length:
+                raise self._too_long(len(d.prompt_ids))
+            return lim.max_generate_length
+        if d.kind == FORK:
+            room = lim.max_prompt_length + lim.max_generate_length - len(d.prompt_ids)
+            spent = (
+                f"the conversation is {len(d.prompt_ids)} tokens (it starts a new row), which "
+                f"leaves no room under generator.max_prompt_length + max_generate_length = "
+                f"{lim.max_prompt_length + lim.max_generate_length}"
+            )
+        else:
+            used = len(d.prompt_ids) - d.row_prompt_len
+            room = lim.max_generate_length - used
+            spent = (
+                f"the conversation has {used} tokens after its first prompt, which leaves no "
+                f"room under generator.max_generate_length={lim.max_generate_length}"
+            )
+        if room < 1:
+            raise APIError(400, spent, param="messages", code="context_length_exceeded")
+        return room
+
+    def _too_long(self, n: int) -> APIError:
+        return APIError(
+            400,
+            f"the prompt is {n} tokens (after the chat template), over "
+            f"generator.max_prompt_length={self.limits.max_prompt_length}",
+            param="messages",
+            code="context_length_exceeded",
+        )
+
+    @staticmethod
+    def _max_tokens(body: dict, default: int) -> int:
+        value = body.get("max_completion_tokens", body.get("max_tokens"))
+        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        return _number({name: value}, name, int, default, low=1)
+
+    async def _engine_call(self, binding: EngineBinding, prompt, sampling, key):
+        from skyrl.inference.client import EngineDiedError
+
+        try:
+            return await binding.generate(prompt, sampling, key)
+        except EngineDiedError as exc:
+            raise APIError(503, str(exc), type="server_error", code="engine_unavailable") from None
+
+    # -- response bodies -------------------------------------------------------------
+
+    @staticmethod
+    def _with_ids(body: dict, choice: dict, completion: Completion) -> dict:
+        """The choice, with its sampled ids when the request asked (``return_token_ids``)."""
+        if body.get("return_token_ids"):
+            choice["token_ids"] = list(completion.token_ids)
+        return choice
+
+    def _response(self, obj, prefix, body, choices, prompt_ids, sampled) -> dict:
+        completion_tokens = sum(len(c.token_ids) for c, _ in sampled)
+        response: dict[str, Any] = {
+            "id": f"{prefix}-{uuid.uuid4().hex}",
+            "object": obj,
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt_ids) + completion_tokens,
+            },
+        }
+        if body.get("return_token_ids"):
+            response["prompt_token_ids"] = list(prompt_ids)
+        return response
+
+    def _chat_logprobs(self, completion: Completion) -> dict:
+        content = []
+        for tok, lp in zip(completion.token_ids, completion.logprobs, strict=True):
+            text = self.tokenizer.decode([tok])
+            content.append(
+                {"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
+            )
+        return {"content": content}
+
+    def _completion_logprobs(self, completion: Completion) -> dict:
+        tokens = [self.tokenizer.decode([t]) for t in completion.token_ids]
+        offsets, at = [], 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(completion.logprobs),
+            "top_logprobs": None,
+            "text_offset": offsets,
+        }
+
+    @staticmethod
+    async def _chat_stream(response: dict) -> AsyncIterator[str]:
+        """The response as server-sent events: per choice its role, its content and tool
+        calls in one delta each, then its finish reason; usage last."""
+        head = {k: response[k] for k in ("id", "created", "model")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(index: int, delta: dict, finish=None, extra=None) -> str:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice.update(extra or {})
+            return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
+
+        for c in response["choices"]:
+            msg = c["message"]
+            yield chunk(c["index"], {"role": "assistant", "content": ""})
+            if msg.get("content"):
+                yield chunk(
+                    c["index"], {"content": msg["content"]}, extra={"logprobs": c["logprobs"]}
+                )
+            if msg.get("tool_calls"):
+                calls = [{"index": k, **call} for k, call in enumerate(msg["tool_calls"])]
+                yield chunk(c["index"], {"tool_calls": calls})
+            extra = {"token_ids": c["token_ids"]} if "token_ids" in c else None
+            yield chunk(c["index"], {}, c["finish_reason"], extra)
+        yield f"data: {json.dumps({**head, 'choices': [], 'usage': response['usage']})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    @staticmethod
+    async def _completion_stream(response: dict) -> AsyncIterator[str]:
+        head = {k: response[k] for k in ("id", "object", "created", "model")}
+        for c in response["choices"]:
+            text = {"index": c["index"], "text": c["text"], "logprobs": c["logprobs"]}
+            yield f"data: {json.dumps({**head, 'choices': [{**text, 'finish_reason': None}]})}\n\n"
+            end = {"index": c["index"], "text": "", "logprobs": None}
+            end["finish_reason"] = c["finish_reason"]
+            yield f"data: {json.dumps({**head, 'choices': [end]})}\n\n"
+        yield "data: [DONE]\n\n"

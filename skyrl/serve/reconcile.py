@@ -1,0 +1,161 @@
+"""An external agent's requests as training rows: exact tokens, merged while they chain.
+
+An agent talking to the endpoint sends its whole conversation with every
+request; the server renders it with the chat template. Each request is decided
+against the session's CHAIN (the previous request's prompt + the tokens sampled
+for it) when it arrives, before the engine sees it:
+
+- ``append``: the rendered prompt extends the chain token for token. The turn
+  continues the current training row; the tokens after the chain (template,
+  tool results, the next user message) get loss mask 0.
+- ``realigned``: the prompt does not extend the chain in tokens but does in
+  text, at a token boundary (the agent sent the reply back and it tokenized
+  differently, or a tool call was re-serialized to the same text). The engine is
+  given the chain's own tokens followed by the rest of the rendered prompt, so
+  the model continues from exactly what it sampled; the row goes on.
+- ``fork``: anything else. The turn starts a new training row of the same
+  trajectory (``Turn.fork`` says why: ``edited`` when the context before the last
+  reply changed, e.g. the agent dropped or rewrote history; ``rerendered`` when
+  only the last reply came back different, e.g. thinking dropped by the template
+  or a tool call serialized another way).
+
+The session's first request starts the first row. Counts of each decision are
+kept per session (``agent/forks``, ``agent/forks_edited``,
+``agent/forks_rerendered``, ``agent/realigned``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from skyrl.generators.trajectory import Turn
+
+APPEND, REALIGNED, FORK, FIRST = "append", "realigned", "fork", "first"
+EDITED, RERENDERED = "edited", "rerendered"
+
+
+@dataclass
+class Decision:
+    """How one request relates to its session's chain."""
+
+    kind: str
+    """``first``, ``append``, ``realigned`` or ``fork``."""
+    prompt_ids: list[int]
+    """What the engine is given: the rendered prompt, or the chain + the rest (realigned)."""
+    reason: str = ""
+    """Why it forks: ``edited`` or ``rerendered`` (``""`` otherwise)."""
+    row_prompt_len: int = 0
+    """Length of the prompt of the training row this request belongs to."""
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass
+class Chain:
+    """The session's current training row, as the tokens the next request should extend."""
+
+    decode: Callable[[list[int]], str]
+    """Token ids -> text, special tokens kept."""
+    ids: list[int] | None = None
+    """The last request's prompt + its sampled tokens (None before the first request)."""
+    last_prompt_len: int = 0
+    """Where the last request's sampled tokens start in ``ids``."""
+    row_prompt_len: int = 0
+    """Length of the current row's prompt."""
+    counts: Counter = field(default_factory=Counter)
+    """Decisions so far, by kind and fork reason."""
+
+    def decide(self, rendered: list[int]) -> Decision:
+        """The decision for a request whose conversation renders to ``rendered``."""
+        if self.ids is None:
+            return Decision(FIRST, list(rendered), row_prompt_len=len(rendered))
+        chain = self.ids
+        same = _common_prefix(chain, rendered)
+        if same == len(chain):
+            return Decision(APPEND, list(rendered), row_prompt_len=self.row_prompt_len)
+        cut = self._text_boundary(rendered, same)
+        if cut is not None:
+            return Decision(REALIGNED, chain + rendered[cut:], row_prompt_len=self.row_prompt_len)
+        reason = EDITED if same < self.last_prompt_len else RERENDERED
+        return Decision(FORK, list(rendered), reason, row_prompt_len=len(rendered))
+
+    def _text_boundary(self, rendered: list[int], same: int) -> int | None:
+        """The ``j`` with ``decode(rendered[:j]) == decode(chain)``, if any."""
+        assert self.ids is not None
+        want = self.decode(self.ids)
+        if not self.decode(rendered).startswith(want):
+            return None
+        for j in range(same, len(rendered) + 1):
+            text = self.decode(rendered[:j])
+            if text == want:
+                return j
+            if len(text) > len(want):
+                return None
+        return None
+
+    def record(self, decision: Decision, response_ids: list[int]) -> None:
+        """The request was answered: its prompt + sampled tokens are the new chain."""
+        self.counts[decision.kind] += 1
+        if decision.reason:
+            self.counts[f"{FORK}_{decision.reason}"] += 1
+        self.ids = decision.prompt_ids + list(response_ids)
+        self.last_prompt_len = len(decision.prompt_ids)
+        self.row_prompt_len = decision.row_prompt_len
+
+
+@dataclass
+class RequestRecord:
+    """One answered request of a session, as the engine saw it."""
+
+    decision: Decision
+    response_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    version_dispatched: int = 0
+    version_finished: int = 0
+    dispatched_at: float = 0.0
+    finished_at: float = 0.0
+    messages: list[dict] = field(default_factory=list)
+    """The conversation the request sent (OpenAI message dicts)."""
+    reply: dict = field(default_factory=dict)
+    """The assistant message the server answered with."""
+
+
+def to_turns(records: list[RequestRecord]) -> list[Turn]:
+    """The session's turns, in request order: each turn's ``appended_ids`` are the tokens the
+    next request added after it (when that request continues the row), and a forked request
+    starts a new row (``Turn.fork``)."""
+    turns = []
+    for k, rec in enumerate(records):
+        d = rec.decision
+        turn = Turn(
+            list(d.prompt_ids), list(rec.response_ids), list(rec.logprobs), rec.finish_reason,
+            version_dispatched=rec.version_dispatched, version_finished=rec.version_finished,
+            dispatched_at=rec.dispatched_at, finished_at=rec.finished_at,
+            fork=d.reason if d.kind == FORK else "",
+        )  # fmt: skip
+        if k + 1 < len(records) and records[k + 1].decision.kind in (APPEND, REALIGNED):
+            chain = len(d.prompt_ids) + len(rec.response_ids)
+            turn.appended_ids = list(records[k + 1].decision.prompt_ids[chain:])
+        turns.append(turn)
+    return turns
+
+
+def fork_counts(chain: Chain) -> dict[str, float]:
+    """``agent/...`` counts of one session."""
+    c = chain.counts
+    return {
+        "agent/requests": float(sum(c[k] for k in (FIRST, APPEND, REALIGNED, FORK))),
+        "agent/forks": float(c[FORK]),
+        "agent/forks_edited": float(c[f"{FORK}_{EDITED}"]),
+        "agent/forks_rerendered": float(c[f"{FORK}_{RERENDERED}"]),
+        "agent/realigned": float(c[REALIGNED]),
+    }

@@ -1,0 +1,42 @@
+"""An in-process endpoint over any engine (served on a thread of the test) and the tiny
+model's tokenizer."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@contextmanager
+def endpoint(engine, tokenizer, names=("tiny",), max_prompt=64, max_gen=32, **kwargs):
+    """``(base_url, backend)`` of an endpoint over ``engine`` (served on a thread here)."""
+    from skyrl.serve.app import HTTPServer, build_app
+    from skyrl.serve.backend import EngineBinding, Limits, OpenAIBackend
+
+    done: Future = Future()
+    serving = threading.Thread(target=engine.serve, args=(done,), daemon=True)
+    serving.start()
+    backend = OpenAIBackend(
+        tokenizer, list(names), Limits(max_prompt, max_gen), EngineBinding(engine), **kwargs
+    )
+    server = HTTPServer(build_app(backend))
+    try:
+        yield server.start(), backend
+    finally:
+        server.stop()
+        done.set_result(None)
+        serving.join(timeout=10)

@@ -1,0 +1,103 @@
+"""External agents (``generator.agent`` naming ``async def rollout(client, row)``) through the
+real endpoint and the hf engine on the tiny model: rows hold exactly the sampled tokens,
+forks are counted, a failing agent costs its trajectory only, reward functions, the
+sampling-drift rule and ``max_turns``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from skyrl.config.environment import EnvironmentConfig
+from skyrl.config.generator import HFGeneratorConfig
+from skyrl.data.prompts import PromptRow
+from skyrl.generators import make_generator, to_training_batch
+from skyrl.inference import make_engine
+from skyrl.inference.base import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
+
+ROWS = [PromptRow(f"What is {i} + {i}?", "toy", {}, uid=f"p{i}") for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    from skyrl.config.generator import HFGeneratorConfig
+
+    engine = make_engine(HFGeneratorConfig(), tiny_model_path)
+    yield engine
+    engine.shutdown()
+
+
+def generate(engine, tokenizer, agent, rows=ROWS, n=2, **overrides):
+    settings = {"max_turns": 4, "max_generate_length": 32, "max_prompt_length": 64, **overrides}
+    cfg = HFGeneratorConfig(agent=agent, **settings)
+    gen = make_generator(cfg, EnvironmentConfig(name="math"), engine, tokenizer)
+    try:
+        return gen.generate(rows, n, SamplingParams(seed=3, max_tokens=32))
+    finally:
+        gen.driver.close()
+
+
+def test_two_turn_agent_rows_hold_exactly_the_sampled_tokens(engine, tiny_tokenizer):
+    out = generate(engine, tiny_tokenizer, "agents.two_turns")
+    assert len(out) == 8 and out.forks == [""] * 8  # one row per trajectory: the turns chain
+    m = out.metrics
+    assert m["agent/requests"] == 16 and m["agent/forks"] == 0 and m["env/errors"] == 0
+    for mask, lps, resp in zip(
+        out.loss_masks, out.rollout_logprobs, out.response_token_ids, strict=True
+    ):
+        assert sum(mask) == 12  # two replies of max_tokens=6 (the random model never stops)
+        assert all((lp < 0) == bool(k) for lp, k in zip(lps, mask, strict=True))
+        assert len(resp) > 12  # the agent's second message sits between the replies, masked
+    to_training_batch(out)
+    assert (
+        all(0 <= r <= 1 for r in out.rewards)
+        and len({tuple(r) for r in out.response_token_ids}) == 8
+    )
+
+
+def test_same_seed_same_rollouts(engine, tiny_tokenizer):
+    a = generate(engine, tiny_tokenizer, "agents.one_turn")
+    b = generate(engine, tiny_tokenizer, "agents.one_turn")
+    assert a.response_token_ids == b.response_token_ids and a.rewards == b.rewards
+
+
+def test_an_agent_that_rewrites_a_reply_forks_into_step_rows(engine, tiny_tokenizer):
+    out = generate(engine, tiny_tokenizer, "agents.edits_history")
+    assert out.forks == ["", "rerendered"] * 8
+    assert out.is_last_step == [False, True] * 8 and out.rewards[::2] == [0.0] * 8
+    assert out.metrics["agent/forks"] == 8 and out.metrics["agent/forks_rerendered"] == 8
+    batch = to_training_batch(out)
+    assert batch.metadata["forks"] == out.forks
+
+
+@pytest.mark.parametrize("agent", ["agents.raises", "agents.hangs", "agents.garbage"])
+def test_a_failing_agent_costs_its_trajectories_only(engine, tiny_tokenizer, agent):
+    rows = ROWS[:2]
+    out = generate(engine, tiny_tokenizer, agent, rows=rows, agent_timeout_s=2.0)
+    assert out.rewards == [0.0] * 4 and set(out.stop_reasons) == {"env_error"}
+    assert out.metrics["env/errors"] == 4
+    if agent == "agents.raises":  # the request it made before raising still trains
+        assert all(sum(m) == 8 for m in out.loss_masks)
+
+
+def test_a_reward_fn_scores_the_conversation(engine, tiny_tokenizer):
+    out = generate(
+        engine, tiny_tokenizer, "agents.one_turn", agent_reward_fn="agents.last_reply_vowels"
+    )
+    plain = generate(engine, tiny_tokenizer, "agents.one_turn")
+    assert out.rewards == plain.rewards  # the same vowel share, computed by the reward fn
+
+
+def test_sampling_drift_and_max_turns_reach_the_agent_as_errors(engine, tiny_tokenizer):
+    drift = generate(engine, tiny_tokenizer, "agents.cold", rows=ROWS[:1], n=1)
+    assert drift.metrics["env/errors"] == 1
+    override = generate(
+        engine, tiny_tokenizer, "agents.cold", rows=ROWS[:1], n=1, agent_sampling_drift="override"
+    )
+    assert override.metrics["env/errors"] == 0 and override.metrics["agent/sampling_overrides"] == 1
+    capped = generate(engine, tiny_tokenizer, "agents.two_turns", rows=ROWS[:1], n=1, max_turns=1)
+    assert capped.metrics["env/errors"] == 1 and sum(capped.loss_masks[0]) == 6

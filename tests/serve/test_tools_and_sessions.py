@@ -1,0 +1,172 @@
+"""Tool calls in the model's own format (Qwen2.5/hermes `<tool_call>` JSON, parsed by vLLM's
+parser), a dead engine (503), and training sessions: the API key picks the session, the
+sampling-drift rule, the token budget, and what is recorded. The engine is scripted
+(``scripted_engine``) so replies are known."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from conftest import endpoint
+from scripted_engine import ScriptedEngine
+
+from skyrl.data.prompts import PromptRow
+from skyrl.inference.base import SamplingParams
+from skyrl.serve.backend import EngineBinding, Session
+
+CALC = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+    },
+}
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
+
+
+@pytest.fixture
+def scripted(tiny_tokenizer):
+    engine = ScriptedEngine(tiny_tokenizer)
+    with endpoint(engine, tiny_tokenizer, max_prompt=512, max_gen=256) as (url, backend):
+        yield engine, url, backend
+
+
+def test_a_tool_call_is_parsed_into_tool_calls(scripted):
+    _, url, _ = scripted
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    r = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": f"SAY:{CALL}"}], tools=[CALC]
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator" and call.id
+    assert json.loads(call.function.arguments) == {"expression": "2+2"}
+    # without tools the same text is plain content
+    plain = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": f"SAY:{CALL}"}]
+    )
+    assert plain.choices[0].message.content == CALL and not plain.choices[0].message.tool_calls
+
+
+def test_tool_calls_stream_as_a_delta(scripted):
+    _, url, _ = scripted
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": f"SAY:{CALL}"}], tools=[CALC],
+            stream=True,
+        )
+    )  # fmt: skip
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [tc.function.name for tc in calls] == ["calculator"]
+    assert chunks[-1].choices == [] or chunks[-1].choices[0].finish_reason == "tool_calls"
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == ["tool_calls"]
+
+
+def test_a_dead_engine_is_a_503(tiny_tokenizer):
+    with endpoint(ScriptedEngine(tiny_tokenizer, dead=True), tiny_tokenizer) as (url, _):
+        r = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": "x"}]},
+        )
+    assert r.status_code == 503 and "died" in r.json()["error"]["message"]
+
+
+def open_session(backend, engine, drift="error", temperature=1.0):
+    row = PromptRow("q", "toy", {}, uid="p7")
+    sampling = SamplingParams(temperature=temperature, seed=11)
+    return backend.sessions.open(Session(row, 0, sampling, EngineBinding(engine), drift=drift))
+
+
+def call_then_answer(client, said: str, tool_result: str):
+    """Ask the scripted engine to say ``said`` (a tool call), send the call back with
+    ``tool_result``; the second reply."""
+    messages = [{"role": "user", "content": f"SAY:{said}"}]
+    first = client.chat.completions.create(model="tiny", messages=messages, tools=[CALC])
+    call = first.choices[0].message.tool_calls[0]
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": tool_result},
+    ]
+    return client.chat.completions.create(model="tiny", messages=messages, tools=[CALC])
+
+
+def test_the_session_key_records_the_requests_and_tool_calls_chain(scripted):
+    engine, url, backend = scripted
+    session = open_session(backend, engine)
+    client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+    second = call_then_answer(client, CALL, "4 SAY:four")
+    assert second.choices[0].message.content.startswith("four")
+    a, b = session.records
+    # the template re-renders the call as the model wrote it: the chain goes on, and the
+    # engine's second prompt starts with exactly the first prompt + the sampled tokens
+    assert b.decision.kind in ("append", "realigned")
+    assert engine.prompts[-1][: len(engine.prompts[-2]) + len(a.response_ids)] == (
+        engine.prompts[-2] + a.response_ids
+    )
+    assert a.reply["tool_calls"][0]["function"]["name"] == "calculator"
+    assert a.response_ids[-1] == engine.tokenizer.eos_token_id and a.finish_reason == "stop"
+    # another key is not this session: requests without a session still work here
+    other = openai.OpenAI(base_url=url, api_key="not-a-session", max_retries=0)
+    other.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    assert len(session.records) == 2
+
+
+def test_a_call_serialized_differently_forks(scripted):
+    engine, url, backend = scripted
+    session = open_session(backend, engine)
+    client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+    compact = '<tool_call>\n{"name":"calculator","arguments":{"expression":"2+2"}}\n</tool_call>'
+    call_then_answer(client, compact, "4")
+    second = session.records[1].decision
+    assert (second.kind, second.reason) == ("fork", "rerendered")  # the template adds spaces
+
+
+def test_a_drifting_temperature_is_refused_or_overridden_and_counted(scripted):
+    engine, url, backend = scripted
+    strict = open_session(backend, engine)
+    client = openai.OpenAI(base_url=url, api_key=strict.key, max_retries=0)
+    hi = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError, match="generator.agent_sampling_drift=override"):
+        client.chat.completions.create(model="tiny", messages=hi, temperature=0.3)
+    client.chat.completions.create(model="tiny", messages=hi, temperature=1.0)  # the same: fine
+    assert len(strict.records) == 1 and strict.sampling_overrides == 0
+    loose = open_session(backend, engine, drift="override")
+    client = openai.OpenAI(base_url=url, api_key=loose.key, max_retries=0)
+    client.chat.completions.create(model="tiny", messages=hi, temperature=0.3, top_p=0.5)
+    assert loose.sampling_overrides == 2  # temperature and top_p, both set back
+
+
+def test_session_budget_caps_max_tokens_and_refuses_when_spent(tiny_tokenizer):
+    engine = ScriptedEngine(tiny_tokenizer)
+    with endpoint(engine, tiny_tokenizer, max_prompt=128, max_gen=12) as (url, backend):
+        session = open_session(backend, engine)
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        long_reply = "SAY:" + "abc " * 20
+        messages = [{"role": "user", "content": long_reply}]
+        r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=500)
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 12
+        messages += [
+            {"role": "assistant", "content": r.choices[0].message.content},
+            {"role": "user", "content": "more"},
+        ]
+        with pytest.raises(openai.BadRequestError, match="generator.max_generate_length=12"):
+            client.chat.completions.create(model="tiny", messages=messages)
+
+
+def test_n_above_one_is_refused_in_a_session(scripted):
+    engine, url, backend = scripted
+    session = open_session(backend, engine)
+    client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], n=2
+        )
