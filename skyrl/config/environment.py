@@ -26,6 +26,12 @@ class EnvironmentConfig:
     """tools: wall-clock limit of one Python tool call, in seconds."""
     tool_memory_bytes: int = 512 * 1024 * 1024
     """tools: address-space limit of the Python tool subprocess, in bytes."""
+    tool_format: str = "auto"
+    """tools: how the model calls tools. ``native``: calculator and python declared as
+    JSON-schema tools through the chat template, calls parsed from the model's own format
+    (``generator.tool_parser``); ``tags``: the ``<calculator>...</calculator>`` text
+    protocol; ``auto``: native when the chat template renders tools and the parser loads,
+    else tags (the choice is logged)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the environment's constructor."""
 
@@ -39,6 +45,11 @@ class EnvironmentConfig:
             self.tool_memory_bytes >= 16 << 20,
             "tool_memory_bytes",
             f"must be >= 16 MiB, got {self.tool_memory_bytes}",
+        )
+        require(
+            self.tool_format in ("auto", "native", "tags"),
+            "tool_format",
+            f"must be auto, native or tags, got {self.tool_format!r}",
         )
         if self.name == "reasoning_gym" and not self._target_:
             require(

@@ -80,12 +80,13 @@ def check_prompts(
     limit, policy = cfg.generator.max_prompt_length, cfg.data.overlong_prompts
     chat = _chat_tokens(cfg, tokenizer, ChatTokens)
     env = make_checked_env(cfg.environment)
+    tools = _tools(cfg, env, chat, tokenizer)
     total, longest, num_overlong = 0, 0, 0
     first_overlong: tuple[str, str, int] | None = None
     try:
         for key, where, row in source_rows(cfg, split):
             total += 1
-            num_tokens = _prompt_tokens(chat, env, row, key, where)
+            num_tokens = _prompt_tokens(chat, env, row, key, where, tools)
             if num_tokens > limit:
                 num_overlong += 1
                 first_overlong = first_overlong or (key, where, num_tokens)
@@ -168,8 +169,21 @@ def _chat_tokens(cfg: SkyRLConfig, tokenizer, chat_tokens_cls):
     raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
 
 
-def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str) -> int:
-    """Tokens of ``row``'s first context, rendered by the agent loop's own two calls."""
+def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
+    """The tools the agent loop will declare for this env (``declared_tools``); an env that
+    needs native tools the template cannot render is the environment's problem."""
+    from skyrl.generators.tool_calls import ToolCallParser, declared_tools
+
+    try:
+        return declared_tools(env, chat, ToolCallParser(tokenizer, cfg.generator.tool_parser))
+    except ValueError as exc:
+        key = "environment._target_" if cfg.environment._target_ else "environment.tool_format"
+        problem = str(exc)
+    raise ConfigError(key, problem)
+
+
+def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str, tools=None) -> int:
+    """Tokens of ``row``'s first context, rendered by the agent loop's own calls."""
     from skyrl.generators.agent_loop import opening_messages
 
     try:
@@ -177,7 +191,7 @@ def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str) -> int:
     except Exception as exc:  # a user env's init; the exception context is kept
         raise ConfigError(key, f"{where}: env.init failed: {type(exc).__name__}: {exc}") from exc
     try:
-        return len(chat.prompt_ids(messages))
+        return len(chat.prompt_ids(messages, tools))
     except Exception as exc:  # e.g. a template that requires alternating roles
         raise ConfigError(
             key, f"{where}: the chat template cannot render it: {type(exc).__name__}: {exc}"

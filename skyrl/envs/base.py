@@ -52,6 +52,18 @@ class TextEnv:
     def step(self, action_text: str) -> StepResult:
         raise NotImplementedError
 
+    def tool_schemas(self) -> list[dict] | None:
+        """The env's tools as JSON-schema (OpenAI) tools, for the chat template to declare
+        (``skyrl.generators.tool_calls``); None: no native tools."""
+        return None
+
+    def use_native_tools(
+        self, parse: Callable[[str], list[dict]] | None, why_not: str | None
+    ) -> None:
+        """Called before ``init`` when ``tool_schemas`` is not None: ``parse`` (reply text ->
+        ``[{"name", "arguments"}]``) when the tools are native, else None with the reason
+        (the env falls back to a text protocol, or raises if it cannot)."""
+
     def close(self) -> None:
         """Release resources (processes, files)."""
 
@@ -127,4 +139,5 @@ def make_env_factory(cfg) -> Callable[[], TextEnv]:
     if cfg.name == "tools" and not cfg._target_:
         kwargs.setdefault("tool_timeout_s", cfg.tool_timeout_s)
         kwargs.setdefault("tool_memory_bytes", cfg.tool_memory_bytes)
+        kwargs.setdefault("tool_format", cfg.tool_format)
     return lambda: cls(**kwargs)

@@ -1,16 +1,25 @@
 """Multi-turn tool use: the model calls tools over several turns, rewarded on its final answer.
 
-Protocol (told to the model in the system message):
-``<calculator>2 * (3 + 4)</calculator>`` or ``<python>print(6 * 7)</python>``
-calls a tool and the result comes back as a ``tool`` message;
-``<answer>42</answer>`` ends the episode and is graded against
-``extras["answer"]`` with math-verify. A turn with neither ends the episode
-and is graded as a whole (``#### x`` / ``\\boxed{x}`` also count).
+Two ways to call the tools (``environment.tool_format``; ``auto`` picks the first the
+model's chat template supports, ``skyrl.generators.tool_calls``):
+
+- native: ``calculator`` and ``python`` are JSON-schema tools (``TOOLS``) the chat
+  template declares; the model calls them in its own format (Qwen2.5:
+  ``<tool_call>{"name": "calculator", "arguments": {"expression": "2 * 7"}}</tool_call>``),
+  parsed by vLLM's tool parser; each call's result comes back as a ``tool`` message.
+- tags (templates without tool support): told in the system message,
+  ``<calculator>2 * (3 + 4)</calculator>`` or ``<python>print(6 * 7)</python>`` calls a
+  tool and the result comes back as a ``tool`` message.
+
+``<answer>42</answer>`` ends the episode and is graded against ``extras["answer"]`` with
+math-verify. A turn with no call and no answer ends the episode and is graded as a whole
+(``#### x`` / ``\\boxed{x}`` also count).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from skyrl.envs.base import StepResult, TextEnv, register_env
 from skyrl.envs.grading import grade
@@ -22,7 +31,41 @@ SYSTEM_PROMPT = (
     "When done, write <answer>final answer</answer>."
 )
 
+NATIVE_SYSTEM_PROMPT = (
+    "You can use the calculator and python tools; their output comes back to you. "
+    "When done, write <answer>final answer</answer>."
+)
+
 _CALL = re.compile(r"<(calculator|python)>(.*?)</\1>", re.DOTALL)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression exactly, e.g. 2 * (3 + 4).",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": "Run a Python program in a sandbox; returns what it prints.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}},
+                "required": ["code"],
+            },
+        },
+    },
+]
+"""The tools in the native format (OpenAI / chat-template JSON schema)."""
+_ARGUMENT = {"calculator": "expression", "python": "code"}
 
 
 @register_env("tools")
@@ -33,13 +76,33 @@ class ToolEnv(TextEnv):
         self,
         tool_timeout_s: float = 5.0,
         tool_memory_bytes: int = 512 << 20,
-        system_prompt: str = SYSTEM_PROMPT,
+        system_prompt: str | None = None,
+        tool_format: str = "auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if tool_format not in ("auto", "native", "tags"):
+            raise ValueError(f"tool_format must be auto, native or tags, got {tool_format!r}")
         self.tool_timeout_s = tool_timeout_s
         self.tool_memory_bytes = tool_memory_bytes
-        self.system_prompt = system_prompt
+        self.custom_system_prompt = system_prompt
+        self.tool_format = tool_format
+        self.parse: Callable[[str], list[dict]] | None = None
+        """The native tool-call parser (None: the tag protocol)."""
+
+    def tool_schemas(self) -> list[dict] | None:
+        return None if self.tool_format == "tags" else TOOLS
+
+    def use_native_tools(self, parse, why_not) -> None:
+        if parse is None and self.tool_format == "native":
+            raise ValueError(f"tool_format=native, but {why_not}; use auto or tags")
+        self.parse = parse
+
+    @property
+    def system_prompt(self) -> str:
+        if self.custom_system_prompt is not None:
+            return self.custom_system_prompt
+        return NATIVE_SYSTEM_PROMPT if self.parse is not None else SYSTEM_PROMPT
 
     def init(self, prompt, extras):
         messages, info = super().init(prompt, extras)
@@ -48,18 +111,33 @@ class ToolEnv(TextEnv):
         self.tool_calls = 0
         return messages, info
 
+    def run_tool(self, tool: str, arg: str) -> str:
+        if tool == "calculator":
+            return calculator(arg)
+        return run_python(arg, self.tool_timeout_s, self.tool_memory_bytes)
+
     def step(self, action_text: str) -> StepResult:
         if "<answer>" not in action_text:
-            call = _CALL.search(action_text)
-            if call:
-                self.tool_calls += 1
-                tool, arg = call.group(1), call.group(2)
-                out = (
-                    calculator(arg)
-                    if tool == "calculator"
-                    else run_python(arg, self.tool_timeout_s, self.tool_memory_bytes)
-                )
-                obs = [{"role": "tool", "content": self.truncate(out)}]
-                return StepResult(obs, 0.0, False, {"tool": tool})
+            calls = self._calls(action_text)
+            if calls:
+                self.tool_calls += len(calls)
+                obs = [{"role": "tool", "content": self.truncate(out)} for _, out in calls]
+                return StepResult(obs, 0.0, False, {"tool": calls[0][0]})
         reward = grade(action_text, self.extras["answer"])
         return StepResult([], reward, True, {"tool_calls": self.tool_calls})
+
+    def _calls(self, text: str) -> list[tuple[str, str]]:
+        """``(tool, output)`` of each call in the reply: every native call, or the first tag."""
+        if self.parse is None:
+            tag = _CALL.search(text)
+            return [(tag.group(1), self.run_tool(tag.group(1), tag.group(2)))] if tag else []
+        out = []
+        for call in self.parse(text):
+            name, args = call["name"], call["arguments"]
+            if name not in _ARGUMENT:
+                out.append((name, f"error: no tool named {name!r} (tools: calculator, python)"))
+            elif not isinstance(args, dict) or not isinstance(args.get(_ARGUMENT[name]), str):
+                out.append((name, f"error: {name} takes {{{_ARGUMENT[name]!r}: string}}"))
+            else:
+                out.append((name, self.run_tool(name, args[_ARGUMENT[name]])))
+        return out

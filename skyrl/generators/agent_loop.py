@@ -23,6 +23,7 @@ from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import Message, TextEnv
 from skyrl.generators.chat import ChatTokens
 from skyrl.generators.output import check_prefix
+from skyrl.generators.tool_calls import ToolCallParser, declared_tools
 from skyrl.generators.trajectory import (
     DriverContext,
     LoopSettings,
@@ -35,8 +36,9 @@ from skyrl.inference.base import InferenceEngine, SamplingParams, request_seed
 
 def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
     """The messages a row's first turn is generated from: the env's ``init`` (which may add a
-    system prompt). The first context is ``ChatTokens.prompt_ids`` of them; the prompt-length
-    check at load (``skyrl.data.checked``) renders a row with these same two calls."""
+    system prompt). The first context is ``ChatTokens.prompt_ids`` of them, with the tools
+    ``declared_tools`` gives; the prompt-length check at load (``skyrl.data.checked``)
+    renders a row with these same three calls."""
     messages, _info = env.init(row.prompt, row.extras)
     return messages
 
@@ -52,9 +54,11 @@ class AgentLoop:
         settings: LoopSettings,
         clock: VersionClock | None = None,
         max_env_threads: int = 32,
+        tool_parser: str = "hermes",
     ):
         self.engine = engine
         self.chat = ChatTokens(tokenizer)
+        self.parser = ToolCallParser(tokenizer, tool_parser)
         self.env_factory = env_factory
         self.settings = settings
         self.clock = clock or VersionClock()
@@ -63,7 +67,11 @@ class AgentLoop:
     @classmethod
     def from_context(cls, ctx: DriverContext) -> AgentLoop:
         """The ``generator.agent=agent_loop`` factory."""
-        return cls(ctx.engine, ctx.tokenizer, ctx.env_factory, ctx.settings, ctx.clock)
+        parser = ctx.config.tool_parser if ctx.config is not None else "hermes"
+        return cls(
+            ctx.engine, ctx.tokenizer, ctx.env_factory, ctx.settings, ctx.clock,
+            tool_parser=parser,
+        )  # fmt: skip
 
     async def run(
         self, rows: list[PromptRow], n_samples: int, sampling: SamplingParams
@@ -117,10 +125,13 @@ class AgentLoop:
     async def _turns(self, env, row, tid, sample, sampling) -> Trajectory:
         s = self.settings
         turns: list[Turn] = []
+        # toolkit code, not the env's (the first call may import the tool parser): no timeout
+        loop = asyncio.get_running_loop()
+        tools = await loop.run_in_executor(self.pool, declared_tools, env, self.chat, self.parser)
         messages, err = await self._safe_env_call(opening_messages, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
-        context = self.chat.prompt_ids(messages)
+        context = self.chat.prompt_ids(messages, tools)
         if len(context) > s.max_prompt_length:  # the loaders drop or reject these first
             raise ValueError(
                 f"prompt {row.uid!r} has {len(context)} tokens > generator.max_prompt_length={s.max_prompt_length}"
@@ -143,7 +154,7 @@ class AgentLoop:
             if turn_idx + 1 == s.max_turns:
                 break
             ended_eos = bool(turn.response_ids) and turn.response_ids[-1] == self.chat.eos_id
-            appended = self.chat.observation_ids(result.observations, ended_eos)
+            appended = self.chat.observation_ids(result.observations, ended_eos, tools)
             used = len(context) - prompt_len + len(turn.response_ids) + len(appended)
             if used >= s.max_generate_length:  # no room for the observation and a reply
                 stop = "budget"

@@ -20,6 +20,8 @@ class ChatTokens:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.supports_tools = "tools" in (getattr(tokenizer, "chat_template", None) or "")
+        """Whether the chat template renders ``tools=`` (a heuristic on its source)."""
         self.eos_id: int = tokenizer.eos_token_id
         base = self.render_text(_PROBE)
         eos = tokenizer.eos_token or ""
@@ -28,30 +30,41 @@ class ChatTokens:
         self.assistant_tail = base[cut + len(eos) :] if cut >= 0 else ""
         self._probe_text = base
 
-    def render_text(self, messages: list[Message], add_generation_prompt: bool = False) -> str:
+    def render_text(
+        self,
+        messages: list[Message],
+        add_generation_prompt: bool = False,
+        tools: list[dict] | None = None,
+    ) -> str:
+        kwargs = {"tools": tools} if tools else {}
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def prompt_ids(self, messages: list[Message]) -> list[int]:
-        """The opening prompt with the generation prompt appended."""
-        return self.encode(self.render_text(messages, add_generation_prompt=True))
+    def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        """The opening prompt with the generation prompt appended (``tools`` declared to the
+        template: ``skyrl.generators.tool_calls``)."""
+        return self.encode(self.render_text(messages, add_generation_prompt=True, tools=tools))
 
     def observation_ids(
-        self, observations: list[Message], response_ended_with_eos: bool
+        self,
+        observations: list[Message],
+        response_ended_with_eos: bool,
+        tools: list[dict] | None = None,
     ) -> list[int]:
         """Tokens to append after an assistant turn: [EOS], template tail, observations, generation prompt."""
-        full = self.render_text(_PROBE + observations, add_generation_prompt=True)
-        if not full.startswith(self._probe_text):
+        probe = self.render_text(_PROBE, tools=tools) if tools else self._probe_text
+        full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
+        if not full.startswith(probe):
             raise ValueError(
                 "the chat template re-renders earlier turns when messages are added; "
                 "token-level multi-turn needs an append-only template"
             )
         ids = [] if response_ended_with_eos else [self.eos_id]
-        return ids + self.encode(self.assistant_tail + full[len(self._probe_text) :])
+        return ids + self.encode(self.assistant_tail + full[len(probe) :])
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -44,15 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl.data.prompts import PromptRow
+from skyrl.generators.tool_calls import ToolParserUnavailable
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
-from skyrl.serve.chat_format import (
-    ChatFormat,
-    FormatError,
-    ToolParserUnavailable,
-    check_tools,
-    normalize_messages,
-)
+from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
 from skyrl.serve.reconcile import FIRST, FORK, Chain, Decision, RequestRecord
 
 

