@@ -56,6 +56,10 @@ RECIPE_SETTINGS: dict[str, dict[str, object]] = {
         "environment.dataset": "chain_sum",
     },
     "custom_loss": {"algorithm.policy_loss": "vanilla_pg", "imports": ["recipes.custom_loss.loss"]},
+    "react_agent": {
+        "generator.agent": "recipes.react_agent.agent.rollout",
+        "generator.max_turns": 3,
+    },
 }
 """What each recipe is about, as keys its composed config must hold."""
 

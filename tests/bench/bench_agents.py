@@ -1,6 +1,6 @@
 """An external agent through the OpenAI-compatible endpoint vs the built-in agent loop.
 
-Run: ``python tests/bench/bench_agents.py [--model smollm2|tiny] [--engine hf|vllm]
+Run: ``python tests/bench/bench_agents.py [--model smollm2|tiny] [--engines hf,vllm]
 [--sessions 32] [--turns 3] [--tokens 24] [--repeats 3]``.
 
 The same multi-turn workload on the same engine, both through ``Generator.generate``
@@ -73,7 +73,7 @@ def main() -> None:
     global TURNS, TOKENS
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"])
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    parser.add_argument("--engines", default="hf,vllm", help="comma-separated: hf, vllm")
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--turns", type=int, default=TURNS)
     parser.add_argument("--tokens", type=int, default=TOKENS)
@@ -83,13 +83,6 @@ def main() -> None:
 
     import torch
     from transformers import AutoTokenizer
-
-    from skyrl.config.generator import HFGeneratorConfig
-    from skyrl.data.prompts import PromptRow
-    from skyrl.generators import AgentLoop, Generator, LoopSettings
-    from skyrl.generators.trajectory import DriverContext, VersionClock
-    from skyrl.inference.base import SamplingParams
-    from skyrl.serve.harness import HarnessDriver
 
     torch.set_num_threads(os.cpu_count() or 1)
     if args.model == "tiny":
@@ -101,14 +94,27 @@ def main() -> None:
 
         path = resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct")
     tok = AutoTokenizer.from_pretrained(path)
-    if args.engine == "hf":
-        from skyrl.inference.hf import HFEngine
+    for engine_name in args.engines.split(","):
+        if engine_name == "hf":
+            from skyrl.inference.hf import HFEngine
 
-        engine = HFEngine(path, max_batch_size=args.sessions)
-    else:
-        from skyrl.inference.vllm_engine import VLLMEngine
+            engine = HFEngine(path, max_batch_size=args.sessions)
+        else:
+            from skyrl.inference.vllm_engine import VLLMEngine
 
-        engine = VLLMEngine(path, kv_cache_memory_bytes=1 << 30, max_model_len=1024)
+            engine = VLLMEngine(path, kv_cache_memory_bytes=1 << 30, max_model_len=1024)
+        compare(args, engine, engine_name, tok)
+        engine.shutdown()
+
+
+def compare(args, engine, engine_name: str, tok) -> None:
+    """Both modes on ``engine``, alternating; prints the table."""
+    from skyrl.config.generator import HFGeneratorConfig
+    from skyrl.data.prompts import PromptRow
+    from skyrl.generators import AgentLoop, Generator, LoopSettings
+    from skyrl.generators.trajectory import DriverContext, VersionClock
+    from skyrl.inference.base import SamplingParams
+    from skyrl.serve.harness import HarnessDriver
 
     samples = max(1, args.sessions // len(TOPICS))
     rows = [
@@ -134,25 +140,26 @@ def main() -> None:
             if repeat:
                 runs[name].append((tokens, secs, len(out)))
     drivers["http"].close()
-    engine.shutdown()
 
     print(
         f"\n{len(rows) * samples} sessions x {TURNS} turns x up to {TOKENS} tokens, "
-        f"{args.model} on {args.engine}, {os.cpu_count()} CPU threads, median of {args.repeats}"
+        f"{args.model} on {engine_name}, {os.cpu_count()} CPU threads, median of {args.repeats}"
     )
     print(f"{'mode':<11} {'tokens':>7} {'seconds':>8} {'tok/s':>7} {'rows':>5}  runs (tok/s)")
     rates = {}
     for name, results in runs.items():
         per_run = [t / s for t, s, _ in results]
         rates[name] = statistics.median(per_run)
-        tokens, secs, nrows = (
-            results[per_run.index(rates[name])] if args.repeats % 2 else results[0]
-        )
+        tokens, secs, nrows = results[
+            sorted(range(len(per_run)), key=per_run.__getitem__)[len(per_run) // 2]
+        ]
         print(
             f"{name:<11} {tokens:>7} {secs:>8.2f} {rates[name]:>7.1f} {nrows:>5}  "
             + " ".join(f"{r:.1f}" for r in per_run)
         )
-    print(f"http / agent_loop: {rates['http'] / rates['agent_loop']:.3f} (goal >= 0.90)")
+    print(
+        f"http / agent_loop: {rates['http'] / rates['agent_loop']:.3f} (goal >= 0.90)", flush=True
+    )
 
 
 if __name__ == "__main__":

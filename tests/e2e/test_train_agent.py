@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from test_train_robustness import cli, records
@@ -76,3 +77,27 @@ def test_an_external_agent_trains_on_exactly_the_tokens_it_was_sent(tmp_path, la
         if "agent/requests" in r:
             assert r["env/errors"] == 0 and r["agent/forks"] == 0
             assert r["agent/requests"] == 2 * 2 * 2  # 2 requests x 2 samples x 2 prompts
+
+
+def test_the_react_recipe_trains_on_the_tiny_model(tmp_path):
+    """``recipes/react_agent``: native tool calls on the tiny model's template, 2 steps."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "skyrl", "experiment=react_agent", "model.path=skyrl-tiny",
+            "generator=hf", "trainer.total_steps=2", "trainer.train_batch_size=2",
+            "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2",
+            "data.num_eval_prompts=0", "trainer.export_hf=false", "trainer.dump_rollouts=true",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=repo, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [r for r in records(tmp_path) if "agent/requests" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["env/errors"] == 0 and r["agent/requests"] >= 4 for r in steps)
+    first = json.loads((tmp_path / "run" / "rollouts" / "step_1.jsonl").read_text().splitlines()[0])
+    assert "<tools>" in first["prompt_text"] and "calculator" in first["prompt_text"]
