@@ -14,6 +14,10 @@ from skyrl.inference.local import LocalEngine
 class ScriptedEngine(LocalEngine):
     def __init__(self, tokenizer, dead: bool = False):
         super().__init__()
+        if isinstance(tokenizer, str):  # a directory (the backend below)
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         self.tokenizer = tokenizer
         self.dead = dead
         self.prompts: list[list[int]] = []
@@ -41,8 +45,4 @@ class ScriptedEngine(LocalEngine):
 
 @ENGINE_BACKENDS.register("scripted", override=True)
 def scripted(cfg, model_path, tokenizer_path):
-    from transformers import AutoTokenizer
-
-    return EngineSpec(
-        ScriptedEngine, {"tokenizer": AutoTokenizer.from_pretrained(tokenizer_path or model_path)}
-    )
+    return EngineSpec(ScriptedEngine, {"tokenizer": tokenizer_path or model_path})

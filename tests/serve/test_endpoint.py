@@ -21,18 +21,12 @@ SKYRL_SERVE = str(Path(sys.executable).parent / "skyrl-serve")
 HI = [{"role": "user", "content": "What is 2 + 2?"}]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """``skyrl-serve`` on a free port; its base URL. Stopped with SIGTERM at the end, which
-    must end it cleanly (exit 0)."""
-    run = tmp_path_factory.mktemp("serve")
+def start_serving(run: Path, *args: str):
+    """``skyrl-serve args`` on a free port: ``(process, base URL)``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.Popen(
-        [
-            SKYRL_SERVE, "model.path=skyrl-tiny", "generator=hf", "serve.port=0",
-            "generator.max_prompt_length=64", "generator.max_generate_length=16",
-            f"hydra.run.dir={run}",
-        ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=run,
+        [SKYRL_SERVE, "model.path=skyrl-tiny", "serve.port=0", f"hydra.run.dir={run}", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=run, env=env,
     )  # fmt: skip
     deadline = time.monotonic() + 180
     url = None
@@ -43,9 +37,47 @@ def served(tmp_path_factory):
         found = re.search(r"at (http://\S+/v1)", line)
         url = found.group(1) if found else None
     assert url, "skyrl-serve printed no base URL"
-    yield url
+    return proc, url
+
+
+def stop_serving(proc) -> None:
+    """SIGTERM must end ``skyrl-serve`` cleanly (exit 0)."""
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0, proc.stderr.read()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``skyrl-serve`` with the hf engine on the tiny model; its base URL."""
+    proc, url = start_serving(
+        tmp_path_factory.mktemp("serve"), "generator=hf", "generator.max_prompt_length=64",
+        "generator.max_generate_length=16",
+    )  # fmt: skip
+    yield url
+    stop_serving(proc)
+
+
+def test_a_tool_call_comes_back_as_tool_calls_through_skyrl_serve(tmp_path):
+    """``skyrl-serve`` with the scripted engine (``scripted_engine``: it says what the prompt
+    tells it to), so the reply is a known tool call in the tiny template's format."""
+    proc, url = start_serving(
+        tmp_path, "imports=[scripted_engine]", "generator=hf", "generator.backend=scripted",
+        "generator.max_prompt_length=1024",
+    )  # fmt: skip
+    try:
+        client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+        call = (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>'
+        )
+        tools = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+        r = client.chat.completions.create(
+            model="skyrl-tiny", messages=[{"role": "user", "content": f"SAY:{call}"}], tools=tools
+        )
+    finally:
+        stop_serving(proc)
+    (got,) = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and got.function.name == "calculator"
+    assert got.function.arguments == '{"expression": "6*7"}'
 
 
 @pytest.fixture
