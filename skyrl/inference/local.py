@@ -48,10 +48,16 @@ class Request:
 
     def resolve(self, completion: Completion) -> None:
         """Hand the completion to the awaiting coroutine (from any thread)."""
-        self.loop.call_soon_threadsafe(_set_result, self.future, completion)
+        self._hand_over(_set_result, completion)
 
     def fail(self, error: BaseException) -> None:
-        self.loop.call_soon_threadsafe(_set_exception, self.future, error)
+        self._hand_over(_set_exception, error)
+
+    def _hand_over(self, setter, value) -> None:
+        try:
+            self.loop.call_soon_threadsafe(setter, self.future, value)
+        except RuntimeError:  # the loop is closed: whoever asked is gone (a timed-out agent)
+            pass
 
 
 def _set_result(future: asyncio.Future, value: Any) -> None:

@@ -101,3 +101,28 @@ def test_sampling_drift_and_max_turns_reach_the_agent_as_errors(engine, tiny_tok
     assert override.metrics["env/errors"] == 0 and override.metrics["agent/sampling_overrides"] == 1
     capped = generate(engine, tiny_tokenizer, "agents.two_turns", rows=ROWS[:1], n=1, max_turns=1)
     assert capped.metrics["env/errors"] == 1 and sum(capped.loss_masks[0]) == 6
+
+
+def test_an_agent_timing_out_mid_request_does_not_break_the_engine(engine, tiny_tokenizer):
+    """The agent is cut off while its request is still being decoded; the step after it, and
+    the engine, go on (the late answer has no one waiting: its event loop is gone)."""
+    import time
+
+    from skyrl.inference.local import Request
+
+    original = Request.resolve
+
+    def late(self, completion):
+        time.sleep(1.0)  # the answer comes after the agent's time limit
+        original(self, completion)
+
+    Request.resolve = late
+    try:
+        out = generate(
+            engine, tiny_tokenizer, "agents.one_turn", rows=ROWS[:1], n=1, agent_timeout_s=0.3
+        )
+    finally:
+        Request.resolve = original
+    assert out.metrics["env/errors"] == 1 and out.stop_reasons == ["env_error"]
+    again = generate(engine, tiny_tokenizer, "agents.one_turn", rows=ROWS[:1], n=1)
+    assert again.metrics["env/errors"] == 0 and sum(again.loss_masks[0]) >= 1
