@@ -365,8 +365,8 @@ class OpenAIBackend:
             max_tokens=min(self._max_tokens(body, room), room, lim.max_tokens_per_turn or room),
         )
         for name in ("temperature", "top_p"):
-            asked, used = body.get(name), getattr(session.sampling, name)
-            if asked is None or float(asked) == float(used):
+            asked, used = _number(body, name, float, None), getattr(session.sampling, name)
+            if asked is None or asked == float(used):
                 continue
             if session.drift == "error":
                 raise APIError(

@@ -1,11 +1,10 @@
 """An engine that says what it is told: the text after the last ``SAY:`` in the prompt (up
 to the end of that message), then EOS, logprob -0.5 per token. Replies are then known in
-advance (a tool call, a given text) where the tiny random model's would be noise. Also a
-``generator.backend=scripted`` for ``skyrl-serve`` (``+imports=[scripted_engine]``)."""
+advance (a tool call, a given text) where the tiny random model's would be noise.
+``scripted_backend`` registers it as ``generator.backend=scripted`` for ``skyrl-serve``."""
 
 from __future__ import annotations
 
-from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
 from skyrl.inference.base import Completion
 from skyrl.inference.client import EngineDiedError
 from skyrl.inference.local import LocalEngine
@@ -41,8 +40,3 @@ class ScriptedEngine(LocalEngine):
 
     def shutdown(self) -> None:
         pass
-
-
-@ENGINE_BACKENDS.register("scripted", override=True)
-def scripted(cfg, model_path, tokenizer_path):
-    return EngineSpec(ScriptedEngine, {"tokenizer": tokenizer_path or model_path})

@@ -58,10 +58,10 @@ def served(tmp_path_factory):
 
 
 def test_a_tool_call_comes_back_as_tool_calls_through_skyrl_serve(tmp_path):
-    """``skyrl-serve`` with the scripted engine (``scripted_engine``: it says what the prompt
+    """``skyrl-serve`` with the scripted engine (``scripted_backend``: it says what the prompt
     tells it to), so the reply is a known tool call in the tiny template's format."""
     proc, url = start_serving(
-        tmp_path, "imports=[scripted_engine]", "generator=hf", "generator.backend=scripted",
+        tmp_path, "imports=[scripted_backend]", "generator=hf", "generator.backend=scripted",
         "generator.max_prompt_length=1024",
     )  # fmt: skip
     try:

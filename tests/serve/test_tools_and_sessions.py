@@ -138,6 +138,8 @@ def test_a_drifting_temperature_is_refused_or_overridden_and_counted(scripted):
     with pytest.raises(openai.BadRequestError, match="generator.agent_sampling_drift=override"):
         client.chat.completions.create(model="tiny", messages=hi, temperature=0.3)
     client.chat.completions.create(model="tiny", messages=hi, temperature=1.0)  # the same: fine
+    with pytest.raises(openai.BadRequestError, match="temperature must be a number"):
+        client.chat.completions.create(model="tiny", messages=hi, temperature="warm")
     assert len(strict.records) == 1 and strict.sampling_overrides == 0
     loose = open_session(backend, engine, drift="override")
     client = openai.OpenAI(base_url=url, api_key=loose.key, max_retries=0)
