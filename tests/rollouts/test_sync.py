@@ -49,7 +49,10 @@ def test_a_run_is_reproducible_from_trainer_seed(tmp_path):
     b, _ = _source(tmp_path / "b").next_batch(1)
     c, _ = _source(tmp_path / "c", "trainer.seed=7").next_batch(1)
     assert torch.equal(a["input_ids"], b["input_ids"])
-    assert torch.equal(a["rollout_logprobs"], b["rollout_logprobs"])
+    # The same tokens; their logprobs agree to float noise only: the hf engine batches the
+    # requests as they arrive, and another batch split pads rows differently, which moves
+    # logits by ~1e-6 (skyrl/inference/hf.py). A different token would differ by O(1).
+    torch.testing.assert_close(a["rollout_logprobs"], b["rollout_logprobs"], atol=1e-5, rtol=0)
     assert (
         not torch.equal(a["input_ids"], c["input_ids"])
         or a["input_ids"].shape != c["input_ids"].shape
