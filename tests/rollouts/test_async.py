@@ -3,6 +3,8 @@ and its equality with the synchronous source at ``max_staleness=0``."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -125,6 +127,21 @@ def test_at_staleness_0_the_async_source_gives_the_synchronous_batches(actor_eng
         stream.close()
 
 
+def wait_for_next_batch(source, timeout_s: float = 60.0) -> None:
+    """Stand-in for a step's training time: wait until the next batch's groups are generated
+    (at the current version), so the staleness below does not depend on timing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ahead = list(source.line)[: source.batch_size]
+        except RuntimeError:  # the source's loop changed the line meanwhile
+            continue
+        if len(ahead) == source.batch_size and all(g.done for g in ahead):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the next batch was not generated while the step trained")
+
+
 def test_at_staleness_1_generation_runs_one_version_ahead(actor_engine, tmp_path):
     cfg = _cfg("trainer.max_staleness=1")
     source = make_rollouts(cfg, _tokenizer(cfg), tmp_path, actor_engine)
@@ -140,6 +157,7 @@ def test_at_staleness_1_generation_runs_one_version_ahead(actor_engine, tmp_path
             assert metrics[names.ASYNC_MIXED_VERSION_TURNS] == 0  # in-flight ones drained
             staleness.append(max(row_staleness))
             uids += sorted(set(batch.metadata["uids"]))
+            wait_for_next_batch(source)
             with source.updating_weights(step, timeout_s=60):
                 pass
         # step 1 trains on version 0 rollouts; the batches after it were admitted while
