@@ -15,13 +15,28 @@ from skyrl.envs.base import Message
 _PROBE = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": "probe"}]
 
 
+def renders_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template renders ``tools=`` (a heuristic on its source)."""
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
+def render_prompt_ids(tokenizer, messages: list, tools: list[dict] | None = None) -> list[int]:
+    """A conversation with the generation prompt appended, as token ids (``tools`` declared
+    to the template): how every first prompt and every endpoint request is encoded."""
+    kwargs = {"tools": tools} if tools else {}
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 class ChatTokens:
     """Token-level view of a tokenizer's chat template."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self.supports_tools = "tools" in (getattr(tokenizer, "chat_template", None) or "")
-        """Whether the chat template renders ``tools=`` (a heuristic on its source)."""
+        self.supports_tools = renders_tools(tokenizer)
+        """Whether the chat template renders ``tools=``."""
         self.eos_id: int = tokenizer.eos_token_id
         base = self.render_text(_PROBE)
         eos = tokenizer.eos_token or ""
@@ -47,7 +62,7 @@ class ChatTokens:
     def prompt_ids(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
         """The opening prompt with the generation prompt appended (``tools`` declared to the
         template: ``skyrl.generators.tool_calls``)."""
-        return self.encode(self.render_text(messages, add_generation_prompt=True, tools=tools))
+        return render_prompt_ids(self.tokenizer, messages, tools)
 
     def observation_ids(
         self,

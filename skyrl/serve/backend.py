@@ -191,6 +191,7 @@ class OpenAIBackend:
         binding: EngineBinding | None = None,
         sessions: SessionStore | None = None,
         tool_parser: str = "hermes",
+        max_requests: int | None = None,
     ):
         self.format = ChatFormat(tokenizer, tool_parser)
         self.tokenizer = tokenizer
@@ -199,7 +200,7 @@ class OpenAIBackend:
         self.binding = binding
         """Where session-less requests go (None: only sessions are served)."""
         self.sessions = sessions or SessionStore()
-        self.max_requests: int | None = None
+        self.max_requests = max_requests
         """Requests a session may make (``generator.max_turns``; None: any number)."""
         self.created = int(time.time())
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from skyrl.generators.chat import render_prompt_ids, renders_tools
 from skyrl.generators.tool_calls import ToolCallParser
 
 
@@ -107,18 +108,13 @@ class ChatFormat:
 
     def __init__(self, tokenizer, tool_parser: str = "hermes"):
         self.tokenizer = tokenizer
-        template = getattr(tokenizer, "chat_template", None) or ""
-        self.supports_tools = "tools" in template
+        self.supports_tools = renders_tools(tokenizer)
         """Whether the chat template renders ``tools`` (else tool requests are refused)."""
         self.parser = ToolCallParser(tokenizer, tool_parser)
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The conversation with the generation prompt appended, as token ids."""
-        kwargs = {"tools": tools} if tools else {}
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **kwargs
-        )
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return render_prompt_ids(self.tokenizer, messages, tools)
 
     def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
         """The sampled text, without the final EOS."""

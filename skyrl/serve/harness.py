@@ -103,12 +103,11 @@ class HarnessDriver:
         self.timeout_s = timeout_s
         self.reward_fn = reward_fn
         self.drift = drift
-        self.max_turns = s.max_turns
         limits = Limits(s.max_prompt_length, s.max_generate_length, s.max_tokens_per_turn)
         self.backend = OpenAIBackend(
-            ctx.tokenizer, [POLICY_MODEL], limits, binding=None, tool_parser=tool_parser
-        )
-        self.backend.max_requests = s.max_turns
+            ctx.tokenizer, [POLICY_MODEL], limits, binding=None, tool_parser=tool_parser,
+            max_requests=s.max_turns,
+        )  # fmt: skip
         self.server: Any = None
 
     @classmethod
