@@ -13,9 +13,11 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
 - ``model.path`` / ``model.tokenizer_path`` resolve (``skyrl.models.resolve``): a dry run
   fetches no weights (``locate_model_path``; only tokenizer files, which it loads), a real
   run resolves once and hands the local paths on;
-- the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports.
+- the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
+- ``model.lora.target_modules`` name linear layers of the model (built from its config on
+  the meta device).
 
-Only the tokenizer is loaded, never the model. ``data.source=fake`` has no prompts, env or
+Only the tokenizer (and, with LoRA, the model's config) is loaded, never the weights. ``data.source=fake`` has no prompts, env or
 driver: only its model paths are checked. Every problem raises ``ConfigError`` naming its
 key, one line (a model that resolves to nothing too: what was tried, ``;``-separated). A
 known kind of bad input (a missing model, an unreadable row) is re-raised outside the
@@ -68,6 +70,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         _check_files_exist(cfg)
         check_env_and_agent(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
+    _check_lora_modules(resolved, for_run)
     if fake:
         return Preflight(resolved, None, [])
     tokenizer = load_tokenizer(cfg, tokenizer_dir)
@@ -91,6 +94,20 @@ def check_env_and_agent(cfg: SkyRLConfig) -> None:
 
     if is_external_agent(cfg.generator.agent):
         check_external_agent(cfg)
+
+
+def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
+    """``model.lora.target_modules`` name linear layers of the model (its config only; a dry
+    run of a model not on disk yet skips this, the run checks it)."""
+    from skyrl.models.lora import check_target_modules
+    from skyrl.models.resolve import locate_model_path
+
+    lora = cfg.model.lora
+    if not lora.enabled:
+        return
+    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
+    if model_dir:
+        check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
 
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:

@@ -14,9 +14,50 @@ from omegaconf import MISSING
 
 from skyrl.config.algorithm import AlgorithmConfig
 from skyrl.config.data import DataConfig
+from skyrl.config.errors import require
 from skyrl.config.environment import EnvironmentConfig
 from skyrl.config.generator import GeneratorConfig, HFGeneratorConfig, VLLMGeneratorConfig
 from skyrl.config.trainer import TrainerConfig
+
+
+LORA_MAX_RANK = 512
+"""The largest adapter rank vLLM serves (its ``max_lora_rank`` choices end at 512)."""
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters on the policy (PEFT): only the adapters train and sync; rank 0 = off."""
+
+    rank: int = 0
+    """Adapter rank ``r``; 0 trains the full weights."""
+    alpha: float = 16.0
+    """Scale numerator: the adapter's update is ``(alpha / rank) * B @ A``."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input while training (0 keeps training deterministic)."""
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Module names (suffixes, PEFT's rule) that get adapters; ``all-linear`` = every linear
+    layer but the output layer. Checked against the model before a run starts."""
+
+    def __post_init__(self) -> None:
+        require(
+            0 <= self.rank <= LORA_MAX_RANK,
+            "rank",
+            f"must be 0 (off) to {LORA_MAX_RANK} (the largest rank vLLM serves), got {self.rank}",
+        )
+        require(self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
+        require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        require(len(self.target_modules) > 0, "target_modules", "names no module")
+        for i, name in enumerate(self.target_modules):
+            require(bool(str(name).strip()), f"target_modules[{i}]", "is empty")
+            require(
+                name != "all-linear" or len(self.target_modules) == 1,
+                f"target_modules[{i}]",
+                "all-linear must be the only entry",
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
 
 
 @dataclass
@@ -29,6 +70,8 @@ class ModelConfig:
     """Tokenizer directory or HF id, resolved like ``path``; None = ``path``."""
     trust_remote_code: bool = False
     """Passed to transformers ``from_pretrained``."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters (``model.lora.rank`` > 0); the reference is the policy, adapters off."""
 
 
 @dataclass

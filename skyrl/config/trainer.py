@@ -135,6 +135,10 @@ class TrainerConfig:
     """How weights reach the engines: ``object_store`` (buckets through Ray), ``broadcast``
     (a torch.distributed group from policy rank 0 to the engines: NCCL on GPU, gloo on CPU),
     or ``auto`` (broadcast when policy and engines have GPUs of their own, else object_store)."""
+    lora_sync: str = "adapter"
+    """With LoRA (``model.lora.rank`` > 0): ``adapter`` sends only the adapter tensors and the
+    engines serve them as a LoRA adapter per policy version; ``merged`` merges the adapters
+    into the base weights and sends the full weights (for an engine that serves no adapters)."""
     weight_sync_timeout_s: float = 600.0
     """A weight sync (waiting for in-flight requests included) that takes longer ends the run
     with one error line naming what it waited for; the last checkpoint stays loadable."""
@@ -210,6 +214,7 @@ class TrainerConfig:
             f"must be >= 1, got {self.weight_sync_bucket_mb}",
         )
         require_choice(self.weight_sync, ("auto", "object_store", "broadcast"), "weight_sync")
+        require_choice(self.lora_sync, ("adapter", "merged"), "lora_sync")
         require(
             self.weight_sync_timeout_s > 0,
             "weight_sync_timeout_s",

@@ -38,6 +38,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     _check_algorithm(typed)
     _check_weight_sync(typed)
     _check_async(typed)
+    _check_lora(typed)
     _check_sinks_and_backend(typed)
     return typed
 
@@ -176,6 +177,21 @@ def _check_async(cfg: SkyRLConfig) -> None:
         )
     elif a.tis_cap is None:
         a.tis_cap = ASYNC_TIS_CAP
+
+
+def _check_lora(cfg: SkyRLConfig) -> None:
+    """LoRA adapters (``model.lora.rank`` > 0) served per policy version cannot change under a
+    request in flight; the module names are checked against the model by the pre-flight check
+    (``skyrl.models.lora.check_target_modules``)."""
+    t = cfg.trainer
+    if not cfg.model.lora.enabled:
+        return
+    require(
+        not (t.partial_rollouts and t.lora_sync == "adapter"),
+        "trainer.partial_rollouts",
+        "a request keeps the LoRA adapter it started with, so it cannot continue under new "
+        "weights: set trainer.partial_rollouts=false or trainer.lora_sync=merged",
+    )
 
 
 def _check_algorithm(cfg: SkyRLConfig) -> None:

@@ -43,6 +43,7 @@ from skyrl.inference.base import (
     truncate_at_stop,
 )
 from skyrl.inference.local import LocalEngine, Request
+from skyrl.models.lora import PEFT_PREFIX, is_adapter_name, param_name
 
 PRUNE_FRACTION = 0.25
 """Finished rows are dropped from the batch once they are this fraction of it."""
@@ -58,13 +59,24 @@ class HFEngine(LocalEngine):
         max_batch_size: int = 64,
         dtype: str = "float32",
         device: str | None = None,
+        lora: dict[str, Any] | None = None,
     ):
+        """``lora``: the fields of a ``LoraConfig``; the engine then serves the policy's LoRA
+        adapter (PEFT layers in the model, B = 0 until the first ``update_weights``), and
+        ``update_weights`` takes adapter tensors under their wire names."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.lora = lora is not None
+        if lora is not None:
+            from skyrl.config.root import LoraConfig
+            from skyrl.models.lora import add_adapters
+
+            # the transformers model with the adapter layers injected (forward unchanged)
+            model = add_adapters(model, LoraConfig(**lora), inference=True).get_base_model()
         self.model = model.to(self.device)  # type: ignore[arg-type]  # transformers' stub
         self.model.eval()
         self.max_batch_size = max_batch_size
@@ -207,6 +219,8 @@ class HFEngine(LocalEngine):
         buffers = dict(self.model.named_buffers())
         with torch.no_grad():
             for name, tensor in iter_named_tensors(weights):
+                if self.lora and is_adapter_name(name):  # wire name -> the injected layer's
+                    name = param_name(name).removeprefix(PEFT_PREFIX)
                 target = params.get(name, buffers.get(name))
                 if target is None:
                     raise KeyError(f"update_weights: unknown parameter {name!r}")

@@ -27,6 +27,14 @@ logits. The patch is written against the v1 model runner's ``Sampler``; vLLM's
 Model Runner V2 (its GPU default when Triton is present) samples differently, so the
 engine asks for the v1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``).
 
+LoRA (``lora``, the fields of a ``LoraConfig``): the engine starts with LoRA enabled
+(``max_lora_rank`` the smallest rank vLLM offers that holds the adapter's) and serves the
+base model until the first update. Each ``update_weights`` / ``receive_weights`` of adapter
+tensors writes one PEFT adapter directory (``skyrl.models.lora.write_adapter_dir``) and adds
+it as a new LoRA adapter, one id per policy version; every request added afterwards names
+it. The two newest adapters stay loaded (a request in flight keeps its own); older ones are
+removed with their directories.
+
 Weights: ``update_weights`` uses ``collective_rpc("skyrl_reload_weights", ...)`` with the
 tensors by reference, which needs the in-process layout (``load_weights`` does not work
 there); ``receive_weights`` takes them from a broadcast group in every worker, which works
@@ -39,7 +47,10 @@ import contextlib
 import gc
 import itertools
 import os
+import shutil
+import tempfile
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, cast
 
 from skyrl.inference.base import (
@@ -50,6 +61,12 @@ from skyrl.inference.base import (
     report_once,
 )
 from skyrl.inference.local import LocalEngine, Request
+from skyrl.models.lora import is_adapter_name
+
+SERVED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""vLLM's choices of ``max_lora_rank``."""
+KEPT_ADAPTERS = 2
+"""Adapters kept loaded: the newest and the one before (requests still in flight)."""
 
 
 class VLLMEngine(LocalEngine):
@@ -67,6 +84,7 @@ class VLLMEngine(LocalEngine):
         max_model_len: int | None = None,
         dtype: str = "float32",
         seed: int = 0,
+        lora: dict[str, Any] | None = None,
     ):
         super().__init__()
         import torch
@@ -96,6 +114,15 @@ class VLLMEngine(LocalEngine):
             logprobs_mode="processed_logits",  # replaced by the worker's tempered logprobs
             worker_extension_cls="skyrl.inference.vllm_worker_ext.WeightSyncWorkerExtension",
         )
+        self.lora = lora
+        self._adapters: list[Any] = []
+        """The loaded ``LoRARequest``s, oldest first; new requests use the last."""
+        if lora is not None:
+            rank = int(lora["rank"])
+            kwargs["enable_lora"] = True
+            kwargs["max_lora_rank"] = min(r for r in SERVED_LORA_RANKS if r >= rank)
+            kwargs["max_loras"] = kwargs["max_cpu_loras"] = KEPT_ADAPTERS
+            self._adapter_root = Path(tempfile.mkdtemp(prefix="skyrl-lora-"))
         if in_process:
             kwargs["distributed_executor_backend"] = "uni"
         if on_gpu:
@@ -142,7 +169,10 @@ class VLLMEngine(LocalEngine):
         try:
             tokens = cast(TokensPrompt, {"prompt_token_ids": request.prompt_ids})
             [prompt] = self.llm.renderer.render_cmpl([tokens])
-            engine.add_request(request_id, prompt, _vllm_params(request.sampling))
+            adapter = self._adapters[-1] if self._adapters else None
+            engine.add_request(
+                request_id, prompt, _vllm_params(request.sampling), lora_request=adapter
+            )
         except Exception as exc:  # e.g. a prompt longer than max_model_len: this one fails
             request.fail(exc)
             return
@@ -150,9 +180,44 @@ class VLLMEngine(LocalEngine):
 
     def update_weights(self, weights: WeightItems) -> None:
         """Reload the given named tensors into the running model (an in-process engine core
-        only, see ``__init__``; ``receive_weights`` works in every layout)."""
+        only, see ``__init__``; ``receive_weights`` works in every layout). Serving LoRA:
+        the adapter tensors become the next adapter version."""
         named = list(iter_named_tensors(weights))
+        if self.lora is not None:
+            self.on_owner(self._add_adapter, dict(named))
+            return
         self.on_owner(self._rpc, "skyrl_reload_weights", (iter(named),), True)
+
+    def _next_adapter_dir(self) -> tuple[int, Path]:
+        adapter_id = (self._adapters[-1].lora_int_id + 1) if self._adapters else 1
+        return adapter_id, self._adapter_root / f"v{adapter_id}"
+
+    def _add_adapter(self, tensors: dict | None, written: tuple[int, Path] | None = None) -> None:
+        """Write ``tensors`` as the next adapter directory (or take the one a worker wrote),
+        add it to vLLM, and drop adapters older than ``KEPT_ADAPTERS``."""
+        from vllm.lora.request import LoRARequest
+
+        from skyrl.config.root import LoraConfig
+        from skyrl.models.lora import write_adapter_dir
+
+        assert self.lora is not None
+        adapter_id, path = written or self._next_adapter_dir()
+        if tensors is not None:
+            unknown = [name for name in tensors if not is_adapter_name(name)]
+            if unknown:
+                raise KeyError(
+                    f"vllm engine serves a LoRA adapter; update_weights got {unknown[0]!r}, "
+                    "not an adapter tensor (trainer.lora_sync=merged sends full weights)"
+                )
+            write_adapter_dir(path, tensors, LoraConfig(**self.lora))
+        request = LoRARequest(f"policy-v{adapter_id}", adapter_id, str(path))
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vllm engine: loading the LoRA adapter at {path} failed")
+        self._adapters.append(request)
+        while len(self._adapters) > KEPT_ADAPTERS:
+            old = self._adapters.pop(0)
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -162,8 +227,17 @@ class VLLMEngine(LocalEngine):
         self.on_owner(self._rpc, "skyrl_join_weight_sync", args, False)
 
     def receive_weights(self, plan: list) -> None:
-        """Every vLLM worker receives the buckets of ``plan`` and reloads them in place."""
+        """Every vLLM worker receives the buckets of ``plan`` and reloads them in place
+        (serving LoRA: worker 0 writes them as the next adapter directory)."""
+        if self.lora is not None:
+            self.on_owner(self._receive_adapter, plan)
+            return
         self.on_owner(self._rpc, "skyrl_receive_weights", (plan,), True)
+
+    def _receive_adapter(self, plan: list) -> None:
+        adapter_id, path = self._next_adapter_dir()
+        self.llm.collective_rpc("skyrl_receive_adapter", args=(plan, str(path), self.lora))
+        self._add_adapter(None, written=(adapter_id, path))
 
     def _rpc(self, method: str, args: tuple, then_reset_prefix_cache: bool) -> None:
         """A worker-extension method on every worker (on the serving thread, if serving)."""
@@ -198,6 +272,8 @@ class VLLMEngine(LocalEngine):
         llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
+        if self.lora is not None:
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
 
 
 def _vllm_params(sp: SamplingParams):

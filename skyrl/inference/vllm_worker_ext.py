@@ -59,6 +59,17 @@ class WeightSyncWorkerExtension:
 
         self.skyrl_reload_weights(receive_stream(self.skyrl_sync_group, plan, self.device))
 
+    def skyrl_receive_adapter(self, plan: list, path: str, lora: dict) -> None:
+        """Receive every bucket of ``plan`` (LoRA adapter tensors); worker 0 writes them as a
+        PEFT adapter directory at ``path`` for the engine to add."""
+        from skyrl.config.root import LoraConfig
+        from skyrl.inference.weight_sync import receive_stream
+        from skyrl.models.lora import write_adapter_dir
+
+        tensors = dict(receive_stream(self.skyrl_sync_group, plan, self.device))
+        if self.rank == 0:
+            write_adapter_dir(path, tensors, LoraConfig(**lora))
+
     def skyrl_reload_weights(self, weights) -> None:
         """vLLM's in-place reload of ``(name, tensor)`` pairs, then the embedding tie restored."""
         model = self.model_runner.get_model()

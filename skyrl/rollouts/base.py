@@ -97,8 +97,11 @@ def make_rollouts(
         return FakeRollouts(cfg, tokenizer)
     if engine is None:
         from skyrl.inference.factory import make_engine
+        from skyrl.models.lora import engine_lora
 
-        engine = make_engine(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
+        engine = make_engine(
+            cfg.generator, cfg.model.path, cfg.model.tokenizer_path, lora=engine_lora(cfg)
+        )
     if cfg.trainer.max_staleness > 0:
         from skyrl.rollouts.async_rollouts import AsyncRollouts
 

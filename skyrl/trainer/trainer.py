@@ -79,9 +79,10 @@ class RLTrainer:
         optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step
         self.policy = WorkerGroup("policy", cfg, optimizer_steps)
         colocate = self.policy if t.colocate_policy_ref else None
+        # with LoRA the reference is the policy with its adapters off (``reference_forward``)
         self.reference = (
             WorkerGroup("reference", cfg, optimizer_steps, colocate)
-            if cfg.algorithm.uses_reference
+            if cfg.algorithm.uses_reference and not cfg.model.lora.enabled
             else None
         )
         self.critic = (
@@ -183,6 +184,9 @@ class RLTrainer:
         fields = {"old_logprobs": self.policy.forward(staged, len(batch)) * mask}
         if self.reference is not None:
             fields["ref_logprobs"] = self.reference.forward(staged, len(batch)) * mask
+        elif self.cfg.algorithm.uses_reference:  # LoRA
+            ref = self.policy.forward(staged, len(batch), method="reference_forward")
+            fields["ref_logprobs"] = ref * mask
         if self.critic is not None:
             fields["values"] = self.critic.forward(staged, len(batch)) * mask
         return batch.replace(**fields)
@@ -404,9 +408,13 @@ class RLTrainer:
         self.tracker.log(step, metrics)
 
     def export(self) -> Path:
-        """The final policy as a ``from_pretrained`` directory."""
+        """The final policy as a ``from_pretrained`` directory (with LoRA: the adapters merged
+        in, and the PEFT adapter directory ``final_adapter`` beside it)."""
         out = self.output_dir / "final_hf"
-        self.policy.run("export_hf", str(out), self.cfg.model.tokenizer_path)
+        adapter = self.output_dir / "final_adapter" if self.cfg.model.lora.enabled else None
+        self.policy.run(
+            "export_hf", str(out), self.cfg.model.tokenizer_path, adapter and str(adapter)
+        )
         return out
 
     def shutdown(self) -> None:

@@ -114,12 +114,15 @@ class WorkerGroup:
             ]
         )
 
-    def forward(self, staged: Sequence[Sequence[Any]], num_rows: int) -> torch.Tensor:
+    def forward(
+        self, staged: Sequence[Sequence[Any]], num_rows: int, method: str = "forward"
+    ) -> torch.Tensor:
         """Per-token outputs for the ``num_rows`` rows that ``staged`` (from MeshDispatch) covers,
-        back in their original order, padding rows dropped."""
+        back in their original order, padding rows dropped. ``method``: the workers' forward
+        to run (``reference_forward``: a LoRA policy with its adapters off)."""
         out: torch.Tensor | None = None
         for chunks in staged:
-            results = self.run_chunks("forward", chunks)
+            results = self.run_chunks(method, chunks)
             self.compute_s += max(r["compute_s"] for r in results)
             for result in results:
                 (key,) = [k for k in result if k not in ("source_rows", "compute_s")]

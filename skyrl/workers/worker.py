@@ -58,6 +58,8 @@ class TrainingWorker:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
+        self.lora = role == "policy" and cfg.model.lora.enabled
+        """The policy trains LoRA adapters on a frozen base (``model.lora``)."""
         _run_imports(cfg.imports, driver_cwd)
         trainer = cfg.trainer
         torch.set_num_threads(max(1, int(trainer.num_cpus_per_worker)))
@@ -93,6 +95,10 @@ class TrainingWorker:
         if self.role == "reference":
             model.requires_grad_(False)
             return build_engine(model, t, None, total_optimizer_steps)
+        if self.lora:  # frozen base + adapters: the optimizer gets the adapters only
+            from skyrl.models.lora import add_adapters
+
+            model = add_adapters(model, m.lora)
         return build_engine(model, t, t.policy_optimizer, total_optimizer_steps)
 
     # -- micro batches -------------------------------------------------------------
@@ -148,6 +154,15 @@ class TrainingWorker:
             "source_rows": chunk.metadata.get("source_rows"),
             "compute_s": time.perf_counter() - started,
         }
+
+    @torch.no_grad()
+    def reference_forward(self, chunk: TrainingInputBatch) -> dict[str, Any]:
+        """``forward`` with the adapters switched off: the reference policy's logprobs from a
+        LoRA policy, without a reference worker group or a second copy of the weights."""
+        if not self.lora:
+            raise RuntimeError(f"reference_forward needs a LoRA policy; this is a {self.role}")
+        with self.engine.module.disable_adapter():
+            return self.forward(chunk)
 
     def train_mini_batch(self, chunk: TrainingInputBatch) -> TrainStats:
         """Backward over every micro batch, then exactly ONE optimizer step; this rank's record
@@ -214,31 +229,85 @@ class TrainingWorker:
             return critic_loss(unpacked, rows, self.cfg.algorithm)
         return policy_loss(unpacked, ent, rows, self.cfg.algorithm)
 
+    def optimizer_state_bytes(self) -> int:
+        """Bytes of this rank's Adam moments (``exp_avg``, ``exp_avg_sq``): with LoRA only the
+        adapters'; under ZeRO-1/2/3 this rank's partition."""
+        opt = self.engine.optimizer
+        while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
+            opt = opt.optimizer
+        return sum(
+            t.numel() * t.element_size()
+            for state in opt.state.values()
+            for key, t in state.items()
+            if key in ("exp_avg", "exp_avg_sq")
+        )
+
     def global_steps(self) -> int:
         """Optimizer steps taken by the DeepSpeed engine."""
         return int(self.engine.global_steps)
 
     # -- weights ---------------------------------------------------------------------
 
-    def _gathered_params(self):
-        """``(name, full fp32-or-bf16 tensor)`` one parameter at a time; under ZeRO-3 every
-        rank must take part in each gather."""
-        import deepspeed
+    def _sync_view(self) -> str:
+        """What a weight sync sends: ``full`` weights, or with LoRA the ``adapter`` tensors
+        only or the adapters ``merged`` into the base weights (``trainer.lora_sync``)."""
+        return self.cfg.trainer.lora_sync if self.lora else "full"
+
+    def _sync_sources(self, view: str):
+        """``(name, parameter, parameters to gather, build)`` per tensor of ``view``, in the
+        model's order; ``build()`` makes the tensor once the parameters are gathered. Names:
+        HF names for ``full`` and ``merged``, PEFT's saved names for ``adapter``
+        (``skyrl.models.lora``)."""
+        from skyrl.models.lora import ADAPTER, base_name, is_adapter_name, wire_name
 
         module = self.engine.module
-        for name, param in module.named_parameters():
-            if hasattr(param, "ds_id"):
-                with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-                    yield name, param.detach().clone()
-            else:
-                yield name, param.detach()
+        named = list(module.named_parameters())
+        if view == "full":
+            for name, param in named:
+                yield name, param, [param], param.detach
+            return
+        if view == "adapter":
+            for name, param in named:
+                if is_adapter_name(name):
+                    yield wire_name(name), param, [param], param.detach
+            return
+        layers = dict(module.named_modules())
+        for name, param in named:
+            if is_adapter_name(name):
+                continue
+            owner, sep, leaf = name.rpartition(".base_layer.")
+            layer = layers.get(owner) if sep and leaf == "weight" else None
+            if layer is None or ADAPTER not in getattr(layer, "lora_A", {}):
+                yield base_name(name), param, [param], param.detach
+                continue
+            adapters = [layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight]
 
-    def state_dict_for_sync(self, all_ranks: bool = False) -> dict[str, torch.Tensor] | None:
-        """Full weights named as the inference engine expects (HF names); rank 0's copy, None
-        elsewhere (every rank's own copy with ``all_ranks``, to check they agree)."""
+            def merged(param=param, layer=layer) -> torch.Tensor:
+                return param.detach() + layer.get_delta_weight(ADAPTER).to(param.dtype)
+
+            yield base_name(name), param, [param, *adapters], merged
+
+    def _gathered_params(self, view: str | None = None):
+        """``(name, full tensor)`` of ``view`` (default: what a sync sends) one at a time;
+        under ZeRO-3 every rank must take part in each gather."""
+        import deepspeed
+
+        for name, _, params, build in self._sync_sources(view or self._sync_view()):
+            if any(hasattr(p, "ds_id") for p in params):
+                with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                    yield name, build().clone()
+            else:
+                yield name, build()
+
+    def state_dict_for_sync(
+        self, all_ranks: bool = False, view: str | None = None
+    ) -> dict[str, torch.Tensor] | None:
+        """What a weight sync sends (or ``view``: ``full``, ``adapter``, ``merged``), named as
+        the inference engine expects; rank 0's copy, None elsewhere (every rank's own copy
+        with ``all_ranks``, to check they agree)."""
         keep = all_ranks or self.rank == 0
         weights = {}
-        for name, tensor in self._gathered_params():
+        for name, tensor in self._gathered_params(view):
             if keep:
                 weights[name] = tensor.cpu().clone()
         return weights if keep else None
@@ -256,7 +325,7 @@ class TrainingWorker:
 
         specs = (
             tensor_spec(name, getattr(param, "ds_shape", param.shape), param.dtype)
-            for name, param in self.engine.module.named_parameters()
+            for name, param, _, _ in self._sync_sources(self._sync_view())
         )
         return plan_buckets(specs, bucket_bytes)
 
@@ -303,7 +372,12 @@ class TrainingWorker:
     def save_checkpoint(self, ckpt_dir: str, client_state: dict[str, Any] | None = None) -> None:
         """Model, optimizer, scheduler, step counters (DeepSpeed) and this rank's RNG states."""
         path = Path(ckpt_dir) / self.role
-        self.engine.save_checkpoint(str(path), tag="state", client_state=client_state or {})
+        self.engine.save_checkpoint(
+            str(path),
+            tag="state",
+            client_state=client_state or {},
+            exclude_frozen_parameters=self.lora,  # LoRA: adapters and their optimizer only
+        )
         torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
 
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
@@ -315,21 +389,34 @@ class TrainingWorker:
             tag="state",
             load_optimizer_states=load_optim,
             load_lr_scheduler_states=load_optim,
+            load_module_strict=not self.lora,  # LoRA: the frozen base comes from model.path
         )
         _set_rng_state(torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False))
         return client_state or {}
 
-    def export_hf(self, out_dir: str, tokenizer_path: str | None = None) -> None:
-        """A ``from_pretrained``-loadable copy of the policy (and its tokenizer)."""
-        weights = self.state_dict_for_sync()
+    def export_hf(
+        self, out_dir: str, tokenizer_path: str | None = None, adapter_dir: str | None = None
+    ) -> None:
+        """A ``from_pretrained``-loadable copy of the policy (and its tokenizer); with LoRA the
+        adapters merged in, and the PEFT adapter directory at ``adapter_dir``."""
+        lora = self.lora
+        weights = self.state_dict_for_sync(view="merged" if lora else "full")
+        adapter = self.state_dict_for_sync(view="adapter") if lora else None
         if self.rank != 0:
             return
         from transformers import AutoTokenizer
 
         module = self.engine.module
-        module.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
+        base = module.get_base_model() if lora else module
+        base.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
         tok_path = tokenizer_path or self.cfg.model.tokenizer_path or self.cfg.model.path
-        AutoTokenizer.from_pretrained(tok_path).save_pretrained(out_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tok_path)
+        tokenizer.save_pretrained(out_dir)
+        if adapter is not None and adapter_dir is not None:
+            from skyrl.models.lora import write_adapter_dir
+
+            write_adapter_dir(adapter_dir, adapter, self.cfg.model.lora, self.cfg.model.path)
+            tokenizer.save_pretrained(adapter_dir)
 
     def pid(self) -> int:
         return os.getpid()

@@ -182,3 +182,23 @@ def test_fake_data_checks_only_the_model():
     assert checked.reports == [] and checked.plan_rows() == []
     error = refused(cfg_for("data=fake", "model.path=/nonexistent"))
     assert error.key == "model.path"
+
+
+@pytest.mark.parametrize(
+    ("targets", "key", "fragment"),
+    [
+        ("[q_proj,qkv]", "model.lora.target_modules[1]", "'qkv' names no linear layer of Qwen2"),
+        ("[lm_head]", "model.lora.target_modules[0]", "the output layer takes no adapter"),
+    ],
+)
+def test_lora_target_modules_are_checked_against_the_model(targets, key, fragment):
+    cfg = cfg_for("model.lora.rank=8", f"model.lora.target_modules={targets}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run=for_run)
+        assert error.key == key and fragment in error.message
+    assert "q_proj, up_proj, v_proj" in error.message  # it lists the model's linear layers
+
+
+def test_lora_target_modules_that_exist_pass():
+    for targets in ("[all-linear]", "[q_proj,v_proj]", "[self_attn.o_proj,mlp.down_proj]"):
+        preflight(cfg_for("model.lora.rank=8", f"model.lora.target_modules={targets}"), False)
