@@ -14,11 +14,10 @@ from omegaconf import MISSING
 
 from skyrl.config.algorithm import AlgorithmConfig
 from skyrl.config.data import DataConfig
-from skyrl.config.errors import require
 from skyrl.config.environment import EnvironmentConfig
+from skyrl.config.errors import require
 from skyrl.config.generator import GeneratorConfig, HFGeneratorConfig, VLLMGeneratorConfig
 from skyrl.config.trainer import TrainerConfig
-
 
 LORA_MAX_RANK = 512
 """The largest adapter rank vLLM serves (its ``max_lora_rank`` choices end at 512)."""

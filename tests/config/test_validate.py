@@ -65,7 +65,11 @@ def _validate(*overrides: str):
         (["model.lora.rank=-1"], "model.lora.rank", "must be 0 (off) to 512"),
         (["model.lora.rank=600"], "model.lora.rank", "the largest rank vLLM serves"),
         (["model.lora.rank=8", "model.lora.dropout=1"], "model.lora.dropout", "[0, 1)"),
-        (["model.lora.rank=8", "model.lora.target_modules=[]"], "model.lora.target_modules", "names no module"),
+        (
+            ["model.lora.rank=8", "model.lora.target_modules=[]"],
+            "model.lora.target_modules",
+            "names no module",
+        ),
         (
             ["model.lora.target_modules=[q_proj,all-linear]"],
             "model.lora.target_modules[1]",
@@ -74,7 +78,9 @@ def _validate(*overrides: str):
         (["trainer.lora_sync=full"], "trainer.lora_sync", "adapter, merged"),
         (
             [
-                "model.lora.rank=8", "trainer.max_staleness=1", "trainer.partial_rollouts=true",
+                "model.lora.rank=8",
+                "trainer.max_staleness=1",
+                "trainer.partial_rollouts=true",
                 "generator.num_cpus_per_engine=1",
             ],
             "trainer.partial_rollouts",

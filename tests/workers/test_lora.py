@@ -120,9 +120,7 @@ def test_adapter_update_is_one_plain_peft_step_whatever_the_layout(
         synced = group.run("state_dict_for_sync")
         assert all(s is None for s in synced[1:])
         reference = {
-            name: p.detach()
-            for name, p in expected.named_parameters()
-            if is_adapter_name(name)
+            name: p.detach() for name, p in expected.named_parameters() if is_adapter_name(name)
         }
         assert_close(synced[0], {wire_name(n): t for n, t in reference.items()}, atol=1e-5)
         assert all((synced[0][n] != initial[n]).any() for n in initial)  # A and B both moved
@@ -133,9 +131,14 @@ def test_adapter_update_is_one_plain_peft_step_whatever_the_layout(
         assert merged.keys() == plain.keys()
         merged_ref = expected.merge_and_unload()
         assert_close(merged, dict(merged_ref.named_parameters()), atol=1e-5)
-        # Adam moments for the adapters only (fp32: 2 x 4 bytes per adapter weight)
-        adapter_numel = sum(t.numel() for t in initial.values())
-        assert sum(group.run("optimizer_state_bytes")) == 8 * adapter_numel
+        # Adam moments for the adapters only (fp32: 2 x 4 bytes per adapter weight), on every
+        # rank at ZeRO-0, partitioned over the ranks above
+        moments = 8 * sum(t.numel() for t in initial.values())
+        per_rank = group.run("optimizer_state_bytes")
+        if zero_stage == 0:
+            assert per_rank == [moments] * dp_size
+        else:
+            assert moments <= sum(per_rank) <= moments + 8 * 64 * dp_size  # partition padding
     finally:
         group.shutdown()
 
@@ -156,9 +159,7 @@ def test_reference_is_the_policy_with_adapters_off(trained, ray_cluster, tiny_mo
     assert (on - off)[mask].abs().max() > 1e-3  # the trained adapters do change the policy
 
 
-def test_checkpoint_holds_adapters_only_and_resume_gives_the_next_step(
-    trained, batch, tmp_path
-):
+def test_checkpoint_holds_adapters_only_and_resume_gives_the_next_step(trained, batch, tmp_path):
     group, init_dir, _ = trained
     group.run("save_checkpoint", str(tmp_path))
     states = torch.load(
