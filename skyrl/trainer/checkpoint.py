@@ -120,6 +120,11 @@ def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: P
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     weights = policy_state_dict(ckpt)
+    if (ckpt / "policy" / "adapter_config.json").is_file():  # LoRA: adapters only
+        model = _merged_lora_policy(ckpt, base_model, weights)
+        model.save_pretrained(out_dir, safe_serialization=True)
+        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
+        return out_dir
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_model))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     model.tie_weights()
@@ -135,6 +140,25 @@ def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: P
     model.save_pretrained(out_dir, safe_serialization=True)
     AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
     return out_dir
+
+
+def _merged_lora_policy(ckpt: Path, base_model: str, weights: dict[str, Any]):
+    """The base model at ``base_model`` with a LoRA checkpoint's adapters merged in."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = LoraConfig.from_pretrained(str(ckpt / "policy"))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_model), config)
+    adapters = {n for n, p in model.named_parameters() if p.requires_grad}
+    missing = sorted(adapters - weights.keys())
+    unexpected = sorted(weights.keys() - adapters)
+    if missing or unexpected:
+        raise ValueError(
+            f"{ckpt}: its LoRA adapters do not fit {base_model}: "
+            f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    model.load_state_dict(weights, strict=False)
+    return model.merge_and_unload()
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -379,6 +379,10 @@ class TrainingWorker:
             exclude_frozen_parameters=self.lora,  # LoRA: adapters and their optimizer only
         )
         torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
+        if self.lora and self.rank == 0:  # what the adapter tensors mean, for skyrl-eval
+            from skyrl.models.lora import peft_config
+
+            peft_config(self.cfg.model.lora).save_pretrained(str(path))
 
     def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
         """Restore what ``save_checkpoint`` wrote; returns the client state."""

@@ -21,8 +21,15 @@ pytestmark = pytest.mark.slow
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
 
 
-@pytest.mark.parametrize(("backend", "lora_sync"), [("vllm", "adapter"), ("hf", "merged")])
-def test_lora_run_syncs_the_adapter_and_exports_it(tmp_path, backend, lora_sync):
+@pytest.mark.parametrize(
+    ("backend", "lora_sync", "extra"),
+    [
+        ("vllm", "adapter", []),
+        # PPO: a full critic beside the LoRA policy
+        ("hf", "merged", ["algorithm=ppo", "algorithm.use_kl_in_reward=false"]),
+    ],
+)
+def test_lora_run_syncs_the_adapter_and_exports_it(tmp_path, backend, lora_sync, extra):
     import subprocess
 
     args = [
@@ -37,6 +44,7 @@ def test_lora_run_syncs_the_adapter_and_exports_it(tmp_path, backend, lora_sync)
     ]  # fmt: skip
     if backend == "vllm":
         args.append("generator.kv_cache_memory_bytes=16777216")
+    args += extra
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     result = subprocess.run(
         args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
@@ -65,3 +73,12 @@ def test_lora_run_syncs_the_adapter_and_exports_it(tmp_path, backend, lora_sync)
     [states] = (run / "checkpoints").glob("global_step_3/policy/state/mp_rank_00_model_states.pt")
     module = torch.load(states, weights_only=False)["module"]
     assert module and all(".lora_" in k for k in module)
+    # skyrl-eval's export of that checkpoint (base + adapters, merged) is the final model
+    from skyrl.trainer.checkpoint import export_checkpoint_hf
+
+    tiny = build_tiny_model()
+    exported = export_checkpoint_hf(states.parents[2], tiny, tiny, tmp_path / "exported")
+    reloaded = AutoModelForCausalLM.from_pretrained(exported)
+    final = dict(merged.named_parameters())
+    for name, param in reloaded.named_parameters():
+        torch.testing.assert_close(param, final[name], atol=1e-6, rtol=0)

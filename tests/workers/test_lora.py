@@ -104,11 +104,19 @@ def trained(ray_cluster, tiny_model_path, batch, tmp_path_factory):
     group.shutdown()
 
 
-@pytest.mark.parametrize(("dp_size", "zero_stage"), [(1, 0), (2, 0), (2, 2), (2, 3)])
+@pytest.mark.parametrize(
+    ("dp_size", "zero_stage", "checkpointing"),
+    [(1, 0, False), (2, 0, False), (2, 2, False), (2, 3, False), (2, 0, True)],
+)
 def test_adapter_update_is_one_plain_peft_step_whatever_the_layout(
-    ray_cluster, tiny_model_path, batch, dp_size, zero_stage
+    ray_cluster, tiny_model_path, batch, dp_size, zero_stage, checkpointing
 ):
-    cfg = lora_config(tiny_model_path, dp_size=dp_size, zero_stage=zero_stage)
+    cfg = lora_config(
+        tiny_model_path,
+        dp_size=dp_size,
+        zero_stage=zero_stage,
+        gradient_checkpointing=str(checkpointing).lower(),
+    )
     group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
     try:
         initial = group.run("state_dict_for_sync")[0]
