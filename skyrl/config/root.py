@@ -29,7 +29,7 @@ class LoraConfig:
 
     rank: int = 0
     """Adapter rank ``r``; 0 trains the full weights."""
-    alpha: float = 16.0
+    alpha: int = 16
     """Scale numerator: the adapter's update is ``(alpha / rank) * B @ A``."""
     dropout: float = 0.0
     """Dropout on the adapter's input while training (0 keeps training deterministic)."""

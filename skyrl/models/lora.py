@@ -58,9 +58,9 @@ def peft_config(lora: LoraConfig, target_modules: list[str] | None = None, infer
     )
 
 
-def add_adapters(model: nn.Module, lora: LoraConfig, inference: bool = False) -> nn.Module:
-    """``model`` with fresh adapters (B = 0: the same outputs as ``model``); only the adapter
-    parameters require grad."""
+def add_adapters(model: nn.Module, lora: LoraConfig, inference: bool = False):
+    """``model`` with fresh adapters (B = 0: the same outputs as ``model``), a
+    ``peft.PeftModel``; only the adapter parameters require grad."""
     import peft
 
     return peft.get_peft_model(model, peft_config(lora, inference=inference))
@@ -127,7 +127,8 @@ def linear_module_names(model: nn.Module) -> list[str]:
     """Dotted names of every ``nn.Linear`` of ``model`` except its output layer."""
     from torch import nn
 
-    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_output = getattr(model, "get_output_embeddings", None)
+    output = get_output() if callable(get_output) else None
     return [
         name
         for name, module in model.named_modules()

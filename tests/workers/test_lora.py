@@ -28,7 +28,7 @@ ROWS = [16, 9, 13, 6]
 
 def lora_config(model_path: str, **trainer):
     cfg = make_config(model_path, **trainer)
-    cfg.model.lora = LoraConfig(rank=4, alpha=8.0)
+    cfg.model.lora = LoraConfig(rank=4, alpha=8)
     return cfg
 
 
@@ -52,7 +52,7 @@ def peft_reference(model_path: str, adapter: dict, batch: TrainingInputBatch, st
     from skyrl.config.algorithm import AlgorithmConfig
 
     model = add_adapters(
-        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), LoraConfig(4, 8.0)
+        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), LoraConfig(4, 8)
     )
     params = dict(model.named_parameters())
     with torch.no_grad():
@@ -211,7 +211,7 @@ def test_engine_serves_the_synced_adapter(trained, tiny_model_path, backend, pat
     import dataclasses
 
     group, _, _ = trained
-    lora = dataclasses.asdict(LoraConfig(4, 8.0))
+    lora = dataclasses.asdict(LoraConfig(4, 8))
     if backend == "hf":
         engine = HFEngine(tiny_model_path, lora=lora)
     else:
