@@ -236,10 +236,32 @@ def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:
     backend = cfg.generator.backend
     require(backend in ENGINE_BACKENDS, "generator.backend", ENGINE_BACKENDS.unknown(backend))
     try:  # only the constructor kwargs: no engine is built
-        ENGINE_BACKENDS.get(backend)(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
-        return
+        spec = ENGINE_BACKENDS.get(backend)(cfg.generator, cfg.model.path, cfg.model.tokenizer_path)
     except TypeError as exc:  # e.g. generator=vllm generator.backend=hf
         problem = str(exc)
+    else:
+        _check_engine_serves_lora(cfg, spec.cls)
+        return
     # raised outside the handler: known bad input carries no exception context (the CLI
     # fuzz test reads context raised in skyrl's code as a bug)
     raise ConfigError("generator.backend", problem)
+
+
+def _check_engine_serves_lora(cfg: SkyRLConfig, engine_cls: type) -> None:
+    """With ``trainer.lora_sync=adapter`` the engine is built with ``lora=`` (``make_engine``);
+    an engine class that takes no such argument cannot serve the adapter."""
+    import inspect
+
+    from skyrl.models.lora import engine_lora
+
+    if engine_lora(cfg) is None:
+        return
+    params = inspect.signature(engine_cls).parameters
+    takes_lora = "lora" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    require(
+        takes_lora,
+        "trainer.lora_sync",
+        f"adapter: the engine of generator.backend={cfg.generator.backend} "
+        f"({engine_cls.__name__}) takes no lora argument, so it cannot serve a LoRA adapter; "
+        "set trainer.lora_sync=merged",
+    )

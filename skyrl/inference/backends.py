@@ -21,6 +21,10 @@ A recipe adds a backend without touching ``skyrl/``, typically around a built-in
 and selects it with ``generator=hf generator.backend=my_engine imports=[my.module]``: the
 generator group option decides the schema (here ``HFGeneratorConfig``), the backend name
 which engine reads it.
+
+With LoRA and ``trainer.lora_sync=adapter`` ``make_engine`` adds ``lora=`` (the fields of
+``model.lora``) to the kwargs; an engine class that takes no ``lora`` argument is refused
+at validation (use ``trainer.lora_sync=merged`` for it).
 """
 
 from __future__ import annotations

@@ -119,3 +119,22 @@ def test_weight_sync_picks_broadcast_only_where_asked_or_both_ends_have_gpus():
     assert not broadcast(_validate(*gpus, "trainer.weight_sync=object_store"))
     tp2 = ("generator=vllm", "generator.tensor_parallel_size=2")
     assert broadcast(_validate(*tp2, *gpus))  # tensor parallel: only broadcast reaches it
+
+
+def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(monkeypatch):
+    from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
+
+    class PlainEngine:
+        def __init__(self, model_path: str, tokenizer_path: str | None = None):
+            pass
+
+    name = "plain_engine_for_lora_test"
+    entries = {**ENGINE_BACKENDS._entries, name: lambda cfg, p, t: EngineSpec(PlainEngine, {})}
+    monkeypatch.setattr(ENGINE_BACKENDS, "_entries", entries)  # gone after the test
+    with pytest.raises(ConfigError) as info:
+        _validate(f"generator.backend={name}", "model.lora.rank=8")
+    assert info.value.key == "trainer.lora_sync"
+    assert "(PlainEngine) takes no lora argument" in info.value.message
+    # merged sync sends full weights: any engine will do
+    _validate(f"generator.backend={name}", "model.lora.rank=8", "trainer.lora_sync=merged")
+    _validate("model.lora.rank=8")  # the built-in engines serve adapters
