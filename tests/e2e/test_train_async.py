@@ -111,8 +111,19 @@ def test_a_weight_sync_timeout_ends_the_run_with_one_line(tmp_path):
             "generator.max_tokens_per_turn=8",
         ],  # step-wise multi-turn
         ["generator=vllm", "trainer.dp_size=2", "algorithm=rloo"],  # vLLM actor, 2 ranks
+        # LoRA: the vLLM actor loads each version's adapter; KL against the adapters-off policy
+        ["generator=vllm", "model.lora.rank=8", "algorithm.use_kl_loss=true"],
+        [
+            "environment=tools", "environment._target_=faults.ScriptedToolEnv",
+            "generator.step_wise=true", "generator.max_turns=3",
+            "generator.max_prompt_length=256", "generator.max_generate_length=96",
+            "generator.max_tokens_per_turn=8", "model.lora.rank=8",
+        ],  # step-wise multi-turn with LoRA (hf engine actor, PEFT layers)
     ],
-    ids=["ppo_critic", "dapo", "step_wise_tools", "vllm_dp2_rloo"],
+    ids=[
+        "ppo_critic", "dapo", "step_wise_tools", "vllm_dp2_rloo", "vllm_lora_kl",
+        "step_wise_tools_lora",
+    ],
 )  # fmt: skip
 def test_async_runs_with_every_algorithm_and_layout(tmp_path, case):
     result = cli(
