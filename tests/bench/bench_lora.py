@@ -34,24 +34,15 @@ REPEATS = 3
 PROMPTS, SAMPLES = 8, 4
 
 
-def median_time(fn) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def best_time(fn) -> float:
+def repeat_times(fn) -> list[float]:
+    """Seconds of ``REPEATS`` calls of ``fn`` after one warm-up call."""
     fn()
     times = []
     for _ in range(REPEATS):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -89,8 +80,8 @@ def bench_mode(mode: str, rank: int, backend: str) -> dict[str, float]:
         bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
         plan = policy.run("weight_sync_plan", bucket_bytes)[0]
         sync_bytes = sum(spec_nbytes(s) for bucket in plan for s in bucket)
-        sync_s = median_time(
-            lambda: engine.update_weights(policy.stream_weight_buckets(bucket_bytes))
+        sync_s = statistics.median(
+            repeat_times(lambda: engine.update_weights(policy.stream_weight_buckets(bucket_bytes)))
         )
         vocab = engine.tokenizer.vocab_size if hasattr(engine, "tokenizer") else 49152
         batch = fake_rollouts(
@@ -107,8 +98,8 @@ def bench_mode(mode: str, rank: int, backend: str) -> dict[str, float]:
             return compute_loss_weights("token_mean", mb.loss_mask, mb.metadata["uids"], 192)
 
         staged = MeshDispatch.stage_chunks(2, batch, bounds, loss_weights_fn=weights)
-        forward_s = best_time(lambda: policy.forward(staged, len(batch)))
-        train_s = best_time(lambda: policy.train_mini_batch(staged[0]))
+        forward_s = min(repeat_times(lambda: policy.forward(staged, len(batch))))
+        train_s = min(repeat_times(lambda: policy.train_mini_batch(staged[0])))
         peak = [peak_rss_mb(pid) for pid in policy.run("pid")]
         state = sum(policy.run("optimizer_state_bytes"))
     finally:

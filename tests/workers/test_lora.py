@@ -8,7 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from worker_helpers import LR, MAX_SEQ_LEN, make_batch, make_config, row_logprobs
+from worker_helpers import (
+    LR,
+    MAX_SEQ_LEN,
+    assert_weights_close,
+    make_batch,
+    make_config,
+    row_logprobs,
+)
 
 from skyrl.algorithms.reductions import compute_loss_weights
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
@@ -79,12 +86,6 @@ def peft_reference(model_path: str, adapter: dict, batch: TrainingInputBatch, st
     return model
 
 
-def assert_close(actual: dict, expected: dict, atol: float):
-    assert actual.keys() == expected.keys()
-    worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
-    assert worst <= atol, f"max difference {worst:.3g} > {atol}"
-
-
 @pytest.fixture(scope="module")
 def batch(tiny_model_path):
     return make_batch(tiny_model_path, ["a", "a", "b", "b"], ROWS)
@@ -130,7 +131,7 @@ def test_adapter_update_is_one_plain_peft_step_whatever_the_layout(
         reference = {
             name: p.detach() for name, p in expected.named_parameters() if is_adapter_name(name)
         }
-        assert_close(synced[0], {wire_name(n): t for n, t in reference.items()}, atol=1e-5)
+        assert_weights_close(synced[0], {wire_name(n): t for n, t in reference.items()}, atol=1e-5)
         assert all((synced[0][n] != initial[n]).any() for n in initial)  # A and B both moved
         # the base stayed frozen: the merged view minus the adapters' delta is the base model
         base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
@@ -138,7 +139,7 @@ def test_adapter_update_is_one_plain_peft_step_whatever_the_layout(
         plain = dict(base.named_parameters())
         assert merged.keys() == plain.keys()
         merged_ref = expected.merge_and_unload()
-        assert_close(merged, dict(merged_ref.named_parameters()), atol=1e-5)
+        assert_weights_close(merged, dict(merged_ref.named_parameters()), atol=1e-5)
         # Adam moments for the adapters only (fp32: 2 x 4 bytes per adapter weight), on every
         # rank at ZeRO-0, partitioned over the ranks above
         moments = 8 * sum(t.numel() for t in initial.values())
@@ -179,7 +180,7 @@ def test_checkpoint_holds_adapters_only_and_resume_gives_the_next_step(trained, 
     group.run("load_checkpoint", init_dir)  # scramble, then resume
     group.run("load_checkpoint", str(tmp_path))
     group.train_mini_batch(stage(batch, 2)[0])
-    assert_close(group.run("state_dict_for_sync")[0], uninterrupted, atol=0.0)
+    assert_weights_close(group.run("state_dict_for_sync")[0], uninterrupted, atol=0.0)
     group.run("load_checkpoint", str(tmp_path))  # back to the fixture's state
 
 
@@ -246,7 +247,7 @@ def test_export_writes_a_merged_model_and_a_peft_adapter(trained, tiny_model_pat
     ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
     with torch.no_grad():
         a, b = merged(input_ids=ids).logits, peft_model(input_ids=ids).logits
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    torch.testing.assert_weights_close(a, b, atol=1e-5, rtol=0)
     # and the merged model generates what an engine serving the adapter generates
     engine = HFEngine(str(merged_dir))
     try:

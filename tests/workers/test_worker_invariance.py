@@ -19,6 +19,7 @@ from worker_helpers import (
     LR,
     MAX_SEQ_LEN,
     PROMPT_LEN,
+    assert_weights_close,
     make_batch,
     make_config,
     row_logprobs,
@@ -91,12 +92,6 @@ def stage_mini_batches(batch: TrainingInputBatch, reduction: str, mini_batch_siz
             reduction, mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
         ),
     )
-
-
-def assert_weights_close(actual: dict, expected: dict, atol: float):
-    assert actual.keys() == expected.keys()
-    worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
-    assert worst <= atol, f"max weight difference {worst:.3g} > {atol}"
 
 
 @pytest.fixture(scope="module")

@@ -66,3 +66,9 @@ def make_batch(model_path: str, uids: list[str], lengths: list[int]) -> Training
     with torch.no_grad():
         old = row_logprobs(model, batch)  # on-policy: ratio 1 at the first step
     return batch.replace(old_logprobs=old * loss_mask)
+
+
+def assert_weights_close(actual: dict, expected: dict, atol: float):
+    assert actual.keys() == expected.keys()
+    worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
+    assert worst <= atol, f"max weight difference {worst:.3g} > {atol}"
