@@ -72,6 +72,9 @@ class RowMetadata(TypedDict, total=False):
     """Which mini-batch of the step a staged chunk belongs to (dispatch)."""
     rank_token_imbalance: float
     """Busiest rank's tokens over the mean, for the chunk's mini-batch (dispatch)."""
+    old_logprobs_from_training: bool
+    """The batch has no old logprobs: the step is exactly on-policy and the training forward's
+    own logprobs are the old ones (set by the trainer, ``skyrl.trainer.on_policy``)."""
 
 
 class TrainingInputBatch:

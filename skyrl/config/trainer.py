@@ -83,9 +83,17 @@ class TrainerConfig:
     update_epochs_per_batch: int = 1
     """Passes over each training batch; optimizer steps per training step =
     train_batch_size / policy_mini_batch_size * update_epochs_per_batch."""
+    reuse_training_logprobs: bool = True
+    """Skip the old-policy logprob forward when a step is exactly on-policy (one policy
+    mini-batch, one update epoch, no critic, no KL in the reward, no dropout in the policy):
+    the training forward's own logprobs, detached, are then the old logprobs, and the PPO
+    ratio is exactly 1 (``skyrl.trainer.on_policy``). False always runs the separate forward."""
     micro_batch_max_tokens: int | None = None
     """Token budget of one packed micro batch; None = the maximum sequence length
-    (generator.max_prompt_length + generator.max_generate_length)."""
+    (generator.max_prompt_length + generator.max_generate_length). It may exceed one
+    sequence's length (several sequences per micro batch, each attending only to itself), up
+    to the model's context and a memory estimate checked before the run
+    (``skyrl.batch.budget``)."""
     critic_only_steps: int = 0
     """Training steps at the start that train only the critic (PPO warm-up)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skyrl.config.root import SkyRLConfig
+from skyrl.trainer.on_policy import describe, separate_forward_reason
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class RunPlan:
     optimizer_steps_per_step: int
     micro_batch_max_tokens: int
     max_seq_len: int
+    old_logprobs: str
     total_steps: int | None
     dp_size: int
     roles: dict[str, str]
@@ -48,6 +50,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         optimizer_steps_per_step=mini_batches * t.update_epochs_per_batch,
         micro_batch_max_tokens=t.micro_batch_max_tokens or g.max_seq_len,
         max_seq_len=g.max_seq_len,
+        old_logprobs=describe(separate_forward_reason(cfg)),
         total_steps=_total_steps(cfg),
         dp_size=t.dp_size,
         roles=roles,
@@ -80,6 +83,7 @@ def format_plan(plan: RunPlan) -> str:
             "micro batch budget",
             f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})",
         ),
+        ("old logprobs", plan.old_logprobs),
         (
             "total steps",
             "epochs x dataset size / train_batch_size"

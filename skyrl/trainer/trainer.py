@@ -34,9 +34,11 @@ from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
+from skyrl.trainer.on_policy import describe, separate_forward_reason
 from skyrl.trainer.plan import make_plan
 from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync
+from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
 
 if TYPE_CHECKING:
     from skyrl.data import PromptSplits
@@ -94,6 +96,8 @@ class RLTrainer:
             else None
         )
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
+        self.reuse_training_logprobs = self._decide_old_logprobs()
+        """The step is exactly on-policy: the training forward's logprobs are the old ones."""
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
         self.step = 0
         self.policy_version = 0
@@ -147,11 +151,12 @@ class RLTrainer:
                 raise self._sync_timed_out(self._loading[1], str(exc)) from None
         with timer("forward"):
             batch = self.add_logprobs_and_values(batch)
-        metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
         batch, adv_metrics = self.add_advantages(batch)
         metrics.update(adv_metrics)
         with timer("train"):
-            metrics.update(self.train_on(batch, step))
+            train_metrics, batch = self.train_on(batch, step)
+        metrics.update(train_metrics)
+        metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
         refused = any(metrics.get(r.nonfinite, 0.0) > 0 for r in (names.POLICY, names.CRITIC))
         self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if refused else 0
         metrics[names.TRAIN_REFUSED] = float(refused)
@@ -178,13 +183,19 @@ class RLTrainer:
     # -- logprobs, advantages, training ------------------------------------------------
 
     def add_logprobs_and_values(self, batch: TrainingInputBatch) -> TrainingInputBatch:
-        """Old policy logprobs, reference logprobs and critic values via the workers' forward."""
+        """Old policy logprobs, reference logprobs and critic values via the workers' forward
+        (old logprobs only where the step is not exactly on-policy: ``skyrl.trainer.on_policy``)."""
+        needs_ref = self.cfg.algorithm.uses_reference
+        if self.reuse_training_logprobs and not needs_ref:
+            return batch  # nothing to compute before training
         staged = self._stage(batch, self.cfg.trainer.policy_mini_batch_size, loss_weights=False)
         mask = batch.loss_mask
-        fields = {"old_logprobs": self.policy.forward(staged, len(batch)) * mask}
+        fields = {}
+        if not self.reuse_training_logprobs:
+            fields["old_logprobs"] = self.policy.forward(staged, len(batch)) * mask
         if self.reference is not None:
             fields["ref_logprobs"] = self.reference.forward(staged, len(batch)) * mask
-        elif self.cfg.algorithm.uses_reference:  # LoRA
+        elif needs_ref:  # LoRA
             ref = self.policy.forward(staged, len(batch), method="reference_forward")
             fields["ref_logprobs"] = ref * mask
         if self.critic is not None:
@@ -223,10 +234,18 @@ class RLTrainer:
             adv, ret = compute_advantages(inputs, a)
         return batch.replace(advantages=adv, returns=ret), metrics
 
-    def train_on(self, batch: TrainingInputBatch, step: int) -> dict[str, float]:
+    def train_on(
+        self, batch: TrainingInputBatch, step: int
+    ) -> tuple[dict[str, float], TrainingInputBatch]:
         """``update_epochs_per_batch`` passes over the prompt-unit mini-batches (critic first);
-        the policy waits during the first ``critic_only_steps`` steps."""
+        the policy waits during the first ``critic_only_steps`` steps. Returns the metrics and
+        the batch, with its old logprobs from the training forward on an on-policy step."""
         t = self.cfg.trainer
+        from_training = None
+        if self.reuse_training_logprobs:
+            metadata = {**batch.metadata, OLD_LOGPROBS_FROM_TRAINING: True}
+            batch = TrainingInputBatch(batch.tensors, metadata)
+            from_training = torch.zeros_like(batch.loss_mask)
         policy_records: list[TrainStats] = []
         critic_records: list[TrainStats] = []
         train_policy = step > t.critic_only_steps
@@ -246,7 +265,7 @@ class RLTrainer:
                 assert critic is not None
                 critic_records.append(critic.train_mini_batch(chunks))
             for chunks in policy_staged:
-                policy_records.append(self.policy.train_mini_batch(chunks))
+                policy_records.append(self.policy.train_mini_batch(chunks, from_training))
         out = {
             **step_metrics(names.CRITIC, critic_records),
             **step_metrics(names.POLICY, policy_records),
@@ -256,7 +275,9 @@ class RLTrainer:
             if group is not None:
                 group.compute_s = 0.0
         out[names.FORWARD_COMPUTE_S] = forward_s
-        return out
+        if from_training is not None:
+            batch = batch.replace(old_logprobs=from_training * batch.loss_mask)
+        return out, batch
 
     # -- weights, checkpoints, eval ------------------------------------------------------
 
@@ -426,6 +447,17 @@ class RLTrainer:
             self.engine.shutdown()
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _decide_old_logprobs(self) -> bool:
+        """Whether the training forward's logprobs serve as the old ones (the config allows it
+        and the policy's training forward has no dropout); says which at start."""
+        reason = separate_forward_reason(self.cfg)
+        if reason is None:
+            dropout = self.policy.run("active_dropout")[0]
+            if dropout:
+                reason = f"dropout in the policy's training forward: {', '.join(dropout[:3])}"
+        print(f"old logprobs: {describe(reason)}", flush=True)
+        return reason is None
 
     def _multi_row(self, batch: TrainingInputBatch) -> bool:
         """Whether a trajectory may have several rows: step-wise, or some trajectory forked

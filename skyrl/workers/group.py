@@ -129,15 +129,26 @@ class WorkerGroup:
                 values = result[key]
                 if out is None:
                     out = values.new_zeros(num_rows, values.shape[1])
-                rows = torch.as_tensor(result["source_rows"], dtype=torch.long)
-                real = rows >= 0
-                out[rows[real]] = values[real]
+                place_rows(out, values, result["source_rows"])
         assert out is not None, "forward got no chunks"
         return out
 
-    def train_mini_batch(self, chunks: Sequence[Any]) -> TrainStats:
-        """One optimizer step on one mini-batch; the ranks' records combined (``combine_ranks``)."""
-        return combine_ranks(self.run_chunks("train_mini_batch", chunks))
+    def train_mini_batch(
+        self, chunks: Sequence[Any], logprobs_into: torch.Tensor | None = None
+    ) -> TrainStats:
+        """One optimizer step on one mini-batch; the ranks' records combined (``combine_ranks``).
+        ``logprobs_into`` (``[rows of the staged batch, S]``): on an on-policy step, where the
+        ranks return their training forward's logprobs, they are written there in batch order."""
+        records = self.run_chunks("train_mini_batch", chunks)
+        if logprobs_into is not None:
+            for record in records:
+                if record.logprobs is None or record.source_rows is None:
+                    raise RuntimeError(
+                        f"{self.role} worker returned no training logprobs: the chunk was not "
+                        "staged as on-policy (old_logprobs_from_training)"
+                    )
+                place_rows(logprobs_into, record.logprobs, record.source_rows)
+        return combine_ranks(records)
 
     def stream_weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
         """The full weights as ``{name: tensor}`` buckets of about ``bucket_bytes``, streamed from
@@ -157,6 +168,13 @@ class WorkerGroup:
             ray.kill(actor, no_restart=True)
         if self._owns_pg:
             remove_placement_group(self.pg)
+
+
+def place_rows(out: torch.Tensor, values: torch.Tensor, source_rows: Sequence[int]) -> None:
+    """``out[source_rows[i]] = values[i]`` for every chunk row that is not padding (-1)."""
+    rows = torch.as_tensor(source_rows, dtype=torch.long)
+    real = rows >= 0
+    out[rows[real]] = values[real].to(out.dtype)
 
 
 def _first_line(exc: BaseException) -> str:

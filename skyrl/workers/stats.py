@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class LossSums:
@@ -130,6 +132,12 @@ class TrainStats:
     compute_s: float
     """Seconds of forward, backward and optimizer step on this rank (slowest rank combined)."""
     packing: PackingStats
+    logprobs: torch.Tensor | None = None
+    """On-policy steps (``old_logprobs_from_training``): the training forward's logprobs of
+    this rank's chunk rows ``[rows, S]``, detached: the step's old logprobs. Not combined:
+    ``WorkerGroup.train_mini_batch`` puts them back in batch order first."""
+    source_rows: list[int] | None = None
+    """With ``logprobs``: each chunk row's row in the staged batch (-1 = padding)."""
 
 
 def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:

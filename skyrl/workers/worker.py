@@ -38,6 +38,11 @@ from skyrl.inference.base import logprob_temperature
 from skyrl.workers.distributed import all_reduce_max, init_distributed, set_dist_env
 from skyrl.workers.stats import LossSums, PackingStats, TrainStats
 
+OLD_LOGPROBS_FROM_TRAINING = "old_logprobs_from_training"
+"""Batch-level metadata key: the chunk carries no old logprobs; the step is exactly on-policy
+and the training forward's own logprobs, detached, are the old ones
+(``skyrl.trainer.on_policy``)."""
+
 ROLES = ("policy", "reference", "critic")
 
 
@@ -174,13 +179,17 @@ class TrainingWorker:
         started = time.perf_counter()
         self.engine.train()
         micro = self._micro_batches(chunk)
+        on_policy = bool(chunk.metadata.get(OLD_LOGPROBS_FROM_TRAINING))
         sums = LossSums()
         finite = True
+        outputs = []
         for mb in micro:
-            loss, mb_sums = self._micro_batch_loss(chunk, mb)
+            loss, mb_sums, out = self._micro_batch_loss(chunk, mb, on_policy)
             finite = finite and bool(torch.isfinite(loss.detach()))
             self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
             sums = sums + mb_sums
+            if on_policy:
+                outputs.append(out.detach().float().cpu())
         refused = all_reduce_max(int(not (finite and self._local_grads_finite()))) > 0
         lr = float(self.engine.get_lr()[0])  # before step(): the lr this step applies
         if refused:
@@ -196,6 +205,8 @@ class TrainingWorker:
             nonfinite=refused or not math.isfinite(grad_norm),
             compute_s=time.perf_counter() - started,
             packing=PackingStats(**micro_batch_metrics(micro, self.max_tokens)),
+            logprobs=unpack_to_rows(micro, outputs, len(chunk)) if on_policy else None,
+            source_rows=chunk.metadata.get("source_rows") if on_policy else None,
         )
 
     def _local_grads_finite(self) -> bool:
@@ -215,19 +226,40 @@ class TrainingWorker:
             self.engine._unmanaged_backward_count = 0
 
     def _micro_batch_loss(
-        self, chunk: TrainingInputBatch, mb: PackedMicroBatch
-    ) -> tuple[torch.Tensor, LossSums]:
+        self, chunk: TrainingInputBatch, mb: PackedMicroBatch, on_policy: bool = False
+    ) -> tuple[torch.Tensor, LossSums, torch.Tensor]:
+        """The micro batch's loss, its sums, and the model output it came from ``[1, T]``.
+        ``on_policy``: the rows' old logprobs are this forward's own, detached."""
         from skyrl.workers.losses import critic_loss, policy_loss
 
         out, entropy = self._model_out(mb, compute_entropy=self.cfg.algorithm.entropy_coef > 0)
         if mb.is_empty:  # a filler: zero loss, but its backward keeps ZeRO's collectives in step
-            return out.sum() * 0.0, LossSums()
+            return out.sum() * 0.0, LossSums(), out
         rows = chunk.select_rows(mb.row_indices).to(self.device)
         unpacked = mb.unpack(out)
         ent = mb.unpack(entropy) if entropy is not None else None
         if self.role == "critic":
-            return critic_loss(unpacked, rows, self.cfg.algorithm)
-        return policy_loss(unpacked, ent, rows, self.cfg.algorithm)
+            return *critic_loss(unpacked, rows, self.cfg.algorithm), out
+        if on_policy:
+            rows = rows.replace(old_logprobs=unpacked.detach() * rows.loss_mask)
+        return *policy_loss(unpacked, ent, rows, self.cfg.algorithm), out
+
+    def active_dropout(self) -> list[str]:
+        """What makes this rank's training forward random: dropout layers with ``p > 0`` and
+        dropout fields of the model config above 0 (e.g. ``lora_dropout`` layers, a config's
+        ``attention_dropout``). Empty = the training forward computes what ``forward`` does."""
+        module = self.engine.module
+        found = [
+            f"{name} (p={m.p:g})"
+            for name, m in module.named_modules()
+            if isinstance(m, torch.nn.Dropout) and m.p > 0
+        ]
+        config = getattr(module, "config", None)
+        for key, value in sorted(vars(config).items() if config is not None else ()):
+            dropout_key = "dropout" in key or "pdrop" in key
+            if dropout_key and isinstance(value, float) and value > 0:
+                found.append(f"config.{key}={value:g}")
+        return found
 
     def optimizer_state_bytes(self) -> int:
         """Bytes of this rank's Adam moments (``exp_avg``, ``exp_avg_sq``): with LoRA only the

@@ -100,14 +100,17 @@ def test_a_recipes_sink_and_engine_backend_run_by_name(tmp_path):
     assert "counting_hf engine served 8 requests" in result.stdout
 
 
-@pytest.mark.parametrize("backend", ["hf", "vllm"])
-def test_engine_and_trainer_logprobs_agree_at_temperature_0_7(tmp_path, backend):
+@pytest.mark.parametrize(("backend", "mini_batch_size"), [("hf", 1), ("vllm", 1), ("hf", 2)])
+def test_engine_and_trainer_logprobs_agree_at_temperature_0_7(tmp_path, backend, mini_batch_size):
     """One convention (skyrl.inference.base): both engines report tempered logprobs, as the
-    trainer's forward computes them. Before it, T=0.7 measured 0.47 here (T=1: 1e-6)."""
+    trainer's forward computes them. Before it, T=0.7 measured 0.47 here (T=1: 1e-6).
+    Smoke's 2 prompts in mini-batches of 1 run the separate old-logprob forward; in one
+    mini-batch of 2 the step is on-policy and the training forward's logprobs are compared."""
     args = [
         SKYRL_TRAIN, "experiment=smoke", f"generator={backend}", "hydra.run.dir=run",
         "trainer.total_steps=1", "trainer.dp_size=1", "trainer.export_hf=false",
         "generator.sampling.temperature=0.7", "generator.max_generate_length=16",
+        f"trainer.policy_mini_batch_size={mini_batch_size}",
     ]  # fmt: skip
     if backend == "vllm":
         args.append("generator.kv_cache_memory_bytes=16777216")
@@ -117,6 +120,10 @@ def test_engine_and_trainer_logprobs_agree_at_temperature_0_7(tmp_path, backend)
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
     assert record[names.LOGPROB_ABS_DIFF] <= 1e-4
+    if mini_batch_size == 1:
+        assert "old logprobs: a separate forward (2 policy mini-batches per step)" in result.stdout
+    else:
+        assert "old logprobs: the training forward's own" in result.stdout
 
 
 NOT_IN_FAKE_RUNS = {names.PHASE_TIMES["eval"]: "no eval set"}

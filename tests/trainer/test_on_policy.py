@@ -1,0 +1,46 @@
+"""Which configs take the old logprobs from the training forward (``skyrl.trainer.on_policy``)."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from skyrl.config import register_configs
+from skyrl.config.validate import validate
+from skyrl.trainer.on_policy import describe, separate_forward_reason
+from skyrl.trainer.plan import format_plan, make_plan
+
+ONE_MINI_BATCH = ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4"]
+
+
+def _config(*overrides: str):
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        return validate(compose(config_name="config", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (ONE_MINI_BATCH, None),
+        (ONE_MINI_BATCH + ["algorithm.use_kl_loss=true"], None),  # the reference is separate
+        (["trainer.train_batch_size=8", "trainer.policy_mini_batch_size=4"], "2 policy mini"),
+        (ONE_MINI_BATCH + ["trainer.update_epochs_per_batch=2"], "update_epochs_per_batch=2"),
+        (ONE_MINI_BATCH + ["algorithm=ppo", "trainer.critic_mini_batch_size=4"], "a critic"),
+        (ONE_MINI_BATCH + ["algorithm.use_kl_in_reward=true"], "use_kl_in_reward"),
+        (ONE_MINI_BATCH + ["trainer.reuse_training_logprobs=false"], "reuse_training_logprobs"),
+    ],
+)
+def test_separate_forward_only_where_the_step_is_not_exactly_on_policy(overrides, reason):
+    found = separate_forward_reason(_config(*overrides))
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None and reason in found
+
+
+def test_the_plan_says_where_the_old_logprobs_come_from():
+    plan = format_plan(make_plan(_config(*ONE_MINI_BATCH)))
+    assert f"old logprobs            {describe(None)}" in plan
+    main_job = format_plan(make_plan(_config()))  # 8 prompts in mini-batches of 4
+    assert "a separate forward (2 policy mini-batches per step)" in main_job
