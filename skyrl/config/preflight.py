@@ -15,9 +15,11 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   run resolves once and hands the local paths on;
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
-  the meta device).
+  the meta device);
+- ``trainer.micro_batch_max_tokens`` fits the model's context and the memory estimate of
+  ``skyrl.batch.budget`` (the model's config only).
 
-Only the tokenizer (and, with LoRA, the model's config) is loaded, never the weights. ``data.source=fake`` has no prompts, env or
+Only the tokenizer (and, for LoRA or a micro-batch budget, the model's config) is loaded, never the weights. ``data.source=fake`` has no prompts, env or
 driver: only its model paths are checked. Every problem raises ``ConfigError`` naming its
 key, one line (a model that resolves to nothing too: what was tried, ``;``-separated). A
 known kind of bad input (a missing model, an unreadable row) is re-raised outside the
@@ -71,6 +73,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         check_env_and_agent(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     _check_lora_modules(resolved, for_run)
+    _check_micro_batch_budget(resolved, for_run)
     if fake:
         return Preflight(resolved, None, [])
     tokenizer = load_tokenizer(cfg, tokenizer_dir)
@@ -108,6 +111,20 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
     if model_dir:
         check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
+
+
+def _check_micro_batch_budget(cfg: SkyRLConfig, for_run: bool) -> None:
+    """``trainer.micro_batch_max_tokens`` within the model's context and the memory estimate
+    (``skyrl.batch.budget``; the model's config only; a dry run of a model not on disk yet
+    skips this, the run checks it)."""
+    from skyrl.batch.budget import check_micro_batch_budget
+    from skyrl.models.resolve import locate_model_path
+
+    if cfg.trainer.micro_batch_max_tokens is None:
+        return
+    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
+    if model_dir:
+        check_micro_batch_budget(cfg, model_dir)
 
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:

@@ -91,12 +91,6 @@ def _check_batch_sizes(cfg: SkyRLConfig) -> None:
             "trainer.dp_size",
             f"a policy mini-batch has {seqs} sequences (policy_mini_batch_size x n_samples_per_prompt), not divisible by dp_size ({t.dp_size})",
         )
-    if t.micro_batch_max_tokens is not None:
-        require(
-            t.micro_batch_max_tokens <= g.max_seq_len,
-            "trainer.micro_batch_max_tokens",
-            f"{t.micro_batch_max_tokens} exceeds the longest sequence, generator.max_prompt_length + max_generate_length = {g.max_seq_len}",
-        )
 
 
 def uses_broadcast_sync(cfg: SkyRLConfig) -> bool:

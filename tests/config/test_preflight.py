@@ -202,3 +202,31 @@ def test_lora_target_modules_are_checked_against_the_model(targets, key, fragmen
 def test_lora_target_modules_that_exist_pass():
     for targets in ("[all-linear]", "[q_proj,v_proj]", "[self_attn.o_proj,mlp.down_proj]"):
         preflight(cfg_for("model.lora.rank=8", f"model.lora.target_modules={targets}"), False)
+
+
+def test_micro_batch_budget_beyond_the_models_context_is_refused():
+    # the tiny model: max_position_embeddings 2048; smoke's longest sequence 128 + 24 = 152
+    preflight(cfg_for("trainer.micro_batch_max_tokens=2048"), for_run=False)  # 13 sequences
+    for for_run in (False, True):
+        error = refused(cfg_for("trainer.micro_batch_max_tokens=2049"), for_run=for_run)
+        assert error.key == "trainer.micro_batch_max_tokens"
+        assert "exceeds the model's context, max_position_embeddings = 2048" in error.message
+
+
+def test_micro_batch_budget_over_the_memory_estimate_is_refused(monkeypatch):
+    from skyrl.batch import budget
+
+    # the tiny model (hidden 64, 2 layers, vocab 512), fp32, per token:
+    # 34 x 64 x 4 bytes x 2 layers + 3 x 512 x 4 bytes = 17408 + 6144 = 23552
+    config = type("Config", (), {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512})
+    assert budget.activation_bytes(config, 1000, "fp32", checkpointing=False) == 23_552_000
+    # checkpointing keeps 2 x 64 x 4 bytes per layer and one layer's full 34 x 64 x 4:
+    # 1024 + 8704 + 6144 = 15872 per token
+    assert budget.activation_bytes(config, 1000, "fp32", checkpointing=True) == 15_872_000
+    # 2 ranks x 2000 tokens x 23552 bytes = 94.2 MB > half of a 100 MB machine
+    monkeypatch.setattr(budget, "machine_memory_bytes", lambda: 100_000_000)
+    error = refused(cfg_for("trainer.micro_batch_max_tokens=2000"))
+    assert error.key == "trainer.micro_batch_max_tokens"
+    assert "need about 0.1 GiB of activations on 2 rank(s)" in error.message
+    assert "trainer.gradient_checkpointing=true" in error.message
+    preflight(cfg_for("trainer.micro_batch_max_tokens=1000"), for_run=False)  # 47.1 MB fits
