@@ -1,6 +1,7 @@
 """An on-policy step without the separate old-logprob forward (``skyrl.trainer.on_policy``)
 takes the same update as the two-pass path, and returns the training forward's logprobs as
-the old ones."""
+the old ones; the worker's checks on its training pass: dropout that would make the training
+forward differ from the no-grad one, a non-finite gradient entry (one fused norm)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,18 @@ def test_dropout_in_the_model_or_its_adapters_is_found(tiny_model_path):
     lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], lora_dropout=0.05))
     found = active_dropout(lora)
     assert found and all("lora_dropout" in f and "p=0.05" in f for f in found)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_one_non_finite_gradient_entry_is_found(tiny_model_path, bad):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    worker = SimpleNamespace(
+        engine=SimpleNamespace(module=model),
+        cfg=SimpleNamespace(trainer=SimpleNamespace(zero_stage=0)),
+    )
+    assert TrainingWorker._local_grads_finite(worker)
+    last = list(model.parameters())[-1]
+    last.grad[0] = bad
+    assert not TrainingWorker._local_grads_finite(worker)
