@@ -1,9 +1,9 @@
 """What bounds ``trainer.micro_batch_max_tokens``: the model's context and the memory one
 packed micro batch needs.
 
-A packed micro batch is one row of several sequences, each with its own position ids; its
-attention is block-diagonal, so no sequence attends beyond its own length. The budget may
-therefore exceed one sample's length (bigger matmuls run closer to the machine's peak),
+A packed micro batch is one row of several sequences, each with its own position ids; each
+attends only to itself (``skyrl.workers.packed_attention``), so the budget may
+exceed one sample's length (bigger matmuls run closer to the machine's peak),
 bounded by:
 
 - the model's context (``max_position_embeddings``): the packed row goes through the model

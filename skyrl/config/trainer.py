@@ -94,6 +94,12 @@ class TrainerConfig:
     sequence's length (several sequences per micro batch, each attending only to itself), up
     to the model's context and a memory estimate checked before the run
     (``skyrl.batch.budget``)."""
+    packed_attention: str = "per_sequence"
+    """Attention over a packed micro batch in the workers: ``per_sequence`` computes each
+    sequence's own causal block only (SDPA per sequence; the cost of a budget above one
+    sequence's length grows with the sequences, not with the budget squared), ``masked`` is
+    transformers' ``sdpa`` with a block-diagonal mask (every block computed)
+    (``skyrl.workers.packed_attention``)."""
     critic_only_steps: int = 0
     """Training steps at the start that train only the critic (PPO warm-up)."""
 
@@ -201,6 +207,7 @@ class TrainerConfig:
             f"must be 0, 1, 2 or 3, got {self.zero_stage}",
         )
         require_choice(self.precision, ("fp32", "bf16"), "precision")
+        require_choice(self.packed_attention, ("per_sequence", "masked"), "packed_attention")
         require(
             self.num_cpus_per_worker > 0,
             "num_cpus_per_worker",

@@ -1,11 +1,13 @@
 """Per-token logprobs (and entropy) of a packed micro batch.
 
 The packed row ``[1, T]`` goes through the model with ``attention_mask=None``,
-``position_ids`` restarting at 0 per sequence and ``use_cache=False``:
-transformers' ``masking_utils.find_packed_sequence_indices`` then confines
-sdpa/eager attention to each sequence (block-diagonal causal mask), and
-flash-attention takes the varlen path from the same position ids. (With a KV
-cache or a 2D attention mask the detection is off, hence both are omitted.)
+``position_ids`` restarting at 0 per sequence and ``use_cache=False``. The
+workers' models attend per sequence from those position ids
+(``skyrl.workers.packed_attention``, the default); with
+``trainer.packed_attention=masked`` transformers'
+``masking_utils.find_packed_sequence_indices`` confines sdpa to each sequence
+with a block-diagonal causal mask instead. (With a KV cache or a 2D attention
+mask the detection is off, hence both are omitted.)
 
 Alignment matches ``TrainingInputBatch``: the value at position ``t`` is
 ``log p(token_t | tokens_<t)`` of the same sequence, 0 where a sequence

@@ -13,12 +13,28 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def attention_implementation(packed_attention: str) -> str:
+    """The ``attn_implementation`` for ``trainer.packed_attention`` (registered first)."""
+    from skyrl.workers import packed_attention as packed
+
+    packed.register()
+    return packed.IMPLEMENTATIONS[packed_attention]
+
+
 def load_causal_lm(
-    path: str, precision: str, trust_remote_code: bool = False, gradient_checkpointing: bool = False
+    path: str,
+    precision: str,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = False,
+    packed_attention: str = "per_sequence",
 ) -> nn.Module:
-    """A ``from_pretrained`` causal LM in the training dtype."""
+    """A ``from_pretrained`` causal LM in the training dtype, its attention for packed micro
+    batches (``trainer.packed_attention``)."""
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=DTYPES[precision], trust_remote_code=trust_remote_code
+        path,
+        dtype=DTYPES[precision],
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attention_implementation(packed_attention),
     )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -46,12 +62,19 @@ class ValueModel(nn.Module):
 
 
 def load_value_model(
-    path: str, precision: str, trust_remote_code: bool = False, gradient_checkpointing: bool = False
+    path: str,
+    precision: str,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = False,
+    packed_attention: str = "per_sequence",
 ) -> ValueModel:
     """The critic: the body of the model at ``path`` with a fresh value head."""
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     body = AutoModel.from_pretrained(
-        path, dtype=DTYPES[precision], trust_remote_code=trust_remote_code
+        path,
+        dtype=DTYPES[precision],
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attention_implementation(packed_attention),
     )
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -89,6 +89,7 @@ class TrainingWorker:
                 t.precision,
                 m.trust_remote_code,
                 t.gradient_checkpointing,
+                t.packed_attention,
             )
             return build_engine(model, t, t.critic_optimizer, total_optimizer_steps)
         model = load_causal_lm(
@@ -96,6 +97,7 @@ class TrainingWorker:
             t.precision,
             m.trust_remote_code,
             t.gradient_checkpointing and self.role == "policy",
+            t.packed_attention,
         )
         if self.role == "reference":
             model.requires_grad_(False)
