@@ -9,6 +9,7 @@
 #   make lint      ruff check + format check, then make typecheck
 #   make typecheck mypy over skyrl/ (settings in pyproject.toml's [tool.mypy])
 #   make bench     benchmarks; they print their figures
+#   make bench-trl skyrl vs TRL 1.16 on identical GRPO steps (TRL in its own .venv-trl); prints a table
 #   make sweep-demo  a two-job sweep (grpo vs rloo) on the tiny model with a summary table and plot
 #   make notebook  JupyterLab on notebooks/ with this venv as the kernel "skyrl"; open the URL it prints
 #
@@ -39,7 +40,7 @@ NOTEBOOK_STAMP := $(VENV)/.skyrl-notebook-$(ENGINE)-$(INSTALL_HASH)
 # The kernel the notebooks' metadata name (tests/test_notebooks.py checks they match).
 NOTEBOOK_KERNEL := skyrl
 
-.PHONY: install install-dev train test test-gpu lint typecheck format bench sweep-demo notebook clean
+.PHONY: install install-dev train test test-gpu lint typecheck format bench bench-trl sweep-demo notebook clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +108,11 @@ format: install-dev
 
 bench: install-dev
 	@for script in tests/bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+# TRL installs into its own venv (.venv-trl) on the first run, never into $(VENV).
+# Options: make bench-trl BENCH_TRL_ARGS="--rounds 1 --steps 3"
+bench-trl: install-dev
+	$(BIN)/python tests/bench/bench_trl.py $(BENCH_TRL_ARGS)
 
 # A two-job sweep on the tiny model; <sweep dir>/summary.csv and summary.png compare them.
 sweep-demo: install-dev
