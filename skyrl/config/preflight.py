@@ -120,8 +120,6 @@ def _check_micro_batch_budget(cfg: SkyRLConfig, for_run: bool) -> None:
     from skyrl.batch.budget import check_micro_batch_budget
     from skyrl.models.resolve import locate_model_path
 
-    if cfg.trainer.micro_batch_max_tokens is None:
-        return
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
     if model_dir:
         check_micro_batch_budget(cfg, model_dir)

@@ -89,11 +89,10 @@ class TrainerConfig:
     the training forward's own logprobs, detached, are then the old logprobs, and the PPO
     ratio is exactly 1 (``skyrl.trainer.on_policy``). False always runs the separate forward."""
     micro_batch_max_tokens: int | None = None
-    """Token budget of one packed micro batch; None = the maximum sequence length
-    (generator.max_prompt_length + generator.max_generate_length). It may exceed one
-    sequence's length (several sequences per micro batch, each attending only to itself), up
-    to the model's context and a memory estimate checked before the run
-    (``skyrl.batch.budget``)."""
+    """Token budget of one packed micro batch; None = 2048 or the maximum sequence length
+    (generator.max_prompt_length + generator.max_generate_length), whichever is longer. It
+    packs several sequences, each attending only to itself, up to the model's context and a
+    memory estimate checked before the run (``skyrl.batch.budget``)."""
     packed_attention: str = "per_sequence"
     """Attention over a packed micro batch in the workers: ``per_sequence`` computes each
     sequence's own causal block only (SDPA per sequence; the cost of a budget above one

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skyrl.batch.budget import micro_batch_tokens
 from skyrl.config.root import SkyRLConfig
 from skyrl.trainer.on_policy import describe, separate_forward_reason
 
@@ -48,7 +49,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         max_turns=g.max_turns,
         mini_batches_per_step=mini_batches,
         optimizer_steps_per_step=mini_batches * t.update_epochs_per_batch,
-        micro_batch_max_tokens=t.micro_batch_max_tokens or g.max_seq_len,
+        micro_batch_max_tokens=micro_batch_tokens(cfg),
         max_seq_len=g.max_seq_len,
         old_logprobs=describe(separate_forward_reason(cfg)),
         total_steps=_total_steps(cfg),

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from skyrl.batch import TrainingInputBatch
+from skyrl.batch.budget import micro_batch_tokens
 from skyrl.batch.packing import (
     PackedMicroBatch,
     micro_batch_metrics,
@@ -73,7 +74,7 @@ class TrainingWorker:
         _seed_everything(trainer.seed)
         self.engine = self._build_engine(total_optimizer_steps)
         self.device = torch.device(self.engine.device)
-        self.max_tokens = trainer.micro_batch_max_tokens or cfg.generator.max_seq_len
+        self.max_tokens = micro_batch_tokens(cfg)
         # the engines' logprob convention (skyrl.inference.base): tempered, untruncated
         self.temperature = logprob_temperature(cfg.generator.sampling.temperature)
 
