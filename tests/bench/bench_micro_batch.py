@@ -17,6 +17,7 @@ import os
 
 import ray
 import torch
+from bench_trl import cpu_model, fp32_peak_gflops
 from bench_workers import timed
 from hydra import compose, initialize_config_module
 from transformers import AutoConfig
@@ -100,6 +101,7 @@ def main() -> None:
         ray.shutdown()
     print(__doc__.splitlines()[0])
     print(f"{len(batch)} sequences, {tokens} real tokens; fastest of {STEPS} steps")
+    print(f"CPU: {cpu_model()}; fp32 matmul peak {fp32_peak_gflops():.1f} GFLOP/s (2 threads)")
     print(
         f"{'layout':18s} {'attention':13s} {'budget':>7s} {'s/step':>8s} {'tok/s':>7s} {'micro':>6s}"
     )
