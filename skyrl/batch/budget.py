@@ -80,12 +80,12 @@ def check_micro_batch_budget(cfg: SkyRLConfig, model_dir: str) -> None:
     if t.num_gpus_per_worker > 0:
         return
     need = t.dp_size * activation_bytes(model_config, budget, t.precision, t.gradient_checkpointing)
-    have = MEMORY_SHARE * machine_memory_bytes()
+    total = machine_memory_bytes()
     require(
-        need <= have,
+        need <= MEMORY_SHARE * total,
         "trainer.micro_batch_max_tokens",
         f"{budget} tokens per micro batch need about {need / 2**30:.1f} GiB of activations on "
         f"{t.dp_size} rank(s), over {MEMORY_SHARE:.0%} of this machine's "
-        f"{machine_memory_bytes() / 2**30:.1f} GiB; {'lower it' if t.micro_batch_max_tokens else 'set it lower'} "
+        f"{total / 2**30:.1f} GiB; {'lower it' if t.micro_batch_max_tokens else 'set it lower'} "
         "or set trainer.gradient_checkpointing=true",
     )
