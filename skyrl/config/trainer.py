@@ -145,9 +145,12 @@ class TrainerConfig:
     weight_sync_bucket_mb: int = 256
     """Weight sync to the engines streams the policy in buckets of about this many MiB."""
     weight_sync: str = "auto"
-    """How weights reach the engines: ``object_store`` (buckets through Ray), ``broadcast``
-    (a torch.distributed group from policy rank 0 to the engines: NCCL on GPU, gloo on CPU),
-    or ``auto`` (broadcast when policy and engines have GPUs of their own, else object_store)."""
+    """How weights reach the engines: ``shared_memory`` (policy rank 0 writes them into one
+    file in /dev/shm, the engines load from views of it; one machine), ``object_store``
+    (buckets through Ray; any cluster), ``broadcast`` (a torch.distributed group from policy
+    rank 0 to the engines: NCCL on GPU, gloo on CPU), or ``auto`` (broadcast when policy and
+    engines have GPUs of their own, else shared_memory on a one-node Ray cluster, else
+    object_store)."""
     lora_sync: str = "adapter"
     """With LoRA (``model.lora.rank`` > 0): ``adapter`` sends only the adapter tensors and the
     engines serve them as a LoRA adapter per policy version; ``merged`` merges the adapters
@@ -227,7 +230,9 @@ class TrainerConfig:
             "weight_sync_bucket_mb",
             f"must be >= 1, got {self.weight_sync_bucket_mb}",
         )
-        require_choice(self.weight_sync, ("auto", "object_store", "broadcast"), "weight_sync")
+        require_choice(
+            self.weight_sync, ("auto", "shared_memory", "object_store", "broadcast"), "weight_sync"
+        )
         require_choice(self.lora_sync, ("adapter", "merged"), "lora_sync")
         require(
             self.weight_sync_timeout_s > 0,

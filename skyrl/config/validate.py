@@ -93,27 +93,34 @@ def _check_batch_sizes(cfg: SkyRLConfig) -> None:
         )
 
 
-def uses_broadcast_sync(cfg: SkyRLConfig) -> bool:
-    """``trainer.weight_sync`` resolved: ``auto`` = broadcast when the policy and the engines
-    each have GPUs (NCCL), else the object store."""
+def weight_sync_path(cfg: SkyRLConfig) -> str:
+    """``trainer.weight_sync`` resolved: ``auto`` = ``broadcast`` when the policy and the
+    engines each have GPUs (NCCL), else ``shared_memory`` (the trainer falls back to the
+    object store when the Ray cluster has more than one node)."""
     mode = cfg.trainer.weight_sync
-    if mode == "auto":
-        return cfg.trainer.num_gpus_per_worker > 0 and cfg.generator.num_gpus_per_engine > 0
-    return mode == "broadcast"
+    if mode != "auto":
+        return mode
+    if cfg.trainer.num_gpus_per_worker > 0 and cfg.generator.num_gpus_per_engine > 0:
+        return "broadcast"
+    return "shared_memory"
+
+
+def uses_broadcast_sync(cfg: SkyRLConfig) -> bool:
+    return weight_sync_path(cfg) == "broadcast"
 
 
 def _check_weight_sync(cfg: SkyRLConfig) -> None:
     """The broadcast group is NCCL between GPUs or gloo between CPUs, never a mix; NCCL
     cannot put policy rank 0 and an engine on one GPU, so the engines need GPUs of their own.
-    The object store cannot reach vLLM's tensor-parallel worker processes."""
+    Only the broadcast path is built to reach vLLM's tensor-parallel worker processes."""
     if not uses_broadcast_sync(cfg):
         tp = cfg.generator.processes_per_engine
         require(
             tp == 1,
             "trainer.weight_sync",
             f"generator.tensor_parallel_size={tp} runs vLLM's model in worker processes, which "
-            "the object-store sync cannot reach: set trainer.weight_sync=broadcast with "
-            "generator.num_gpus_per_engine",
+            f"the {weight_sync_path(cfg)} sync does not reach: set trainer.weight_sync=broadcast "
+            "with generator.num_gpus_per_engine",
         )
         return
     policy_gpu = cfg.trainer.num_gpus_per_worker > 0

@@ -99,7 +99,7 @@ class RayEngineHandle:
             raise _died(name, exc) from None
 
     def update_weights(self, weights: WeightItems) -> None:
-        self._call("update_weights", list(weights))
+        self._call("update_weights", _for_every_engine(weights))
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -128,6 +128,15 @@ class RayEngineHandle:
         except (RayActorError, ray.exceptions.GetTimeoutError):
             pass
         ray.kill(self.actor, no_restart=True)
+
+
+def _for_every_engine(weights: WeightItems) -> WeightItems:
+    """``weights`` in a form every engine can consume: a shared-memory handle stays a handle
+    (small to send; each engine maps the file), anything else becomes one list (a stream of
+    buckets can be read only once)."""
+    from skyrl.inference.shared_weights import SharedWeights
+
+    return weights if isinstance(weights, SharedWeights) else list(weights)
 
 
 def _died(during: str, exc: Exception) -> EngineDiedError:
@@ -178,7 +187,7 @@ class EngineClient:
             future.result()
 
     def update_weights(self, weights: WeightItems) -> None:
-        named = list(weights)  # every engine needs the full list
+        named = _for_every_engine(weights)
         self._all(lambda e: e.update_weights(named))
 
     def join_weight_sync(

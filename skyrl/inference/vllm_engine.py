@@ -182,10 +182,15 @@ class VLLMEngine(LocalEngine):
         """Reload the given named tensors into the running model (an in-process engine core
         only, see ``__init__``; ``receive_weights`` works in every layout). Serving LoRA:
         the adapter tensors become the next adapter version."""
-        named = list(iter_named_tensors(weights))
+        from skyrl.inference.shared_weights import SharedWeights
+
         if self.lora is not None:
-            self.on_owner(self._add_adapter, dict(named))
+            self.on_owner(self._add_adapter, dict(iter_named_tensors(weights)))
             return
+        if isinstance(weights, SharedWeights):  # the handle crosses the RPC, not the tensors
+            self.on_owner(self._rpc, "skyrl_reload_weights", (weights,), True)
+            return
+        named = list(iter_named_tensors(weights))
         self.on_owner(self._rpc, "skyrl_reload_weights", (iter(named),), True)
 
     def _next_adapter_dir(self) -> tuple[int, Path]:

@@ -48,7 +48,7 @@ def spec_nbytes(spec: TensorSpec) -> int:
     return numel * _dtype(spec).itemsize
 
 
-def _offsets(bucket: list[TensorSpec]) -> tuple[list[int], int]:
+def bucket_offsets(bucket: list[TensorSpec]) -> tuple[list[int], int]:
     """Start offset of each tensor and the bucket's total size, in bytes."""
     offsets, pos = [], 0
     for spec in bucket:
@@ -98,7 +98,7 @@ def _broadcast(group, buffer: torch.Tensor) -> None:
 
 def send_bucket(group, bucket: list[TensorSpec], tensors: list[torch.Tensor]) -> None:
     """Rank 0: broadcast ``tensors`` (matching ``bucket``) as one flat buffer."""
-    offsets, total = _offsets(bucket)
+    offsets, total = bucket_offsets(bucket)
     device = tensors[0].device if tensors else torch.device("cpu")
     buffer = torch.empty(total, dtype=torch.uint8, device=device)
     for spec, offset, tensor in zip(bucket, offsets, tensors, strict=True):
@@ -114,7 +114,7 @@ def send_bucket(group, bucket: list[TensorSpec], tensors: list[torch.Tensor]) ->
 
 def receive_bucket(group, bucket: list[TensorSpec], device) -> list[tuple[str, torch.Tensor]]:
     """Ranks > 0: the named tensors of one broadcast bucket (views of one fresh buffer)."""
-    offsets, total = _offsets(bucket)
+    offsets, total = bucket_offsets(bucket)
     buffer = torch.empty(total, dtype=torch.uint8, device=device)
     _broadcast(group, buffer)
     named = []

@@ -27,8 +27,9 @@ from skyrl.algorithms.kl import masked_kl
 from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.root import SkyRLConfig
-from skyrl.config.validate import uses_broadcast_sync
+from skyrl.config.validate import weight_sync_path
 from skyrl.dispatch import MeshDispatch
+from skyrl.inference.base import WeightItems
 from skyrl.inference.client import EngineClient
 from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
@@ -37,7 +38,7 @@ from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, reso
 from skyrl.trainer.on_policy import describe, separate_forward_reason
 from skyrl.trainer.plan import make_plan
 from skyrl.trainer.step_stats import step_metrics
-from skyrl.trainer.weight_sync import BroadcastWeightSync
+from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
 
 if TYPE_CHECKING:
@@ -90,11 +91,19 @@ class RLTrainer:
         self.critic = (
             WorkerGroup("critic", cfg, optimizer_steps) if cfg.algorithm.uses_critic else None
         )
+        sync_path = weight_sync_path(cfg) if self.engine is not None else None
         self.weight_sync = (
             BroadcastWeightSync(self.policy, self.engine, cfg)
-            if self.engine is not None and uses_broadcast_sync(cfg)
+            if self.engine is not None and sync_path == "broadcast"
             else None
         )
+        self.shared_weights = (
+            SharedMemoryWeightSync.start(self.policy, cfg, explicit=t.weight_sync != "auto")
+            if sync_path == "shared_memory"
+            else None
+        )
+        """Set with ``trainer.weight_sync=shared_memory``; neither this nor ``weight_sync``:
+        the object store."""
         self.kl_ctrl = build_kl_controller(cfg.algorithm)
         self.reuse_training_logprobs = self._decide_old_logprobs()
         """The step is exactly on-policy: the training forward's logprobs are the old ones."""
@@ -282,14 +291,14 @@ class RLTrainer:
     # -- weights, checkpoints, eval ------------------------------------------------------
 
     def sync_weights(self, version: int) -> None:
-        """Policy weights into the inference engines, in buckets from rank 0: broadcast over
-        the sync group, or through the object store (``trainer.weight_sync``); the engines
-        then hold policy version ``version``. The rollout source holds new requests meanwhile
+        """Policy weights into the inference engines from rank 0: through a shared-memory
+        file, broadcast over the sync group, or through the object store
+        (``trainer.weight_sync``); the engines then hold policy version ``version``. The rollout source holds new requests meanwhile
         (``updating_weights``); a sync that takes longer than ``trainer.weight_sync_timeout_s``
         ends the run (``WeightSyncTimedOut``).
 
-        Asynchronous training over the object store: the step's weights are fetched from rank
-        0 now and the engines load them in the background while the trainer goes on (the next
+        Asynchronous training over shared memory or the object store: the step's weights are
+        written or fetched from rank 0 now and the engines load them in the background while the trainer goes on (the next
         batch is already generated); the next sync, an eval and the end of the run wait for
         that load (``wait_for_engines``)."""
         self.wait_for_engines()
@@ -297,12 +306,14 @@ class RLTrainer:
         started = time.monotonic()
         engine = self.engine
         if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
-            weights = list(self._weight_buckets())  # this step's, fetched now
+            weights = self._staged_weights()  # this step's, taken now
 
             def load() -> None:
                 with self.rollouts.updating_weights(version, timeout):
                     engine.update_weights(weights)
                     engine.reset_prefix_cache()
+                if self.shared_weights is not None:
+                    self.shared_weights.loaded()
 
             self._loading = (in_thread(load), version, started)
             self.policy_version = version
@@ -316,9 +327,13 @@ class RLTrainer:
             raise self._sync_timed_out(version, str(exc)) from None
         self.policy_version = version
 
-    def _weight_buckets(self):
-        """The policy's weights streamed from rank 0 in ``trainer.weight_sync_bucket_mb``."""
-        return self.policy.stream_weight_buckets(self.cfg.trainer.weight_sync_bucket_mb << 20)
+    def _staged_weights(self) -> WeightItems:
+        """The policy's weights where the engines can load them: written by rank 0 into the
+        shared-memory file, or a list of buckets of ``trainer.weight_sync_bucket_mb`` fetched
+        from rank 0 through the object store."""
+        if self.shared_weights is not None:
+            return self.shared_weights.stage()
+        return list(self.policy.stream_weight_buckets(self.cfg.trainer.weight_sync_bucket_mb << 20))
 
     def wait_for_engines(self) -> None:
         """Wait for a weight load still running in the background (asynchronous training),
@@ -331,7 +346,7 @@ class RLTrainer:
         try:
             done.result(max(left, 0.0))
         except FutureTimeout:
-            what = "the inference engines to load the weights (object store, in the background)"
+            what = f"the inference engines to load the weights ({self._sync_name()}, in the background)"
             raise self._sync_timed_out(version, what) from None
         except WeightSyncTimeout as exc:
             raise self._sync_timed_out(version, str(exc)) from None
@@ -355,8 +370,10 @@ class RLTrainer:
             if self.weight_sync is not None:
                 self.weight_sync.sync()
             else:
-                engine.update_weights(self._weight_buckets())
+                engine.update_weights(self._staged_weights())
             engine.reset_prefix_cache()
+            if self.shared_weights is not None:
+                self.shared_weights.loaded()
 
         if not self.cfg.generator.engines_in_actors:
             push()
@@ -364,10 +381,15 @@ class RLTrainer:
         try:
             in_thread(push).result(timeout)
         except FutureTimeout:
-            what = "broadcast" if self.weight_sync is not None else "object store"
             raise WeightSyncTimeout(
-                f"the inference engines to load the weights ({what} sync from policy rank 0)"
+                f"the inference engines to load the weights ({self._sync_name()} sync from "
+                "policy rank 0)"
             ) from None
+
+    def _sync_name(self) -> str:
+        if self.weight_sync is not None:
+            return "broadcast"
+        return "shared memory" if self.shared_weights is not None else "object store"
 
     def save_checkpoint(self, step: int) -> Path:
         """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``."""
@@ -445,6 +467,8 @@ class RLTrainer:
                 group.shutdown()
         if self.engine is not None:
             self.engine.shutdown()
+        if self.shared_weights is not None:
+            self.shared_weights.close()
 
     # -- helpers ---------------------------------------------------------------------
 

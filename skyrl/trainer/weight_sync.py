@@ -1,18 +1,26 @@
-"""The driver's side of the broadcast weight sync: setting the group up and each sync.
+"""The driver's side of the weight sync paths that need set-up: broadcast and shared memory.
 
-``trainer.weight_sync`` picks the path (``skyrl.config.validate.uses_broadcast_sync``
-resolves ``auto``). ``object_store`` streams buckets from policy
-rank 0 through Ray into every engine's ``update_weights``. ``broadcast`` opens one
-group (``skyrl.inference.weight_sync``) from policy rank 0 to every engine process
-once, then each sync is one broadcast per bucket: the driver starts rank 0 sending
-and has the engines receive at the same time (a collective blocks until every rank
-is in it).
+``trainer.weight_sync`` picks the path (``skyrl.config.validate.weight_sync_path``
+resolves ``auto``):
+
+- ``shared_memory`` (the CPU default): policy rank 0 copies its weights into one file in
+  ``/dev/shm`` and the engines load from views of it
+  (``skyrl.inference.shared_weights``); one machine only.
+- ``object_store`` streams buckets from policy rank 0 through Ray into every engine's
+  ``update_weights`` (any Ray cluster; each bucket is pickled and copied several times).
+- ``broadcast`` opens one group (``skyrl.inference.weight_sync``) from policy rank 0 to
+  every engine process once, then each sync is one broadcast per bucket: the driver
+  starts rank 0 sending and has the engines receive at the same time (a collective
+  blocks until every rank is in it).
 """
 
 from __future__ import annotations
 
+import ray
+
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import InferenceEngine
+from skyrl.inference.shared_weights import SharedWeights, create_shared_weights
 from skyrl.workers.group import WorkerGroup
 
 
@@ -37,3 +45,47 @@ class BroadcastWeightSync:
         sending = self.policy.submit("broadcast_weights", self.plan)
         self.engine.receive_weights(self.plan)
         self.policy.get(sending)
+
+
+class SharedMemoryWeightSync:
+    """Policy rank 0 writes the weights into one shared-memory file; engines read views."""
+
+    def __init__(self, policy: WorkerGroup, cfg: SkyRLConfig):
+        self.policy = policy
+        rank0 = policy.actors[0]  # a Ray actor handle
+        bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
+        [plan] = policy.get([rank0.weight_sync_plan.remote(bucket_bytes)])
+        self.weights: SharedWeights = create_shared_weights(plan)
+        self._mapped_everywhere = False
+
+    @classmethod
+    def start(
+        cls, policy: WorkerGroup, cfg: SkyRLConfig, explicit: bool
+    ) -> SharedMemoryWeightSync | None:
+        """The sync, or None (``auto`` on a Ray cluster of several nodes: the object store
+        then, said once on stdout). Asked for explicitly, it is built anyway: a process on
+        another machine then fails at its first sync with one line naming the file."""
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        if nodes > 1 and not explicit:
+            print(
+                f"weight sync: object store (the Ray cluster has {nodes} nodes; shared memory "
+                "needs policy rank 0 and the engines on one machine)",
+                flush=True,
+            )
+            return None
+        return cls(policy, cfg)
+
+    def stage(self) -> SharedWeights:
+        """Rank 0 writes this step's weights into the file; the handle the engines load from."""
+        self.policy.run("write_shared_weights", self.weights)
+        return self.weights
+
+    def loaded(self) -> None:
+        """The engines loaded a sync: every process that reads the file has mapped it, so its
+        name goes (the memory stays while mapped; nothing is left behind by a killed run)."""
+        if not self._mapped_everywhere:
+            self.weights.unlink()
+            self._mapped_everywhere = True
+
+    def close(self) -> None:
+        self.weights.release()

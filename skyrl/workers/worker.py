@@ -63,6 +63,13 @@ class TrainingWorker:
     ):
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if cfg.trainer.precision == "auto":  # a config built without ``validate``
+            from skyrl.config.validate import resolve_precision
+
+            precision = resolve_precision(cfg)  # this worker's own device
+            cfg = dataclasses.replace(
+                cfg, trainer=dataclasses.replace(cfg.trainer, precision=precision)
+            )
         self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
         self.lora = role == "policy" and cfg.model.lora.enabled
         """The policy trains LoRA adapters on a frozen base (``model.lora``)."""
@@ -356,6 +363,16 @@ class TrainingWorker:
         for bucket, tensors in self._planned_buckets(self.weight_sync_plan(bucket_bytes)):
             if self.rank == 0:
                 yield {spec[0]: t.cpu().clone() for spec, t in zip(bucket, tensors, strict=True)}
+
+    def write_shared_weights(self, weights) -> None:
+        """Rank 0 copies the full weights into the shared-memory file ``weights``
+        (``skyrl.inference.shared_weights.SharedWeights``, laid out by its plan); every rank
+        takes part in the gathers (ZeRO-3)."""
+        start = 0
+        for bucket, tensors in self._planned_buckets(weights.plan):
+            if self.rank == 0:
+                weights.write(start, tensors)
+            start += len(bucket)
 
     def weight_sync_plan(self, bucket_bytes: int) -> list:
         """The buckets (name, shape, dtype) that both sync paths send, in the model's order."""

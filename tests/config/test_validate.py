@@ -48,7 +48,11 @@ def _validate(*overrides: str):
         ),
         (["generator.backend=nope"], "generator.backend", "engine backend 'nope'; registered: "),
         (["imports=[no_such_module_xyz]"], "imports[0]", "cannot import"),
-        (["trainer.weight_sync=nccl"], "trainer.weight_sync", "auto, object_store, broadcast"),
+        (
+            ["trainer.weight_sync=nccl"],
+            "trainer.weight_sync",
+            "auto, shared_memory, object_store, broadcast",
+        ),
         (["generator.num_gpus_per_engine=-1"], "generator.num_gpus_per_engine", ">= 0"),
         # NCCL needs both ends on GPUs, engines on GPUs of their own
         (
@@ -59,7 +63,7 @@ def _validate(*overrides: str):
         (
             ["generator=vllm", "generator.tensor_parallel_size=2"],
             "trainer.weight_sync",
-            "object-store sync cannot reach",
+            "the shared_memory sync does not reach",
         ),
         (["model.lora.rank=-1"], "model.lora.rank", "must be 0 (off) to 512"),
         (["model.lora.rank=600"], "model.lora.rank", "the largest rank vLLM serves"),
@@ -109,16 +113,17 @@ def test_micro_batch_budget_may_exceed_one_sequence():
     assert _validate("trainer.micro_batch_max_tokens=1024").trainer.micro_batch_max_tokens == 1024
 
 
-def test_weight_sync_picks_broadcast_only_where_asked_or_both_ends_have_gpus():
-    from skyrl.config.validate import uses_broadcast_sync as broadcast
+def test_weight_sync_auto_is_shared_memory_on_cpus_and_broadcast_between_gpus():
+    from skyrl.config.validate import weight_sync_path as path
 
-    assert not broadcast(_validate())  # CPU default: object store
-    assert broadcast(_validate("trainer.weight_sync=broadcast"))  # gloo between CPUs
+    assert path(_validate()) == "shared_memory"  # CPU default
+    assert path(_validate("trainer.weight_sync=broadcast")) == "broadcast"  # gloo between CPUs
+    assert path(_validate("trainer.weight_sync=object_store")) == "object_store"
     gpus = ("trainer.num_gpus_per_worker=1", "generator.num_gpus_per_engine=1")
-    assert broadcast(_validate(*gpus))  # auto on GPUs: NCCL
-    assert not broadcast(_validate(*gpus, "trainer.weight_sync=object_store"))
+    assert path(_validate(*gpus)) == "broadcast"  # auto on GPUs: NCCL
+    assert path(_validate(*gpus, "trainer.weight_sync=object_store")) == "object_store"
     tp2 = ("generator=vllm", "generator.tensor_parallel_size=2")
-    assert broadcast(_validate(*tp2, *gpus))  # tensor parallel: only broadcast reaches it
+    assert path(_validate(*tp2, *gpus)) == "broadcast"  # tensor parallel: only broadcast
 
 
 def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(monkeypatch):

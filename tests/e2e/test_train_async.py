@@ -87,7 +87,7 @@ def test_a_weight_sync_timeout_ends_the_run_with_one_line(tmp_path):
         "error: weight sync to policy version 2 did not finish within "
         "trainer.weight_sync_timeout_s=3: still waiting for the inference engines to load"
     ), last
-    # async over the object store: the engine loads step 2's weights in the background, so
+    # async over shared memory: the engine loads step 2's weights in the background, so
     # step 2 saves its checkpoint and step 3 (its next batch or its own sync) finds the stall
     checkpoint = tmp_path / "run" / "checkpoints" / "global_step_2"
     assert last.endswith(f"stopped at step 3; last checkpoint: {checkpoint}"), last

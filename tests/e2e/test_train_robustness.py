@@ -114,8 +114,8 @@ def test_step_wise_multi_turn_tool_env(tmp_path):
         # 2 prompts x 4 samples x 3 turns = 24 step-wise sequences; still 2 optimizer steps
         assert r["policy/pack/local_samples"] == 24
         assert r["policy/optimizer_steps"] == 2
-        # the engine sampled with the policy's weights (object-store sync): the trainer
-        # recomputes the same logprobs; a stale engine measured 0.04 here
+        # the engine sampled with the policy's weights (shared-memory sync, the CPU default):
+        # the trainer recomputes the same logprobs; a stale engine measured 0.04 here
         assert r["rollout/logprob_abs_diff"] < 1e-4
 
 

@@ -10,6 +10,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from skyrl.inference.base import SamplingParams
 from skyrl.inference.local import generate_batch, run_serving
+from skyrl.inference.shared_weights import create_shared_weights
+from skyrl.inference.weight_sync import plan_buckets, tensor_spec
 from skyrl.models import build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -69,6 +71,18 @@ def test_greedy_logprobs_and_weight_update(engine, tok):
     other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
     named = list(other.state_dict().items())
     engine.update_weights([named[:7], named[7:]])
+    [[c]] = generate_batch(engine, prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))
+    exp, _ = forward_logprobs(other, prompts[0], c.token_ids)
+    torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)
+    # the same weights from a shared-memory file (trainer.weight_sync=shared_memory): only the
+    # handle crosses vLLM's RPC, the worker loads from views of the file
+    load_seed(engine, 0)
+    handle = create_shared_weights(
+        plan_buckets((tensor_spec(n, t.shape, t.dtype) for n, t in named), 1 << 20)
+    )
+    handle.write(0, [t for _, t in named])
+    engine.update_weights(handle)
+    handle.release()
     [[c]] = generate_batch(engine, prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))
     exp, _ = forward_logprobs(other, prompts[0], c.token_ids)
     torch.testing.assert_close(torch.tensor(c.logprobs), exp, atol=1e-4, rtol=0)

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from skyrl.inference.base import SamplingParams
 from skyrl.inference.local import generate_batch
 from skyrl.inference.weight_sync import (
-    _offsets,
+    bucket_offsets,
     join_group,
     plan_buckets,
     receive_stream,
@@ -41,7 +41,7 @@ def test_entries_start_on_16_byte_boundaries():
         tensor_spec("y", [2, 5], torch.float32),
         tensor_spec("z", [], torch.int64),
     ]
-    assert _offsets(bucket) == ([0, 16, 64], 80)
+    assert bucket_offsets(bucket) == ([0, 16, 64], 80)
 
 
 def test_send_rejects_a_tensor_that_does_not_match_the_plan():

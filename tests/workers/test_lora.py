@@ -25,7 +25,7 @@ from skyrl.inference.base import SamplingParams
 from skyrl.inference.hf import HFEngine
 from skyrl.inference.local import generate_batch
 from skyrl.models.lora import add_adapters, is_adapter_name, param_name, wire_name
-from skyrl.trainer.weight_sync import BroadcastWeightSync
+from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
 from skyrl.workers.group import WorkerGroup
 
 pytestmark = pytest.mark.slow
@@ -206,7 +206,7 @@ def engine_matches_trainer(engine, group: WorkerGroup) -> float:
     return float((trainer - torch.tensor(out.logprobs)).abs().max())
 
 
-@pytest.mark.parametrize("path", ["object_store", "broadcast"])
+@pytest.mark.parametrize("path", ["object_store", "shared_memory", "broadcast"])
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_engine_serves_the_synced_adapter(trained, tiny_model_path, backend, path):
     import dataclasses
@@ -225,6 +225,10 @@ def test_engine_serves_the_synced_adapter(trained, tiny_model_path, backend, pat
         before = engine_matches_trainer(engine, group)  # engine still serves the base model
         if path == "object_store":
             engine.update_weights(group.stream_weight_buckets(1 << 20))
+        elif path == "shared_memory":
+            shared = SharedMemoryWeightSync(group, lora_config(tiny_model_path))
+            engine.update_weights(shared.stage())
+            shared.close()
         else:
             cfg = lora_config(tiny_model_path, weight_sync="broadcast")
             BroadcastWeightSync(group, engine, cfg).sync()

@@ -253,6 +253,19 @@ def test_streamed_weight_buckets_are_the_full_state_dict(dp2_small_micro):
     assert_weights_close(merged, group.run("state_dict_for_sync")[0], atol=0.0)
 
 
+def test_shared_weights_written_by_rank_0_are_the_full_state_dict(dp2_small_micro):
+    from skyrl.inference.shared_weights import create_shared_weights
+
+    group, _ = dp2_small_micro
+    [plan] = group.get([group.actors[0].weight_sync_plan.remote(64 << 10)])
+    handle = create_shared_weights(plan)
+    try:
+        group.run("write_shared_weights", handle)  # rank 0 writes, both ranks gather
+        assert_weights_close(dict(handle), group.run("state_dict_for_sync")[0], atol=0.0)
+    finally:
+        handle.release()
+
+
 def test_policy_loss_is_a_mean_whatever_the_mini_batch_size(ray_cluster, tiny_model_path, batch):
     """The same 2 prompts as 1 mini-batch of 2 or 2 mini-batches of 1 report the same
     ``policy/loss``: a mean over mini-batches (the old reduction summed, doubling it at 1)."""

@@ -1,0 +1,148 @@
+"""Weight sync through one shared-memory file: policy rank 0 writes, the engines read views.
+
+When policy rank 0 and the engines run on the CPUs of one machine, a sync needs no
+transport at all. The driver creates one file in ``/dev/shm`` sized for the full
+weights, laid out as the sync *plan* says (``skyrl.inference.weight_sync``: the
+buckets in the model's order, each tensor on a 16-byte boundary). Each sync, rank 0
+copies its parameters into the file (one memcpy) and every engine loads from views
+of it (its own copy into the model: the only other copy). Nothing is pickled, and
+only the small ``SharedWeights`` handle (path, plan, offsets) crosses Ray or vLLM's
+RPC, so the engine may live in the driver, in a Ray actor or in vLLM's worker
+processes.
+
+Each process maps the file once (``_MAPS``) and keeps the mapping. After the first
+sync every process that needs the file has mapped it, and the driver unlinks the
+name (``SharedWeights.unlink``): the memory then lives exactly as long as some
+process maps it, so a killed run leaves nothing behind in ``/dev/shm``. A file left
+by a driver that died before its first sync is removed by the next run that starts
+(``sweep_stale``).
+
+Readers must be done with a sync's views before rank 0 writes the next one: the
+trainer's syncs are sequential (the next sync waits for a background load).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from skyrl.inference.weight_sync import Plan, TensorSpec, bucket_offsets, spec_nbytes
+
+SHM_DIR = Path("/dev/shm")
+"""Where the file lives: a tmpfs on Linux, so the file is memory, never disk."""
+PREFIX = "skyrl-weights-"
+"""File names: ``skyrl-weights-<driver pid>-<random>``."""
+
+_MAPS: dict[str, torch.Tensor] = {}
+"""This process's mappings, by path: mapped on first use, kept until ``release``."""
+
+
+class SharedWeightsMissing(RuntimeError):
+    """The shared-memory weight file is not on this machine (another node, or removed)."""
+
+
+@dataclass(frozen=True)
+class SharedWeights:
+    """A handle on the shared weight file: picklable, small, and iterable as
+    ``(name, tensor)`` views of the file (a ``WeightItems`` for ``update_weights``)."""
+
+    path: str
+    plan: Plan
+    offsets: tuple[int, ...]
+    """Byte offset of each tensor of ``plan``, in the plan's order."""
+    nbytes: int
+
+    def specs(self) -> list[TensorSpec]:
+        return [spec for bucket in self.plan for spec in bucket]
+
+    def __iter__(self):
+        buffer = self._buffer()
+        for spec, offset in zip(self.specs(), self.offsets, strict=True):
+            raw = buffer[offset : offset + spec_nbytes(spec)]
+            yield spec[0], raw.view(getattr(torch, spec[2])).view(spec[1])
+
+    def write(self, start: int, tensors: list[torch.Tensor]) -> None:
+        """Copy ``tensors`` (the plan's tensors ``start``, ``start + 1``, ...) into the file."""
+        buffer = self._buffer()
+        specs = self.specs()
+        for i, tensor in enumerate(tensors, start=start):
+            name, shape, dtype = specs[i]
+            if list(tensor.shape) != shape or str(tensor.dtype) != f"torch.{dtype}":
+                raise ValueError(
+                    f"shared weights: {name} is {list(tensor.shape)} {tensor.dtype}, "
+                    f"the plan says {shape} {dtype}"
+                )
+            flat = tensor.detach().contiguous().view(-1).view(torch.uint8)
+            buffer[self.offsets[i] : self.offsets[i] + flat.numel()].copy_(flat)
+
+    def _buffer(self) -> torch.Tensor:
+        mapped = _MAPS.get(self.path)
+        if mapped is None:
+            try:
+                size = os.stat(self.path).st_size
+            except FileNotFoundError:
+                raise SharedWeightsMissing(
+                    f"shared-memory weight file {self.path} is not on this machine "
+                    f"(pid {os.getpid()}): the engines and policy rank 0 must share one "
+                    "machine for trainer.weight_sync=shared_memory; use object_store"
+                ) from None
+            if size != self.nbytes:
+                raise SharedWeightsMissing(
+                    f"shared-memory weight file {self.path} holds {size} bytes, "
+                    f"expected {self.nbytes}"
+                )
+            mapped = torch.from_file(self.path, shared=True, size=self.nbytes, dtype=torch.uint8)
+            _MAPS[self.path] = mapped
+        return mapped
+
+    def unlink(self) -> None:
+        """Remove the file's name; processes that mapped it keep the memory."""
+        Path(self.path).unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Unlink and drop this process's mapping."""
+        self.unlink()
+        _MAPS.pop(self.path, None)
+
+
+def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
+    """A new zero-filled file sized for ``plan``, and its handle."""
+    sweep_stale(directory)
+    offsets: list[int] = []
+    pos = 0
+    for bucket in plan:
+        starts, total = bucket_offsets(bucket)
+        offsets.extend(pos + s for s in starts)
+        pos += total
+    path = directory / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, pos)
+    finally:
+        os.close(fd)
+    return SharedWeights(str(path), plan, tuple(offsets), pos)
+
+
+def sweep_stale(directory: Path = SHM_DIR) -> list[Path]:
+    """Remove weight files whose driver process no longer runs; returns what was removed."""
+    removed = []
+    for path in directory.glob(f"{PREFIX}*"):
+        pid = path.name.removeprefix(PREFIX).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
