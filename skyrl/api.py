@@ -17,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.preflight import Preflight, preflight
-from skyrl.config.validate import validate
+from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
 
 CONF_DIR = Path(__file__).parent / "conf"
@@ -76,7 +76,7 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
     out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, out / "resolved_config.yaml", resolve=True)
+    OmegaConf.save(with_resolved_values(cfg, typed), out / "resolved_config.yaml", resolve=True)
     print(format_plan(make_plan(typed)))
     for name, value in [*checked.plan_rows(), ("output dir", str(out))]:
         print(f"  {name:<22}  {value}", flush=True)

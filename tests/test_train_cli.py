@@ -257,6 +257,20 @@ def test_dry_run_prints_plan_and_saves_resolved_config(tmp_path):
     assert saved["trainer"]["dry_run"] is True
 
 
+def test_resolved_config_holds_the_values_validate_decided(tmp_path):
+    """``auto`` precision and the asynchronous default TIS cap are saved as the run uses
+    them, not as typed on the command line."""
+    result = run_cli(
+        tmp_path, "trainer.dry_run=true", "hydra.run.dir=run0", "trainer.precision=auto",
+        "trainer.max_staleness=1", "generator.num_cpus_per_engine=1", module=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = yaml.safe_load((tmp_path / "run0" / "resolved_config.yaml").read_text())
+    assert saved["trainer"]["precision"] in ("fp32", "bf16")
+    assert saved["algorithm"]["tis_cap"] == 2.0  # ASYNC_TIS_CAP
+    assert f"DeepSpeed ZeRO-0 {saved['trainer']['precision']}" in result.stdout  # the plan
+
+
 def test_hydra_does_not_chdir(tmp_path):
     result = run_cli(
         tmp_path, "trainer.dry_run=true", "hydra.run.dir=elsewhere", "trainer.output_dir=rel_out"

@@ -107,7 +107,9 @@ class TrainerConfig:
     zero_stage: int = 0
     """DeepSpeed ZeRO stage, 0-3."""
     precision: str = "fp32"
-    """``fp32`` or ``bf16`` (bf16 is for GPUs; it is 50-100x slower on our CPUs)."""
+    """``fp32``, ``bf16`` (bf16 weights, fp32 master weights and optimizer state), or ``auto``:
+    bf16 on GPUs and on CPUs with AMX-BF16 (``amx_bf16``), fp32 on other CPUs, where bf16
+    runs 50-100x slower (``skyrl.config.validate.resolve_precision``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
     offload_optimizer: bool = False
@@ -208,7 +210,7 @@ class TrainerConfig:
             "zero_stage",
             f"must be 0, 1, 2 or 3, got {self.zero_stage}",
         )
-        require_choice(self.precision, ("fp32", "bf16"), "precision")
+        require_choice(self.precision, ("fp32", "bf16", "auto"), "precision")
         require_choice(self.packed_attention, ("per_sequence", "masked"), "packed_attention")
         require(
             self.num_cpus_per_worker > 0,

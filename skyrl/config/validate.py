@@ -34,6 +34,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     typed = OmegaConf.to_object(cfg)
     if not isinstance(typed, SkyRLConfig):  # config.yaml's defaults list skyrl_schema
         raise TypeError(f"the root config is not a SkyRLConfig but {type(typed).__name__}")
+    typed.trainer.precision = resolve_precision(typed)
     _check_batch_sizes(typed)
     _check_algorithm(typed)
     _check_weight_sync(typed)
@@ -41,6 +42,37 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     _check_lora(typed)
     _check_sinks_and_backend(typed)
     return typed
+
+
+RESOLVED_KEYS = ("trainer.precision", "algorithm.tis_cap")
+"""Keys whose value ``validate`` may decide (``auto`` / unset resolved on the typed copy)."""
+
+
+def resolve_precision(cfg: SkyRLConfig, cpu_has_amx_bf16: bool | None = None) -> str:
+    """``trainer.precision`` with ``auto`` decided: ``bf16`` when the workers train on GPUs
+    or on CPUs with AMX-BF16 (measured ~2.8x the fp32 matmul speed there, NOTES-cpu.md),
+    else ``fp32`` (bf16 without AVX512-BF16/AMX is a slow fallback). ``cpu_has_amx_bf16``
+    None = this machine's CPU, the one the workers run on in a one-node run."""
+    t = cfg.trainer
+    if t.precision != "auto":
+        return t.precision
+    if t.num_gpus_per_worker > 0:
+        return "bf16"
+    if cpu_has_amx_bf16 is None:
+        import torch
+
+        cpu_has_amx_bf16 = bool(torch.cpu.get_capabilities().get("amx_bf16", False))
+    return "bf16" if cpu_has_amx_bf16 else "fp32"
+
+
+def with_resolved_values(cfg: DictConfig, typed: SkyRLConfig) -> DictConfig:
+    """A copy of ``cfg`` holding the values ``validate`` decided (``RESOLVED_KEYS``), so the
+    run directory's ``resolved_config.yaml`` says what the run used."""
+    out = cfg.copy()
+    for key in RESOLVED_KEYS:
+        group, name = key.split(".")
+        OmegaConf.update(out, key, getattr(getattr(typed, group), name), force_add=True)
+    return out
 
 
 def _run_imports(cfg: DictConfig) -> None:

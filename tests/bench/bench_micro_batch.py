@@ -53,23 +53,30 @@ def make_batch(vocab_size: int) -> TrainingInputBatch:
     )
 
 
-def make_config(model_path: str, dp_size: int, threads: int, attention: str, budget: int):
+def make_config(
+    model_path: str, dp_size: int, threads: int, attention: str, budget: int, precision: str
+):
     overrides = [
         f"model.path={model_path}", f"generator.n_samples_per_prompt={SAMPLES}",
         f"generator.max_prompt_length={PROMPT_LEN}", f"generator.max_generate_length={RESPONSE_LEN}",
         f"trainer.dp_size={dp_size}", f"trainer.num_cpus_per_worker={threads}",
         f"trainer.train_batch_size={PROMPTS}", f"trainer.policy_mini_batch_size={PROMPTS}",
         f"trainer.micro_batch_max_tokens={budget}", "trainer.policy_optimizer.lr=1e-5",
-        f"trainer.packed_attention={attention}",
+        f"trainer.packed_attention={attention}", f"trainer.precision={precision}",
     ]  # fmt: skip
     register_configs()
     with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
         return validate(compose("config", overrides=overrides))
 
 
-def bench(model_path: str, batch: TrainingInputBatch, case: tuple[int, int, str, int]):
+def bench(
+    model_path: str,
+    batch: TrainingInputBatch,
+    case: tuple[int, int, str, int],
+    precision: str = "fp32",
+):
     dp_size = case[0]
-    cfg = make_config(model_path, *case)
+    cfg = make_config(model_path, *case, precision)
     group = WorkerGroup("policy", cfg, total_optimizer_steps=100)
     bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], PROMPTS, PROMPTS)
 

@@ -75,17 +75,8 @@ GROUP_OPTIONS = {
     if group.is_dir() and group.name != "hydra" and not group.name.startswith("_")
 }
 WORDS = ["nope", "", "grpo", "rloo", "gae", "gspo", "ppo", "token_mean", "k3", "fixed"]
-WORDS += [
-    "cosine",
-    "auto",
-    "broadcast",
-    "object_store",
-    "shared_memory",
-    "bf16",
-    "fp32",
-    "hf",
-    "vllm",
-]
+WORDS += ["cosine", "auto", "broadcast", "object_store", "shared_memory", "bf16", "fp32"]
+WORDS += ["hf", "vllm"]
 WORDS += ["files", "fake", "reasoning_gym", "filter", "tensorboard", "console", "math"]
 IDENT = st.from_regex(r"[a-z][a-z_]{0,7}", fullmatch=True).filter(lambda k: k != "hydra")
 """A made-up key (``hydra`` is Hydra's own node, not the schema's)."""

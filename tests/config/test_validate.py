@@ -126,6 +126,25 @@ def test_weight_sync_auto_is_shared_memory_on_cpus_and_broadcast_between_gpus():
     assert path(_validate(*tp2, *gpus)) == "broadcast"  # tensor parallel: only broadcast
 
 
+def test_precision_auto_is_bf16_on_gpus_and_amx_cpus_else_fp32():
+    import torch
+
+    from skyrl.config.validate import resolve_precision
+
+    auto = _validate("trainer.precision=auto")
+    # validate decided it for this machine's CPU
+    this_cpu = "bf16" if torch.cpu.get_capabilities().get("amx_bf16") else "fp32"
+    assert auto.trainer.precision == this_cpu
+    unresolved = _validate()
+    unresolved.trainer.precision = "auto"
+    assert resolve_precision(unresolved, cpu_has_amx_bf16=True) == "bf16"
+    assert resolve_precision(unresolved, cpu_has_amx_bf16=False) == "fp32"
+    unresolved.trainer.num_gpus_per_worker = 1
+    assert resolve_precision(unresolved, cpu_has_amx_bf16=False) == "bf16"  # GPUs: bf16
+    for chosen in ("fp32", "bf16"):  # an explicit choice is kept whatever the CPU
+        assert _validate(f"trainer.precision={chosen}").trainer.precision == chosen
+
+
 def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(monkeypatch):
     from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
 
