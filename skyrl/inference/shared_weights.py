@@ -109,15 +109,32 @@ class SharedWeights:
         _MAPS.pop(self.path, None)
 
 
-def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
-    """A new zero-filled file sized for ``plan``, and its handle."""
-    sweep_stale(directory)
+def layout(plan: Plan) -> tuple[list[int], int]:
+    """Byte offset of every tensor of ``plan`` in the file (its buckets back to back), and
+    the file's size."""
     offsets: list[int] = []
     pos = 0
     for bucket in plan:
         starts, total = bucket_offsets(bucket)
         offsets.extend(pos + s for s in starts)
         pos += total
+    return offsets, pos
+
+
+def free_bytes(directory: Path = SHM_DIR) -> int:
+    """Room left in ``directory`` (0 where it does not exist). A container's /dev/shm is often
+    small (64 MB in docker by default): writing past it kills the writer with SIGBUS."""
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return 0
+    return stat.f_bavail * stat.f_frsize
+
+
+def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
+    """A new zero-filled file sized for ``plan``, and its handle."""
+    sweep_stale(directory)
+    offsets, pos = layout(plan)
     path = directory / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:

@@ -18,9 +18,17 @@ from __future__ import annotations
 
 import ray
 
+from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import InferenceEngine
-from skyrl.inference.shared_weights import SharedWeights, create_shared_weights
+from skyrl.inference.shared_weights import (
+    SHM_DIR,
+    SharedWeights,
+    create_shared_weights,
+    free_bytes,
+    layout,
+)
+from skyrl.inference.weight_sync import Plan
 from skyrl.workers.group import WorkerGroup
 
 
@@ -50,21 +58,32 @@ class BroadcastWeightSync:
 class SharedMemoryWeightSync:
     """Policy rank 0 writes the weights into one shared-memory file; engines read views."""
 
-    def __init__(self, policy: WorkerGroup, cfg: SkyRLConfig):
+    def __init__(self, policy: WorkerGroup, cfg: SkyRLConfig, plan: Plan | None = None):
         self.policy = policy
-        rank0 = policy.actors[0]  # a Ray actor handle
-        bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
-        [plan] = policy.get([rank0.weight_sync_plan.remote(bucket_bytes)])
-        self.weights: SharedWeights = create_shared_weights(plan)
+        self.weights: SharedWeights = create_shared_weights(plan or sync_plan(policy, cfg))
         self._mapped_everywhere = False
 
     @classmethod
     def start(
         cls, policy: WorkerGroup, cfg: SkyRLConfig, explicit: bool
     ) -> SharedMemoryWeightSync | None:
-        """The sync, or None (``auto`` on a Ray cluster of several nodes: the object store
-        then, said once on stdout). Asked for explicitly, it is built anyway: a process on
-        another machine then fails at its first sync with one line naming the file."""
+        """The sync, or None where shared memory cannot serve: ``auto`` then falls back to
+        the object store and says why on stdout, an explicit ``shared_memory`` is a
+        ``ConfigError``. It cannot serve on a Ray cluster of several nodes (asked for
+        explicitly it is built anyway: a process on another machine fails at its first sync
+        with one line naming the file) or when /dev/shm has no room for the weights."""
+        plan = sync_plan(policy, cfg)
+        need, room = layout(plan)[1], free_bytes(SHM_DIR)
+        if room < need:
+            why = f"{SHM_DIR} has {room / 1e6:.0f} MB free, the weights need {need / 1e6:.0f} MB"
+            if explicit:
+                raise ConfigError(
+                    "trainer.weight_sync",
+                    f"shared_memory: {why}; use object_store, or give the machine (container) "
+                    "a larger /dev/shm (docker run --shm-size)",
+                )
+            print(f"weight sync: object store ({why})", flush=True)
+            return None
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         if nodes > 1 and not explicit:
             print(
@@ -73,7 +92,7 @@ class SharedMemoryWeightSync:
                 flush=True,
             )
             return None
-        return cls(policy, cfg)
+        return cls(policy, cfg, plan)
 
     def stage(self) -> SharedWeights:
         """Rank 0 writes this step's weights into the file; the handle the engines load from."""
@@ -89,3 +108,10 @@ class SharedMemoryWeightSync:
 
     def close(self) -> None:
         self.weights.release()
+
+
+def sync_plan(policy: WorkerGroup, cfg: SkyRLConfig) -> Plan:
+    """The buckets of what a sync sends, from policy rank 0."""
+    rank0 = policy.actors[0]  # a Ray actor handle
+    [plan] = policy.get([rank0.weight_sync_plan.remote(cfg.trainer.weight_sync_bucket_mb << 20)])
+    return plan

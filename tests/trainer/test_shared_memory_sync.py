@@ -1,0 +1,57 @@
+"""When the shared-memory weight sync steps aside: no room in /dev/shm (a container's is
+often 64 MB) or a Ray cluster of several nodes. ``auto`` falls back to the object store
+and says why; an explicit ``trainer.weight_sync=shared_memory`` is one clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import skyrl
+from skyrl.config.errors import ConfigError
+from skyrl.config.validate import validate
+from skyrl.inference.weight_sync import plan_buckets, tensor_spec
+from skyrl.trainer import weight_sync
+
+PLAN = plan_buckets([tensor_spec("w", [1000, 1000], torch.float32)], 1 << 20)
+"""4,000,000 bytes of weights."""
+
+
+@pytest.fixture
+def cfg(monkeypatch):
+    monkeypatch.setattr(weight_sync, "sync_plan", lambda policy, cfg: PLAN)
+    return validate(skyrl.compose([]))
+
+
+def test_auto_falls_back_to_the_object_store_when_dev_shm_is_too_small(cfg, monkeypatch, capsys):
+    monkeypatch.setattr(weight_sync, "free_bytes", lambda directory: 3_000_000)
+    assert weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=False) is None
+    out = capsys.readouterr().out
+    assert "weight sync: object store (/dev/shm has 3 MB free, the weights need 4 MB)" in out
+
+
+def test_explicit_shared_memory_without_room_names_the_key(cfg, monkeypatch):
+    monkeypatch.setattr(weight_sync, "free_bytes", lambda directory: 3_000_000)
+    with pytest.raises(ConfigError, match="docker run --shm-size") as e:
+        weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=True)
+    assert e.value.key == "trainer.weight_sync"
+
+
+def test_auto_falls_back_on_a_cluster_of_several_nodes(cfg, monkeypatch, capsys):
+    nodes = [{"Alive": True}, {"Alive": True}, {"Alive": False}]
+    monkeypatch.setattr(weight_sync.ray, "nodes", lambda: nodes)
+    assert weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=False) is None
+    assert "the Ray cluster has 2 nodes" in capsys.readouterr().out
+
+
+def test_with_room_on_one_node_the_file_is_made_for_the_plan(cfg, monkeypatch):
+    monkeypatch.setattr(weight_sync.ray, "nodes", lambda: [{"Alive": True}])
+    sync = weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=False)
+    assert sync is not None and sync.weights.nbytes == 4_000_000
+    path = Path(sync.weights.path)
+    assert path.parent == weight_sync.SHM_DIR and path.stat().st_size == 4_000_000
+    sync.loaded()  # the name goes after the first load ...
+    assert not path.exists()
+    sync.close()  # ... and close is safe after it
