@@ -293,14 +293,14 @@ class RLTrainer:
     def sync_weights(self, version: int) -> None:
         """Policy weights into the inference engines from rank 0: through a shared-memory
         file, broadcast over the sync group, or through the object store
-        (``trainer.weight_sync``); the engines then hold policy version ``version``. The rollout source holds new requests meanwhile
-        (``updating_weights``); a sync that takes longer than ``trainer.weight_sync_timeout_s``
-        ends the run (``WeightSyncTimedOut``).
+        (``trainer.weight_sync``); the engines then hold policy version ``version``. The
+        rollout source holds new requests meanwhile (``updating_weights``); a sync that takes
+        longer than ``trainer.weight_sync_timeout_s`` ends the run (``WeightSyncTimedOut``).
 
         Asynchronous training over shared memory or the object store: the step's weights are
-        written or fetched from rank 0 now and the engines load them in the background while the trainer goes on (the next
-        batch is already generated); the next sync, an eval and the end of the run wait for
-        that load (``wait_for_engines``)."""
+        written or fetched from rank 0 now and the engines load them in the background while
+        the trainer goes on (the next batch is already generated); the next sync, an eval and
+        the end of the run wait for that load (``wait_for_engines``)."""
         self.wait_for_engines()
         timeout = self.cfg.trainer.weight_sync_timeout_s
         started = time.monotonic()
@@ -346,7 +346,10 @@ class RLTrainer:
         try:
             done.result(max(left, 0.0))
         except FutureTimeout:
-            what = f"the inference engines to load the weights ({self._sync_name()}, in the background)"
+            what = (
+                f"the inference engines to load the weights ({self._sync_name()}, "
+                "in the background)"
+            )
             raise self._sync_timed_out(version, what) from None
         except WeightSyncTimeout as exc:
             raise self._sync_timed_out(version, str(exc)) from None
