@@ -137,21 +137,18 @@ def weight_sync_path(cfg: SkyRLConfig) -> str:
     return "shared_memory"
 
 
-def uses_broadcast_sync(cfg: SkyRLConfig) -> bool:
-    return weight_sync_path(cfg) == "broadcast"
-
-
 def _check_weight_sync(cfg: SkyRLConfig) -> None:
     """The broadcast group is NCCL between GPUs or gloo between CPUs, never a mix; NCCL
     cannot put policy rank 0 and an engine on one GPU, so the engines need GPUs of their own.
     Only the broadcast path is built to reach vLLM's tensor-parallel worker processes."""
-    if not uses_broadcast_sync(cfg):
+    path = weight_sync_path(cfg)
+    if path != "broadcast":
         tp = cfg.generator.processes_per_engine
         require(
             tp == 1,
             "trainer.weight_sync",
             f"generator.tensor_parallel_size={tp} runs vLLM's model in worker processes, which "
-            f"the {weight_sync_path(cfg)} sync does not reach: set trainer.weight_sync=broadcast "
+            f"the {path} sync does not reach: set trainer.weight_sync=broadcast "
             "with generator.num_gpus_per_engine",
         )
         return

@@ -6,7 +6,7 @@ weights, laid out as the sync *plan* says (``skyrl.inference.weight_sync``: the
 buckets in the model's order, each tensor on a 16-byte boundary). Each sync, rank 0
 copies its parameters into the file (one memcpy) and every engine loads from views
 of it (its own copy into the model: the only other copy). Nothing is pickled, and
-only the small ``SharedWeights`` handle (path, plan, offsets) crosses Ray or vLLM's
+only the small ``SharedWeights`` handle (path and plan) crosses Ray or vLLM's
 RPC, so the engine may live in the driver, in a Ray actor or in vLLM's worker
 processes.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -52,9 +53,21 @@ class SharedWeights:
 
     path: str
     plan: Plan
-    offsets: tuple[int, ...]
-    """Byte offset of each tensor of ``plan``, in the plan's order."""
-    nbytes: int
+
+    @cached_property
+    def _layout(self) -> tuple[tuple[int, ...], int]:
+        offsets, nbytes = layout(self.plan)
+        return tuple(offsets), nbytes
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Byte offset of each tensor of ``plan``, in the plan's order."""
+        return self._layout[0]
+
+    @property
+    def nbytes(self) -> int:
+        """The file's size."""
+        return self._layout[1]
 
     def specs(self) -> list[TensorSpec]:
         return [spec for bucket in self.plan for spec in bucket]
@@ -134,14 +147,14 @@ def free_bytes(directory: Path = SHM_DIR) -> int:
 def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
     """A new zero-filled file sized for ``plan``, and its handle."""
     sweep_stale(directory)
-    offsets, pos = layout(plan)
     path = directory / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    weights = SharedWeights(str(path), plan)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
-        os.ftruncate(fd, pos)
+        os.ftruncate(fd, weights.nbytes)
     finally:
         os.close(fd)
-    return SharedWeights(str(path), plan, tuple(offsets), pos)
+    return weights
 
 
 def sweep_stale(directory: Path = SHM_DIR) -> list[Path]:

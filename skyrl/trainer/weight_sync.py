@@ -37,11 +37,8 @@ class BroadcastWeightSync:
 
     def __init__(self, policy: WorkerGroup, engine: InferenceEngine, cfg: SkyRLConfig):
         self.policy, self.engine = policy, engine
-        bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
-        rank0 = policy.actors[0]  # a Ray actor handle
-        self.plan, (host, port) = policy.get(
-            [rank0.weight_sync_plan.remote(bucket_bytes), rank0.weight_sync_address.remote()]
-        )
+        self.plan = sync_plan(policy, cfg)
+        [(host, port)] = policy.get([policy.actors[0].weight_sync_address.remote()])
         self.backend = "nccl" if cfg.trainer.num_gpus_per_worker > 0 else "gloo"
         world_size = 1 + cfg.generator.num_engines * cfg.generator.processes_per_engine
         joining = policy.submit("join_weight_sync", host, port, world_size, self.backend)
@@ -61,7 +58,6 @@ class SharedMemoryWeightSync:
     def __init__(self, policy: WorkerGroup, cfg: SkyRLConfig, plan: Plan | None = None):
         self.policy = policy
         self.weights: SharedWeights = create_shared_weights(plan or sync_plan(policy, cfg))
-        self._mapped_everywhere = False
 
     @classmethod
     def start(
@@ -101,10 +97,9 @@ class SharedMemoryWeightSync:
 
     def loaded(self) -> None:
         """The engines loaded a sync: every process that reads the file has mapped it, so its
-        name goes (the memory stays while mapped; nothing is left behind by a killed run)."""
-        if not self._mapped_everywhere:
-            self.weights.unlink()
-            self._mapped_everywhere = True
+        name goes (the memory stays while mapped; nothing is left behind by a killed run);
+        after the first sync there is nothing left to unlink."""
+        self.weights.unlink()
 
     def close(self) -> None:
         self.weights.release()

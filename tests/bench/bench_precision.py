@@ -15,9 +15,9 @@ say why. The last line says what ``trainer.precision=auto`` picks here.
 from __future__ import annotations
 
 import os
-import time
 
 import torch
+from bench_trl import cpu_model, matmul_gflops
 
 THREADS = 2
 SHAPES = ((1024, 576, 1536), (2048, 2048, 2048))
@@ -26,31 +26,18 @@ PROBE = (256, 256, 256)
 """A small product timed first in bf16: a slow fallback shows here in milliseconds."""
 
 
-def gflops(m: int, k: int, n: int, dtype: torch.dtype, autocast: bool, repeats: int = 3) -> float:
-    a = torch.randn(m, k).to(dtype)
-    b = torch.randn(k, n).to(dtype)
-    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-        a @ b  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-    return 2 * m * k * n / best / 1e9
-
-
 def matmul_table() -> bool:
     """Print the matmul rows; True when bf16 is at least as fast as fp32 here."""
-    probe_fp32 = gflops(*PROBE, torch.float32, False)
-    probe_bf16 = gflops(*PROBE, torch.bfloat16, False)
+    probe_fp32 = matmul_gflops(*PROBE, torch.float32, False, repeats=3)
+    probe_bf16 = matmul_gflops(*PROBE, torch.bfloat16, False, repeats=3)
     fast = probe_bf16 >= 0.5 * probe_fp32
     print(f"{'matmul (m x k x n)':22s} {'fp32':>8s} {'bf16':>8s} {'autocast':>9s}  GFLOP/s")
     print(f"{'x'.join(map(str, PROBE)):22s} {probe_fp32:8.1f} {probe_bf16:8.1f} {'':>9s}")
     for shape in SHAPES:
-        fp32 = gflops(*shape, torch.float32, False)
+        fp32 = matmul_gflops(*shape, torch.float32, False, repeats=3)
         if fast:
-            bf16 = f"{gflops(*shape, torch.bfloat16, False):8.1f}"
-            auto = f"{gflops(*shape, torch.float32, True):9.1f}"
+            bf16 = f"{matmul_gflops(*shape, torch.bfloat16, False, repeats=3):8.1f}"
+            auto = f"{matmul_gflops(*shape, torch.float32, True, repeats=3):9.1f}"
         else:  # seconds per product at the fallback's speed: not run
             bf16, auto = f"{'-':>8s}", f"{'-':>9s}"
         print(f"{'x'.join(map(str, shape)):22s} {fp32:8.1f} {bf16} {auto}")
@@ -104,8 +91,6 @@ def training_rows() -> None:
 
 def main() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    from bench_trl import cpu_model
-
     import skyrl
     from skyrl.config.validate import validate
 

@@ -148,6 +148,25 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def matmul_gflops(
+    m: int, k: int, n: int, dtype=None, autocast: bool = False, repeats: int = PEAK_REPEATS
+) -> float:
+    """GFLOP/s of the best of ``repeats`` torch products ``[m, k] @ [k, n]`` in ``dtype``
+    (default fp32), under ``torch.autocast("cpu", torch.bfloat16)`` with ``autocast``."""
+    import torch
+
+    a = torch.randn(m, k).to(dtype or torch.float32)
+    b = torch.randn(k, n).to(dtype or torch.float32)
+    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        a @ b  # warm-up
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+    return 2 * m * k * n / best / 1e9
+
+
 def fp32_peak_gflops() -> float:
     """Best of ``PEAK_REPEATS`` torch fp32 matmuls of ``PEAK_N``^3 on ``THREADS`` threads."""
     import torch
@@ -155,16 +174,9 @@ def fp32_peak_gflops() -> float:
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
-        a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
-        a @ b  # warm-up
-        best = float("inf")
-        for _ in range(PEAK_REPEATS):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
+        return matmul_gflops(PEAK_N, PEAK_N, PEAK_N)
     finally:
         torch.set_num_threads(threads)
-    return 2 * PEAK_N**3 / best / 1e9
 
 
 def count_params(model_dir: Path) -> int:
