@@ -229,20 +229,29 @@ def _best_fit_bitset(sorted_lengths: list[int], max_tokens: int) -> list[int]:
 class PackedMicroBatch:
     """One packed micro batch from rows of a chunk.
 
-    - ``input_ids``, ``position_ids``: ``[1, T]``; positions restart at 0 per sequence.
-    - ``cu_seqlens``: int32 ``[n + 1]`` cumulative sequence lengths (varlen attention).
-    - ``row_indices``: the chunk rows packed here, in packing order; ``seq_lens``: their
-      lengths; row ``k`` occupies ``[cu_seqlens[k], cu_seqlens[k + 1])`` of the row.
+    - ``input_ids``, ``position_ids``: ``[1, T]``; positions restart at 0 per sequence. A
+      prompt that several rows share is packed once (``plan_micro_batches(share_prefixes=
+      True)``): its rows' continuations follow it, each with positions that go on from the
+      prompt's length (a jump back marks the next one; ``skyrl.workers.packed_attention``
+      lets each attend to the shared prompt and to itself only).
+    - ``parents``: long ``[T]``, the packed position whose output predicts the token at each
+      position (the previous token of its sequence: the shared prompt's last one for a
+      continuation's first token), -1 where a sequence starts.
+    - ``token_index``: long ``[sum(seq_lens)]``, for every real token of the rows in
+      ``row_indices`` order, its packed position (``unpack`` gathers through it).
+    - ``row_indices``: the chunk rows packed here; ``seq_lens``: their lengths.
     - ``token_fields``: other token-level fields packed to ``[1, T]`` (``loss_mask``,
-      ``advantages``, ``old_logprobs``, ``loss_weights``, ...); ``row_fields``: per-row
-      fields ``[n]`` (``rewards``).
+      ``advantages``, ``old_logprobs``, ``loss_weights``, ...; a shared prompt's values from
+      its first row: a shared prompt holds no loss token); ``row_fields``: per-row fields
+      ``[n]`` (``rewards``).
     - ``sample_count``: real (non-padding) rows; 0 for an empty filler micro batch.
     - ``token_masks``: per row the boolean ``[S]`` mask of its real tokens (for unpack).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    cu_seqlens: torch.Tensor
+    parents: torch.Tensor
+    token_index: torch.Tensor
     row_indices: list[int]
     seq_lens: list[int]
     token_fields: dict[str, torch.Tensor]
@@ -253,7 +262,13 @@ class PackedMicroBatch:
 
     @property
     def num_tokens(self) -> int:
-        """Real tokens in the packed row (0 for an empty filler micro batch)."""
+        """Tokens the model computes: the packed row's length (a shared prompt counted once;
+        0 for an empty filler micro batch)."""
+        return 0 if self.is_empty else int(self.input_ids.shape[1])
+
+    @property
+    def sequence_tokens(self) -> int:
+        """Real tokens of the rows, a shared prompt counted once per row."""
         return sum(self.seq_lens)
 
     @property
@@ -267,43 +282,111 @@ class PackedMicroBatch:
             return self.position_ids
         return self.token_fields.get(key, self.row_fields.get(key))
 
-    def spans(self) -> list[tuple[int, int]]:
-        cu = self.cu_seqlens.tolist()
-        return list(zip(cu[:-1], cu[1:], strict=True))
-
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """Scatter per-token values ``[1, T]`` (or ``[T]``) back to ``[n, S]``
-        (zeros at padding), rows in ``row_indices`` order."""
+        (zeros at padding), rows in ``row_indices`` order; a shared prompt's values go to
+        each of its rows. Differentiable (gradients of a shared position add up)."""
         values = packed.reshape(-1)
         out = values.new_zeros(len(self.row_indices), self.seq_len)
         if self.row_indices:
-            out[self.token_masks] = values[: self.num_tokens]
+            index = self.token_index.to(values.device)
+            out[self.token_masks.to(values.device)] = values.index_select(0, index)
         return out
 
 
-def _pack_rows(
-    chunk: TrainingInputBatch, rows: list[int], is_padding: list[bool]
+def shared_prefix_units(chunk: TrainingInputBatch, max_tokens: int) -> list[tuple[list[int], int]]:
+    """The chunk's rows as packing units ``(rows, shared prefix length)``: rows whose tokens
+    before their first loss token are the same (the samples of one prompt, say) form one
+    unit that packs that prompt once, split where the unit would exceed ``max_tokens``; every
+    other row is a unit of its own with prefix 0. A shared prefix holds no loss token and
+    leaves every row at least one token of its own."""
+    lengths = chunk.real_lengths().tolist()
+    loss_mask = chunk["loss_mask"]
+    if loss_mask is None:
+        return [([row], 0) for row in range(len(lengths))]
+    has_loss = loss_mask.ne(0)
+    first_loss = torch.where(has_loss.any(1), has_loss.long().argmax(1), chunk.real_lengths())
+    ids = chunk.input_ids.numpy()
+    groups: dict[bytes, list[int]] = {}
+    units: list[tuple[list[int], int]] = []
+    for row, (length, first) in enumerate(zip(lengths, first_loss.tolist(), strict=True)):
+        prefix = min(first, length - 1)
+        if prefix < 1:
+            units.append(([row], 0))
+            continue
+        key = ids[row, :prefix].tobytes()
+        if key not in groups:
+            groups[key] = []
+            units.append((groups[key], prefix))
+        groups[key].append(row)
+    packed: list[tuple[list[int], int]] = []
+    for rows, prefix in units:
+        cost = 0
+        for row in rows:
+            own = lengths[row] - prefix
+            if cost and cost + own <= max_tokens:
+                packed[-1][0].append(row)
+                cost += own
+            else:
+                packed.append(([row], prefix))
+                cost = prefix + own
+    return [(rows, prefix if len(rows) > 1 else 0) for rows, prefix in packed]
+
+
+def _unit_cost(lengths: list[int], rows: list[int], prefix: int) -> int:
+    return prefix + sum(lengths[row] - prefix for row in rows)
+
+
+def _pack_units(
+    chunk: TrainingInputBatch, units: list[tuple[list[int], int]], is_padding: list[bool]
 ) -> PackedMicroBatch:
+    """One micro batch of whole units: a unit's shared prefix once, then each row's own
+    tokens; every other row whole."""
+    rows = [row for unit_rows, _ in units for row in unit_rows]
     idx = torch.as_tensor(rows, dtype=torch.long)
     attention = chunk.attention_mask.index_select(0, idx).bool()
     seq_lens = attention.sum(1).tolist()
-    position_ids = (attention.long().cumsum(1) - 1)[attention].unsqueeze(0)
+    length_of = dict(zip(rows, seq_lens, strict=True))
+    # per packed position: (row, column) it is taken from, its position id and parent
+    src_rows: list[int] = []
+    src_cols: list[int] = []
+    parents: list[int] = []
+    token_index: list[int] = []
+    for unit_rows, prefix in units:
+        base = len(src_rows)
+        for k in range(prefix):  # the shared prefix, from the unit's first row
+            src_rows.append(unit_rows[0])
+            src_cols.append(k)
+            parents.append(base + k - 1 if k else -1)
+        for row in unit_rows:
+            start = len(src_rows)
+            token_index.extend(range(base, base + prefix))
+            token_index.extend(range(start, start + length_of[row] - prefix))
+            for k in range(prefix, length_of[row]):
+                src_rows.append(row)
+                src_cols.append(k)
+                if k == 0:
+                    parents.append(-1)
+                elif k == prefix:
+                    parents.append(base + prefix - 1)
+                else:
+                    parents.append(len(src_rows) - 2)
+    src_r = torch.as_tensor(src_rows, dtype=torch.long)
+    src_c = torch.as_tensor(src_cols, dtype=torch.long)
     token_fields, row_fields = {}, {}
     for key, value in chunk.tensors.items():
         if key in ("input_ids", "attention_mask"):
             continue
-        selected = value.index_select(0, idx)
         if value.dim() >= 2 and value.shape[1] == attention.shape[1]:
-            token_fields[key] = selected[attention].unsqueeze(0)
+            token_fields[key] = value[src_r, src_c].unsqueeze(0)
         else:
-            row_fields[key] = selected
-    cu = torch.zeros(len(rows) + 1, dtype=torch.int32)
-    cu[1:] = torch.as_tensor(seq_lens, dtype=torch.int32).cumsum(0)
+            row_fields[key] = value.index_select(0, idx)
     return PackedMicroBatch(
-        input_ids=chunk.input_ids.index_select(0, idx)[attention].unsqueeze(0),
-        position_ids=position_ids,
-        cu_seqlens=cu,
-        row_indices=list(rows),
+        input_ids=chunk.input_ids[src_r, src_c].unsqueeze(0),
+        position_ids=src_c.unsqueeze(0),
+        parents=torch.as_tensor(parents, dtype=torch.long),
+        token_index=torch.as_tensor(token_index, dtype=torch.long),
+        row_indices=rows,
         seq_lens=seq_lens,
         token_fields=token_fields,
         row_fields=row_fields,
@@ -324,7 +407,8 @@ def _empty_micro_batch(chunk: TrainingInputBatch) -> PackedMicroBatch:
     return PackedMicroBatch(
         input_ids=token,
         position_ids=torch.zeros(1, 1, dtype=torch.long),
-        cu_seqlens=torch.tensor([0, 1], dtype=torch.int32),
+        parents=torch.full((1,), -1, dtype=torch.long),
+        token_index=torch.zeros(0, dtype=torch.long),
         row_indices=[],
         seq_lens=[],
         token_fields=token_fields,
@@ -336,23 +420,33 @@ def _empty_micro_batch(chunk: TrainingInputBatch) -> PackedMicroBatch:
 
 
 def plan_micro_batches(
-    chunk: TrainingInputBatch, max_tokens: int, num_micro_batches: int | None = None
+    chunk: TrainingInputBatch,
+    max_tokens: int,
+    num_micro_batches: int | None = None,
+    share_prefixes: bool = False,
 ) -> list[PackedMicroBatch]:
     """Pack one rank's chunk into micro batches of at most ``max_tokens`` tokens.
 
-    With ``num_micro_batches`` (the MAX over DP ranks), appends empty zero-loss
-    micro batches up to that count; fewer than this rank needs is an error.
-    Empty filler micro batches have ``is_empty`` True, ``sample_count`` 0 and
-    ``num_tokens`` 0 (their one dummy token has ``loss_mask`` 0).
+    With ``share_prefixes``, rows with the same prompt (``shared_prefix_units``) are packed
+    together with the prompt once, and the budget counts it once. With ``num_micro_batches``
+    (the MAX over DP ranks), appends empty zero-loss micro batches up to that count; fewer
+    than this rank needs is an error. Empty filler micro batches have ``is_empty`` True,
+    ``sample_count`` 0 and ``num_tokens`` 0 (their one dummy token has ``loss_mask`` 0).
     """
-    groups = pack_micro_batches(chunk.real_lengths().numpy(), max_tokens)
+    lengths = chunk.real_lengths().tolist()
+    if share_prefixes:
+        units = shared_prefix_units(chunk, max_tokens)
+    else:
+        units = [([row], 0) for row in range(len(lengths))]
+    costs = [_unit_cost(lengths, rows, prefix) for rows, prefix in units]
+    groups = pack_micro_batches(costs, max_tokens)
     if num_micro_batches is not None and num_micro_batches < len(groups):
         raise ValueError(
             f"num_micro_batches={num_micro_batches} is below the {len(groups)} this chunk needs "
             f"under max_tokens={max_tokens}; pass the MAX over ranks"
         )
     is_padding = chunk.metadata.get("is_padding") or [False] * len(chunk)
-    micro = [_pack_rows(chunk, g, is_padding) for g in groups]
+    micro = [_pack_units(chunk, [units[u] for u in g], is_padding) for g in groups]
     while num_micro_batches is not None and len(micro) < num_micro_batches:
         micro.append(_empty_micro_batch(chunk))
     return micro
@@ -379,7 +473,8 @@ def micro_batch_metrics(
     rank_token_imbalance: float | None = None,
 ) -> dict[str, float]:
     """Step metrics of one rank's micro batches (sum them over mini-batches/ranks
-    as needed; throughput should use ``local_tokens``, the real packed tokens).
+    as needed; throughput should use ``local_tokens``, the real packed tokens, which count a
+    shared prompt once; ``shared_prefix_tokens`` is what sharing saved).
 
     ``fill_ratio`` = real tokens / (micro batches x cap).
     """
@@ -399,6 +494,9 @@ def micro_batch_metrics(
         "fill_ratio": sum(tokens) / (len(micro_batches) * max_tokens) if micro_batches else 0.0,
         "oversized_sequences": float(
             sum(n > max_tokens for mb in micro_batches for n in mb.seq_lens)
+        ),
+        "shared_prefix_tokens": float(
+            sum(mb.sequence_tokens - mb.num_tokens for mb in micro_batches)
         ),
     }
     if rank_token_imbalance is not None:

@@ -99,6 +99,12 @@ class TrainerConfig:
     sequence's length grows with the sequences, not with the budget squared), ``masked`` is
     transformers' ``sdpa`` with a block-diagonal mask (every block computed)
     (``skyrl.workers.packed_attention``)."""
+    share_prompts: bool = True
+    """Rows of a micro batch with the same prompt (the samples of one prompt, before their
+    first loss token) are packed with that prompt once, and each row's own tokens attend to
+    it: the prompt's forward and backward are computed once, not once per sample; the
+    gradients are the same. Needs ``packed_attention=per_sequence`` (with ``masked`` every
+    row is packed whole)."""
     critic_only_steps: int = 0
     """Training steps at the start that train only the critic (PPO warm-up)."""
 

@@ -11,7 +11,8 @@ mask the detection is off, hence both are omitted.)
 
 Alignment matches ``TrainingInputBatch``: the value at position ``t`` is
 ``log p(token_t | tokens_<t)`` of the same sequence, 0 where a sequence
-starts. Log-softmax is evaluated over chunks of tokens so no full-vocab fp32
+starts (``PackedMicroBatch.parents`` says which output predicts which token, so a
+prompt packed once for several rows works the same). Log-softmax is evaluated over chunks of tokens so no full-vocab fp32
 copy of all logits is made at once.
 """
 
@@ -34,19 +35,18 @@ class PackedForward(NamedTuple):
     """``[1, T]`` entropy of the distribution that predicted token t, or None."""
 
 
-def _chunk_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, compute_entropy: bool
+def _chunk_log_z(
+    logits: torch.Tensor, temperature: float, compute_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per position: ``log Z`` of the tempered logits, and the entropy of their softmax."""
     scaled = logits.float()
     if temperature != 1.0:
         scaled = scaled / temperature
     log_z = torch.logsumexp(scaled, dim=-1)
-    logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
     if not compute_entropy:
-        return logprobs, None
+        return log_z, None
     probs = torch.softmax(scaled, dim=-1)
-    entropy = log_z - (probs * scaled).sum(-1)
-    return logprobs, entropy
+    return log_z, log_z - (probs * scaled).sum(-1)
 
 
 def packed_logprobs(
@@ -58,7 +58,9 @@ def packed_logprobs(
     """Forward one packed micro batch; per-token logprobs ``[1, T]`` (and entropy).
 
     ``model`` is a causal LM returning ``.logits`` (a DeepSpeed engine wrapping
-    one works too). Gradients flow when enabled.
+    one works too). Gradients flow when enabled. The token at position ``t`` is predicted
+    by the output at ``micro_batch.parents[t]``: ``t - 1`` within a sequence, a shared
+    prompt's last position for a continuation's first token.
     """
     input_ids = micro_batch.input_ids
     position_ids = micro_batch.position_ids.to(input_ids.device)
@@ -66,24 +68,23 @@ def packed_logprobs(
         input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False
     ).logits[0]
     num_tokens = input_ids.shape[1]
-    targets = input_ids[0, 1:]
-    pieces_lp: list[torch.Tensor] = []
+    pieces_z: list[torch.Tensor] = []
     pieces_ent: list[torch.Tensor] = []
-    for start in range(0, num_tokens - 1, TOKEN_CHUNK):
-        end = min(start + TOKEN_CHUNK, num_tokens - 1)
-        lp, ent = _chunk_logprobs(
-            logits[start:end], targets[start:end], temperature, compute_entropy
-        )
-        pieces_lp.append(lp)
+    for start in range(0, num_tokens, TOKEN_CHUNK):
+        log_z, ent = _chunk_log_z(logits[start : start + TOKEN_CHUNK], temperature, compute_entropy)
+        pieces_z.append(log_z)
         if ent is not None:
             pieces_ent.append(ent)
-    # Prediction for token t comes from logits at t-1; zero where a sequence starts.
-    starts = position_ids[0] == 0
-    # The leading 0 is taken from the logits so the result always has a graph: a one-token
+    parents = micro_batch.parents.to(input_ids.device)
+    starts = parents < 0
+    source = parents.clamp(min=0)
+    # Every position has a predictor, so the result always has a graph: a one-token
     # (filler) micro batch must still backpropagate, or DeepSpeed rejects the loss.
-    zero = logits[:1, 0].float() * 0.0
-    logprobs = torch.cat([zero, *pieces_lp]).masked_fill(starts, 0.0).unsqueeze(0)
+    picked = logits[source, input_ids[0]].float()
+    if temperature != 1.0:
+        picked = picked / temperature
+    logprobs = (picked - torch.cat(pieces_z)[source]).masked_fill(starts, 0.0).unsqueeze(0)
     entropy = None
     if compute_entropy:
-        entropy = torch.cat([zero, *pieces_ent]).masked_fill(starts, 0.0).unsqueeze(0)
+        entropy = torch.cat(pieces_ent)[source].masked_fill(starts, 0.0).unsqueeze(0)
     return PackedForward(logprobs, entropy)

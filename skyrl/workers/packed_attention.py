@@ -11,8 +11,11 @@ sequence's length no faster.
 
 ``per_sequence`` (registered with transformers as ``skyrl_per_sequence``) splits the row at
 the position-id restarts and runs causal SDPA on each sequence (grouped-query heads without
-copies), which is what flash-attention's varlen path does on a GPU. ``masked`` keeps
-transformers' ``sdpa``. ``trainer.packed_attention`` picks one.
+copies), which is what flash-attention's varlen path does on a GPU. It also runs a prompt that
+several rows share, packed once (``trainer.share_prompts``): each row's continuation attends
+to the prompt's keys and causally to its own. ``masked`` keeps transformers' ``sdpa`` (no
+shared prompts: its block-diagonal mask cannot express them). ``trainer.packed_attention``
+picks one.
 """
 
 from __future__ import annotations
@@ -27,13 +30,40 @@ IMPLEMENTATIONS = {"per_sequence": PER_SEQUENCE, "masked": "sdpa"}
 """``trainer.packed_attention`` -> the model's ``attn_implementation``."""
 
 
-def sequence_lengths(position_ids: torch.Tensor) -> list[int]:
-    """Lengths of the sequences in one packed row, from position ids restarting at 0."""
-    starts = torch.nonzero(position_ids == 0).flatten().tolist()
-    if not starts or starts[0] != 0:
-        starts = [0, *starts]
-    ends = [*starts[1:], position_ids.numel()]
-    return [end - start for start, end in zip(starts, ends, strict=True)]
+def attention_spans(position_ids: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """The spans of one packed row's position ids ``[T]``, as ``(start, end, prefix_start,
+    prefix_length)``: the queries ``[start, end)`` attend causally to themselves and to all of
+    ``[prefix_start, prefix_start + prefix_length)``.
+
+    Positions restart at 0 where a sequence starts (a span with no prefix; so does the row's
+    first span, wherever its positions begin); a jump back to
+    ``p > 0`` starts a continuation of the sequence's first ``p`` tokens, a prompt several
+    rows share (``skyrl.batch.packing``): its span's prefix. Any other jump is an error."""
+    positions = position_ids.tolist()
+    breaks = torch.nonzero(position_ids[1:] != position_ids[:-1] + 1).flatten().add(1).tolist()
+    starts = [0, *breaks]
+    ends = [*starts[1:], len(positions)]
+    spans = []
+    sequence_start = 0
+    for start, end in zip(starts, ends, strict=True):
+        first = positions[start]
+        if first == 0 or start == 0:  # a row may begin mid-sequence: its first span
+            sequence_start = start
+            spans.append((start, end, start, 0))
+        elif first <= positions[start - 1] and sequence_start + first <= start:
+            spans.append((start, end, sequence_start, first))
+        else:
+            raise ValueError(
+                f"position ids jump from {positions[start - 1]} to {first} at {start}: "
+                "neither a new sequence (0) nor a continuation of a shared prefix"
+            )
+    return spans
+
+
+def _continuation_mask(prefix: int, length: int, device: torch.device) -> torch.Tensor:
+    """``[length, prefix + length]`` bool: every prefix key, then causal over its own keys."""
+    own = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    return torch.cat([own.new_ones(length, prefix), own], dim=1)
 
 
 def per_sequence_attention(
@@ -49,27 +79,49 @@ def per_sequence_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention interface: ``query`` ``[1, heads, T, d]``, ``key``/``value``
-    ``[1, kv_heads, T, d]`` -> ``[1, T, heads, d]``. Causal attention within each sequence.
+    ``[1, kv_heads, T, d]`` -> ``[1, T, heads, d]``. Causal attention within each sequence;
+    a continuation of a shared prompt also sees that prompt (``attention_spans``).
 
     Anything but one packed row (a padded batch with a 2D attention mask, a KV cache: the
     model used outside the workers' forward) goes to transformers' sdpa with a causal mask."""
     packed_row = query.shape[0] == 1 and query.shape[2] == key.shape[2]  # no KV cache
     if attention_mask is not None or position_ids is None or not packed_row:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    lengths = sequence_lengths(position_ids[0])
-    if sliding_window is not None and max(lengths) > sliding_window:
+    spans = attention_spans(position_ids[0])
+    longest = int(position_ids.max()) + 1
+    if sliding_window is not None and longest > sliding_window:
         raise ValueError(
-            f"a sequence of {max(lengths)} tokens exceeds the model's sliding window "
+            f"a sequence of {longest} tokens exceeds the model's sliding window "
             f"({sliding_window}); set trainer.packed_attention=masked"
         )
-    outputs = [
-        F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=True
+    outputs = []
+    for start, end, prefix_start, prefix in spans:
+        q = query[:, :, start:end]
+        if not prefix:
+            outputs.append(
+                F.scaled_dot_product_attention(
+                    q,
+                    key[:, :, start:end],
+                    value[:, :, start:end],
+                    dropout_p=dropout,
+                    is_causal=True,
+                    scale=scaling,
+                    enable_gqa=True,
+                )
+            )
+            continue
+        shared = slice(prefix_start, prefix_start + prefix)
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q,
+                torch.cat([key[:, :, shared], key[:, :, start:end]], dim=2),
+                torch.cat([value[:, :, shared], value[:, :, start:end]], dim=2),
+                attn_mask=_continuation_mask(prefix, end - start, query.device),
+                dropout_p=dropout,
+                scale=scaling,
+                enable_gqa=True,
+            )
         )
-        for q, k, v in zip(
-            query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2), strict=True
-        )
-    ]
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 

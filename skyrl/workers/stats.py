@@ -79,7 +79,8 @@ class PackingStats:
     the step's mini-batches, except where a field says otherwise."""
 
     local_tokens: float
-    """Real (non-padding) tokens packed."""
+    """Tokens the model computed: real (non-padding) tokens, a prompt shared by several rows
+    of a micro batch counted once."""
     local_loss_tokens: float
     """Loss tokens packed."""
     local_samples: float
@@ -95,6 +96,9 @@ class PackingStats:
     totals whenever records are combined."""
     oversized_sequences: float
     """Sequences longer than the budget (each packed alone)."""
+    shared_prefix_tokens: float = 0.0
+    """Tokens not computed because rows of a micro batch shared their prompt
+    (``trainer.share_prompts``): the rows' own real tokens are ``local_tokens`` plus these."""
     rank_token_imbalance: float = 1.0
     """Tokens of the busiest rank / the least busy one: per mini-batch over its ranks; the
     step reports the max over its mini-batches."""
@@ -114,6 +118,7 @@ class PackingStats:
             micro_batch_max_tokens=cap,
             fill_ratio=tokens / (micro * cap) if micro and cap else 0.0,
             oversized_sequences=sum(p.oversized_sequences for p in parts),
+            shared_prefix_tokens=sum(p.shared_prefix_tokens for p in parts),
             rank_token_imbalance=rank_token_imbalance,
         )
 

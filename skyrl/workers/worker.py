@@ -82,6 +82,8 @@ class TrainingWorker:
         self.engine = self._build_engine(total_optimizer_steps)
         self.device = torch.device(self.engine.device)
         self.max_tokens = micro_batch_tokens(cfg)
+        self.share_prompts = trainer.share_prompts and trainer.packed_attention == "per_sequence"
+        """Pack a prompt several rows share once (``trainer.share_prompts``)."""
         # the engines' logprob convention (skyrl.inference.base): tempered, untruncated
         self.temperature = logprob_temperature(cfg.generator.sampling.temperature)
 
@@ -120,9 +122,16 @@ class TrainingWorker:
 
     def _micro_batches(self, chunk: TrainingInputBatch) -> list[PackedMicroBatch]:
         """This rank's packed micro batches, as many as the busiest rank needs."""
-        own = len(plan_micro_batches(chunk, self.max_tokens)) if len(chunk) else 0
+        share = self.share_prompts
+        own = (
+            len(plan_micro_batches(chunk, self.max_tokens, share_prefixes=share))
+            if len(chunk)
+            else 0
+        )
         count = max(1, all_reduce_max(own))
-        micro = plan_micro_batches(chunk, self.max_tokens, num_micro_batches=count)
+        micro = plan_micro_batches(
+            chunk, self.max_tokens, num_micro_batches=count, share_prefixes=share
+        )
         if self.device.type == "cpu":
             return micro
         return [
@@ -143,9 +152,11 @@ class TrainingWorker:
                 attention_mask=None,
                 use_cache=False,
             )
-            # V(state before token t) sits at t: shift right, 0 where a sequence starts.
-            shifted = torch.cat([values.new_zeros(1, 1), values[:, :-1]], dim=1)
-            return shifted.masked_fill(mb.position_ids == 0, 0.0), None
+            # V(state before token t) sits at t: the value at t's predictor, 0 where a
+            # sequence starts.
+            parents = mb.parents.to(values.device)
+            shifted = values[0, parents.clamp(min=0)].masked_fill(parents < 0, 0.0)
+            return shifted.unsqueeze(0), None
         from skyrl.workers.logprobs import packed_logprobs
 
         return packed_logprobs(

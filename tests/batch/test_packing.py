@@ -70,9 +70,11 @@ def test_plan_packs_fields_and_unpacks():
     for mb in micro:
         assert mb.input_ids.shape == mb.position_ids.shape == (1, mb.num_tokens)
         assert mb.num_tokens <= 5
-        assert mb.cu_seqlens.tolist() == [0, *np.cumsum(mb.seq_lens).tolist()]
-        for (s, e), n in zip(mb.spans(), mb.seq_lens, strict=True):
-            assert mb.position_ids[0, s:e].tolist() == list(range(n))
+        assert mb.token_index.tolist() == list(range(mb.num_tokens))  # nothing shared
+        starts = np.cumsum([0, *mb.seq_lens[:-1]]).tolist()
+        for s, n in zip(starts, mb.seq_lens, strict=True):
+            assert mb.position_ids[0, s : s + n].tolist() == list(range(n))
+            assert mb.parents[s : s + n].tolist() == [-1, *range(s, s + n - 1)]
         assert mb["loss_mask"].shape == (1, mb.num_tokens)
         assert mb["rewards"].tolist() == [float(r) for r in mb.row_indices]
         assert mb.sample_count == len(mb.row_indices)
@@ -167,3 +169,74 @@ def test_run_best_fit_matches_on_long_tailed_lengths():
         reference = _best_fit_bitset(sorted(lengths.tolist(), reverse=True), cap)
         assert len(groups) == max(reference) + 1
         assert all(lengths[g].sum() <= cap or len(g) == 1 for g in groups)
+
+
+def shared_prompt_chunk() -> TrainingInputBatch:
+    """Rows 0-2 share the prompt [5, 6, 7]; row 3's prompt differs in its first token; row 4
+    has no loss token."""
+    rows = [[5, 6, 7, 8, 9], [5, 6, 7, 1], [5, 6, 7, 2, 3, 4], [4, 6, 7, 8], [1, 2, 3]]
+    prompt = [3, 3, 3, 3, 3]
+    seq_len = 6
+    ids = torch.zeros(len(rows), seq_len, dtype=torch.long)
+    attention = torch.zeros(len(rows), seq_len, dtype=torch.long)
+    loss_mask = torch.zeros(len(rows), seq_len)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+        loss_mask[i, prompt[i] : len(row)] = 1.0 if i != 4 else 0.0
+    return TrainingInputBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "advantages": torch.arange(len(rows), dtype=torch.float32)[:, None] * loss_mask,
+        },
+        {"uids": ["a", "a", "a", "b", "c"]},
+    )
+
+
+def test_rows_with_one_prompt_pack_it_once():
+    chunk = shared_prompt_chunk()
+    (mb,) = plan_micro_batches(chunk, max_tokens=20, share_prefixes=True)
+    assert mb.row_indices == [0, 1, 2, 3, 4]
+    # the prompt [5 6 7] once, then rows 0, 1, 2's own tokens, then rows 3 and 4 whole
+    assert mb.input_ids[0].tolist() == [5, 6, 7, 8, 9, 1, 2, 3, 4, 4, 6, 7, 8, 1, 2, 3]
+    # each row's own tokens go on from the prompt's length 3
+    assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4, 3, 3, 4, 5, 0, 1, 2, 3, 0, 1, 2]
+    # row 1's token 1 (at 5) and row 2's token 2 (at 6) are predicted by the prompt's last (2)
+    assert mb.parents.tolist() == [-1, 0, 1, 2, 3, 2, 2, 6, 7, -1, 9, 10, 11, -1, 13, 14]
+    # real tokens of rows 0..4 -> packed positions; the prompt's three go to every row of it
+    assert mb.token_index.tolist() == [
+        *[0, 1, 2, 3, 4],
+        *[0, 1, 2, 5],
+        *[0, 1, 2, 6, 7, 8],
+        *[9, 10, 11, 12],
+        *[13, 14, 15],
+    ]
+    assert mb.num_tokens == 16 and mb.sequence_tokens == 22
+    # token fields follow the layout (the prompt's from row 0: no loss there in any row)
+    assert mb["advantages"][0].tolist() == [0, 0, 0, 0, 0, 1, 2, 2, 2, 0, 0, 0, 3, 0, 0, 0]
+    restored = unpack_to_rows([mb], [mb.input_ids.float()], len(chunk))
+    assert torch.equal(restored.long(), chunk.input_ids)
+    metrics = micro_batch_metrics([mb], 20)
+    assert metrics["local_tokens"] == 16 and metrics["shared_prefix_tokens"] == 6  # 22 - 16
+
+
+def test_a_shared_prompt_unit_splits_at_the_budget():
+    chunk = shared_prompt_chunk()
+    # budget 7: rows 0 (3 + 2) and 1 (+1) share the prompt (6 tokens); row 2 (+3 = 9) starts a
+    # unit of its own, which holds one row and so is packed whole (6 tokens)
+    micro = plan_micro_batches(chunk, max_tokens=7, share_prefixes=True)
+    packed = {tuple(mb.row_indices): mb for mb in micro}
+    assert packed[(0, 1)].input_ids[0].tolist() == [5, 6, 7, 8, 9, 1]
+    assert all(mb.num_tokens <= 7 for mb in micro)
+    assert sorted(r for mb in micro for r in mb.row_indices) == [0, 1, 2, 3, 4]
+    restored = unpack_to_rows(micro, [mb.input_ids.float() for mb in micro], len(chunk))
+    assert torch.equal(restored.long(), chunk.input_ids)
+
+
+def test_without_sharing_every_row_is_packed_whole():
+    chunk = shared_prompt_chunk()
+    (mb,) = plan_micro_batches(chunk, max_tokens=22)
+    assert mb.num_tokens == mb.sequence_tokens == 22
+    assert micro_batch_metrics([mb], 22)["shared_prefix_tokens"] == 0

@@ -23,7 +23,9 @@ Each round runs TRL, TRL with gradient checkpointing, skyrl; each run takes ``--
 steps and reports the mean of steps 2..N (step 1 warms up). The table gives the mean over
 rounds (and the min-max of the per-round means) of the step time and its phases; "other" is
 the step less the named phases. Tokens trained: real (non-padding) prompt + completion tokens
-through forward/backward per step; TRL also computes its padded positions (in brackets).
+through forward/backward per step; TRL also computes its padded positions (in brackets);
+skyrl computes a prompt once for its 4 samples (``trainer.share_prompts``), so it computes
+fewer tokens than its rows hold (in brackets).
 Training FLOP/s = 6 x parameters x trained tokens / train seconds, as a share of this
 machine's fp32 matmul peak measured here (2048^3, 2 threads, best of ``PEAK_REPEATS``).
 The last line is ``speedup: <TRL s/step without gradient checkpointing / skyrl s/step>``.
@@ -272,6 +274,9 @@ def skyrl_records(run_dir: Path) -> list[dict[str, float]]:
         record = {"step": row["step"], "step_s": row[names.STEP_TIME] - left_out}
         record |= {k: row.get(key, 0.0) for k, key in phase_keys.items()}
         record["tokens"] = row[names.POLICY.pack("local_tokens")]
+        record["row_tokens"] = record["tokens"] + row.get(
+            names.POLICY.pack("shared_prefix_tokens"), 0.0
+        )
         record["loss_tokens"] = row[names.POLICY.loss_tokens]
         record["reward"] = row.get(names.REWARD, float("nan"))
         records.append(record)
@@ -316,6 +321,8 @@ def print_table(runs: list[Run], params: int, peak_gflops: float) -> None:
         tokens_text = f"{tokens:.0f}"
         if run.kind.startswith("trl"):
             tokens_text += f" ({mean_of(run, 'padded_tokens'):.0f} padded)"
+        elif mean_of(run, "row_tokens") > tokens:
+            tokens_text += f" ({mean_of(run, 'row_tokens'):.0f} in rows)"
         gflops = 6 * params * tokens / phases[2] / 1e9 if phases[2] else float("nan")
         spread = f"({min(per_round):.1f}-{max(per_round):.1f})"
         print(

@@ -4,6 +4,7 @@ from transformers import AutoModelForCausalLM
 from skyrl.batch import TrainingInputBatch, plan_micro_batches, unpack_to_rows
 from skyrl.models import build_tiny_model
 from skyrl.workers.logprobs import packed_logprobs
+from skyrl.workers.models import load_causal_lm
 
 
 def tiny_model() -> torch.nn.Module:
@@ -84,3 +85,35 @@ def test_a_filler_micro_batch_still_has_a_graph():
     assert logprobs.grad_fn is not None and float(logprobs.abs().sum()) == 0.0
     (logprobs.sum() * 0.0).backward()
     assert model.model.embed_tokens.weight.grad is not None
+
+
+def test_shared_prompt_logprobs_equal_each_sequence_alone():
+    """Samples of one prompt packed with the prompt once (``share_prefixes``): every row's
+    logprobs and entropies are those of its whole sequence alone, including the first
+    response token, which the prompt's last position predicts for every row. (The workers'
+    attention: transformers' sdpa cannot attend to a shared prompt.)"""
+    reference_model = tiny_model()
+    model = load_causal_lm(build_tiny_model(), "fp32", packed_attention="per_sequence").eval()
+    gen = torch.Generator().manual_seed(4)
+    prompt_len, own_lengths, seq_len = 5, [3, 6, 1, 4], 11
+    prompt = torch.randint(0, 256, (prompt_len,), generator=gen)
+    ids = torch.zeros(len(own_lengths), seq_len, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for row, n in enumerate(own_lengths):
+        ids[row, : prompt_len + n] = torch.cat([prompt, torch.randint(0, 256, (n,), generator=gen)])
+        attention[row, : prompt_len + n] = 1
+    loss_mask = attention.float()
+    loss_mask[:, :prompt_len] = 0
+    chunk = TrainingInputBatch(
+        {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask}
+    )
+    (mb,) = plan_micro_batches(chunk, max_tokens=64, share_prefixes=True)
+    assert mb.num_tokens == prompt_len + sum(own_lengths)
+    with torch.no_grad():
+        out = packed_logprobs(model, mb, temperature=0.7, compute_entropy=True)
+    logprobs, entropy = mb.unpack(out.logprobs), mb.unpack(out.entropy)
+    for row, n in enumerate(own_lengths):
+        length = prompt_len + n
+        ref_lp, ref_ent = reference_logprobs(reference_model, ids[row, :length], 0.7)
+        torch.testing.assert_close(logprobs[row, :length], ref_lp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(entropy[row, :length], ref_ent, atol=1e-5, rtol=0)

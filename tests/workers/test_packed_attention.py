@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from skyrl.workers.models import attention_implementation, load_causal_lm
-from skyrl.workers.packed_attention import PER_SEQUENCE, per_sequence_attention, sequence_lengths
+from skyrl.workers.packed_attention import PER_SEQUENCE, attention_spans, per_sequence_attention
 
 LENGTHS = [10, 1, 7, 12]
 
@@ -20,11 +20,59 @@ def packed_row(vocab: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, positions
 
 
-def test_sequence_lengths_from_position_ids():
-    assert sequence_lengths(torch.tensor([0, 1, 2, 0, 0, 1])) == [3, 1, 2]
-    assert sequence_lengths(torch.tensor([0, 1, 2, 3])) == [4]
+def test_attention_spans_from_position_ids():
+    spans = attention_spans(torch.tensor([0, 1, 2, 0, 0, 1]))
+    assert spans == [(0, 3, 0, 0), (3, 4, 3, 0), (4, 6, 4, 0)]
+    assert attention_spans(torch.tensor([0, 1, 2, 3])) == [(0, 4, 0, 0)]
     # a row that starts mid-sequence (no leading 0) still starts a sequence at 0
-    assert sequence_lengths(torch.tensor([5, 6, 0, 1])) == [2, 2]
+    assert attention_spans(torch.tensor([5, 6, 0, 1])) == [(0, 2, 0, 0), (2, 4, 2, 0)]
+    # a prompt of 3 shared by three continuations (the first follows it directly), then a
+    # plain sequence: the 2nd and 3rd continuations see the prompt [0, 3) as their prefix
+    shared = torch.tensor([0, 1, 2, 3, 4, 3, 3, 4, 5, 0, 1])
+    assert attention_spans(shared) == [(0, 5, 0, 0), (5, 6, 0, 3), (6, 9, 0, 3), (9, 11, 9, 0)]
+
+
+@pytest.mark.parametrize("positions", [[0, 1, 4, 5], [0, 1, 0, 3]])
+def test_attention_spans_refuse_other_jumps(positions):
+    # forward jumps: within a sequence, and right after a new one starts
+    with pytest.raises(ValueError, match="position ids jump"):
+        attention_spans(torch.tensor(positions))
+
+
+def test_shared_prompt_forward_and_gradients_equal_each_sequence_alone(tiny_model_path):
+    """A prompt packed once with three continuations computes, for every continuation, what
+    the whole sequence computes alone; the prompt's logits are the same for all of them."""
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(3, 200, (6,), generator=gen)
+    own = [torch.randint(3, 200, (n,), generator=gen) for n in (4, 1, 7)]
+    ids = torch.cat([prompt, *own]).unsqueeze(0)
+    positions = torch.cat([torch.arange(6), *(torch.arange(6, 6 + len(o)) for o in own)])
+    model = load_causal_lm(tiny_model_path, "fp32", packed_attention="per_sequence")
+    packed = model(
+        input_ids=ids, position_ids=positions[None], attention_mask=None, use_cache=False
+    ).logits[0]
+    reference = AutoModelForCausalLM.from_pretrained(
+        tiny_model_path, dtype=torch.float32, attn_implementation="eager"
+    )
+    alone = [
+        reference(input_ids=torch.cat([prompt, o])[None], use_cache=False).logits[0] for o in own
+    ]
+    own_packed = packed[6:].split([len(o) for o in own])
+    for whole, part in zip(alone, own_packed, strict=True):
+        torch.testing.assert_close(part, whole[6:], atol=1e-5, rtol=0)
+        torch.testing.assert_close(packed[:6], whole[:6], atol=1e-5, rtol=0)
+    # a loss on every continuation's own logits and on the prompt's (once per sequence in
+    # the reference, so three times its weight in the packed row) gives the same gradients
+    weights = [torch.randn(w.shape, generator=gen) for w in alone]
+    prompt_weight = sum(w[:6] for w in weights)
+    packed_loss = (packed[:6] * prompt_weight).sum() + sum(
+        (part * w[6:]).sum() for part, w in zip(own_packed, weights, strict=True)
+    )
+    packed_loss.backward()
+    sum((whole * w).sum() for whole, w in zip(alone, weights, strict=True)).backward()
+    ref_grads = dict(reference.named_parameters())
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, ref_grads[name].grad, atol=1e-4, rtol=1e-4)
 
 
 def test_packed_forward_and_gradients_equal_each_sequence_alone(tiny_model_path):

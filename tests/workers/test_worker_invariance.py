@@ -210,7 +210,9 @@ def test_dp_size_and_zero_stage_give_the_same_update(
     cfg = make_config(tiny_model_path, dp_size=dp_size, zero_stage=zero_stage)
     group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
     try:
-        train_one_step(group, batch, "token_mean", dp_size=dp_size, train_batch_size=2)
+        stats = train_one_step(group, batch, "token_mean", dp_size=dp_size, train_batch_size=2)
+        if dp_size == 1:  # prompts "a" and "b" (4 tokens each) packed once for their 2 rows
+            assert stats.packing.shared_prefix_tokens == 8
         synced = group.run("state_dict_for_sync")
         assert all(w is None for w in synced[1:])
         assert_weights_close(

@@ -47,6 +47,8 @@ def make_batch(model_path: str, uids: list[str], lengths: list[int]) -> Training
     gen = torch.Generator().manual_seed(7)
     n = len(lengths)
     ids = torch.randint(3, 200, (n, MAX_SEQ_LEN), generator=gen)
+    for i, uid in enumerate(uids):  # the samples of one prompt share it (trainer.share_prompts)
+        ids[i, :PROMPT_LEN] = ids[uids.index(uid), :PROMPT_LEN]
     attention = torch.zeros(n, MAX_SEQ_LEN, dtype=torch.long)
     for i, length in enumerate(lengths):
         attention[i, :length] = 1
