@@ -347,32 +347,33 @@ def _pack_units(
     attention = chunk.attention_mask.index_select(0, idx).bool()
     seq_lens = attention.sum(1).tolist()
     length_of = dict(zip(rows, seq_lens, strict=True))
-    # per packed position: (row, column) it is taken from, its position id and parent
-    src_rows: list[int] = []
-    src_cols: list[int] = []
-    parents: list[int] = []
-    token_index: list[int] = []
+    # per packed position: the (row, column) it is taken from and its parent; per row token:
+    # its packed position. One tensor per segment, so the work grows with rows, not tokens.
+    src_rows: list[torch.Tensor] = []
+    src_cols: list[torch.Tensor] = []
+    parents: list[torch.Tensor] = []
+    token_index: list[torch.Tensor] = []
+    offset = 0
+
+    def segment(row: int, first: int, count: int, first_parent: int) -> None:
+        nonlocal offset
+        if count:
+            src_rows.append(torch.full((count,), row, dtype=torch.long))
+            src_cols.append(torch.arange(first, first + count))
+            parent = torch.arange(offset - 1, offset + count - 1)
+            parent[0] = first_parent
+            parents.append(parent)
+            offset += count
+
     for unit_rows, prefix in units:
-        base = len(src_rows)
-        for k in range(prefix):  # the shared prefix, from the unit's first row
-            src_rows.append(unit_rows[0])
-            src_cols.append(k)
-            parents.append(base + k - 1 if k else -1)
+        base = offset
+        segment(unit_rows[0], 0, prefix, -1)  # the shared prefix, from the unit's first row
         for row in unit_rows:
-            start = len(src_rows)
-            token_index.extend(range(base, base + prefix))
-            token_index.extend(range(start, start + length_of[row] - prefix))
-            for k in range(prefix, length_of[row]):
-                src_rows.append(row)
-                src_cols.append(k)
-                if k == 0:
-                    parents.append(-1)
-                elif k == prefix:
-                    parents.append(base + prefix - 1)
-                else:
-                    parents.append(len(src_rows) - 2)
-    src_r = torch.as_tensor(src_rows, dtype=torch.long)
-    src_c = torch.as_tensor(src_cols, dtype=torch.long)
+            own = length_of[row] - prefix
+            token_index += [torch.arange(base, base + prefix), torch.arange(offset, offset + own)]
+            segment(row, prefix, own, base + prefix - 1 if prefix else -1)
+    empty = torch.zeros(0, dtype=torch.long)
+    src_r, src_c = torch.cat([empty, *src_rows]), torch.cat([empty, *src_cols])
     token_fields, row_fields = {}, {}
     for key, value in chunk.tensors.items():
         if key in ("input_ids", "attention_mask"):
@@ -384,8 +385,8 @@ def _pack_units(
     return PackedMicroBatch(
         input_ids=chunk.input_ids[src_r, src_c].unsqueeze(0),
         position_ids=src_c.unsqueeze(0),
-        parents=torch.as_tensor(parents, dtype=torch.long),
-        token_index=torch.as_tensor(token_index, dtype=torch.long),
+        parents=torch.cat([empty, *parents]),
+        token_index=torch.cat([empty, *token_index]),
         row_indices=rows,
         seq_lens=seq_lens,
         token_fields=token_fields,
