@@ -10,6 +10,7 @@ from skyrl.batch.packing import (
     PackedMicroBatch,
     micro_batch_metrics,
     pack_micro_batches,
+    pad_micro_batches,
     plan_micro_batches,
     unpack_to_rows,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "micro_batch_metrics",
     "optimizer_steps_per_batch",
     "pack_micro_batches",
+    "pad_micro_batches",
     "pad_training_input_batch",
     "plan_micro_batches",
     "unpack_to_rows",

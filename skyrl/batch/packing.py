@@ -8,7 +8,7 @@ restarts when ``attention_mask`` is None; flash-attention uses varlen).
 
 All DP ranks must run the same number of micro batches per mini-batch
 (DeepSpeed hangs or leaks gradients otherwise): the worker plans its own count,
-all-reduces MAX, and calls ``plan_micro_batches`` again with that count; the
+all-reduces MAX, and pads its micro batches to that count (``pad_micro_batches``); the
 extra micro batches are empty (one dummy token, zero loss).
 """
 
@@ -300,12 +300,13 @@ def shared_prefix_units(chunk: TrainingInputBatch, max_tokens: int) -> list[tupl
     unit that packs that prompt once, split where the unit would exceed ``max_tokens``; every
     other row is a unit of its own with prefix 0. A shared prefix holds no loss token and
     leaves every row at least one token of its own."""
-    lengths = chunk.real_lengths().tolist()
+    real_lengths = chunk.real_lengths()
+    lengths = real_lengths.tolist()
     loss_mask = chunk["loss_mask"]
     if loss_mask is None:
         return [([row], 0) for row in range(len(lengths))]
     has_loss = loss_mask.ne(0)
-    first_loss = torch.where(has_loss.any(1), has_loss.long().argmax(1), chunk.real_lengths())
+    first_loss = torch.where(has_loss.any(1), has_loss.long().argmax(1), real_lengths)
     ids = chunk.input_ids.numpy()
     groups: dict[bytes, list[int]] = {}
     units: list[tuple[list[int], int]] = []
@@ -441,16 +442,24 @@ def plan_micro_batches(
         units = [([row], 0) for row in range(len(lengths))]
     costs = [_unit_cost(lengths, rows, prefix) for rows, prefix in units]
     groups = pack_micro_batches(costs, max_tokens)
-    if num_micro_batches is not None and num_micro_batches < len(groups):
-        raise ValueError(
-            f"num_micro_batches={num_micro_batches} is below the {len(groups)} this chunk needs "
-            f"under max_tokens={max_tokens}; pass the MAX over ranks"
-        )
     is_padding = chunk.metadata.get("is_padding") or [False] * len(chunk)
     micro = [_pack_units(chunk, [units[u] for u in g], is_padding) for g in groups]
-    while num_micro_batches is not None and len(micro) < num_micro_batches:
-        micro.append(_empty_micro_batch(chunk))
-    return micro
+    if num_micro_batches is None:
+        return micro
+    return pad_micro_batches(micro, chunk, num_micro_batches)
+
+
+def pad_micro_batches(
+    micro: list[PackedMicroBatch], chunk: TrainingInputBatch, num_micro_batches: int
+) -> list[PackedMicroBatch]:
+    """``micro`` (a plan of ``chunk``) followed by empty zero-loss micro batches up to
+    ``num_micro_batches``, the MAX over DP ranks; a count below the plan's is an error."""
+    if num_micro_batches < len(micro):
+        raise ValueError(
+            f"num_micro_batches={num_micro_batches} is below the {len(micro)} this chunk "
+            "needs; pass the MAX over ranks"
+        )
+    return [*micro, *(_empty_micro_batch(chunk) for _ in range(num_micro_batches - len(micro)))]
 
 
 def unpack_to_rows(

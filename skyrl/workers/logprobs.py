@@ -12,8 +12,8 @@ mask the detection is off, hence both are omitted.)
 Alignment matches ``TrainingInputBatch``: the value at position ``t`` is
 ``log p(token_t | tokens_<t)`` of the same sequence, 0 where a sequence
 starts (``PackedMicroBatch.parents`` says which output predicts which token, so a
-prompt packed once for several rows works the same). Log-softmax is evaluated over chunks of tokens so no full-vocab fp32
-copy of all logits is made at once.
+prompt packed once for several rows works the same). Log-softmax is evaluated over
+chunks of tokens so no full-vocab fp32 copy of all logits is made at once.
 """
 
 from __future__ import annotations

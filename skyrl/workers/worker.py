@@ -31,6 +31,7 @@ from skyrl.batch.budget import micro_batch_tokens
 from skyrl.batch.packing import (
     PackedMicroBatch,
     micro_batch_metrics,
+    pad_micro_batches,
     plan_micro_batches,
     unpack_to_rows,
 )
@@ -122,16 +123,12 @@ class TrainingWorker:
 
     def _micro_batches(self, chunk: TrainingInputBatch) -> list[PackedMicroBatch]:
         """This rank's packed micro batches, as many as the busiest rank needs."""
-        share = self.share_prompts
         own = (
-            len(plan_micro_batches(chunk, self.max_tokens, share_prefixes=share))
+            plan_micro_batches(chunk, self.max_tokens, share_prefixes=self.share_prompts)
             if len(chunk)
-            else 0
+            else []
         )
-        count = max(1, all_reduce_max(own))
-        micro = plan_micro_batches(
-            chunk, self.max_tokens, num_micro_batches=count, share_prefixes=share
-        )
+        micro = pad_micro_batches(own, chunk, max(1, all_reduce_max(len(own))))
         if self.device.type == "cpu":
             return micro
         return [
