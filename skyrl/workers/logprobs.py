@@ -14,10 +14,17 @@ Alignment matches ``TrainingInputBatch``: the value at position ``t`` is
 starts (``PackedMicroBatch.parents`` says which output predicts which token, so a
 prompt packed once for several rows works the same). Log-softmax is evaluated over
 chunks of tokens so no full-vocab fp32 copy of all logits is made at once.
+
+The workers ask for the loss tokens only (``loss_tokens_only``): the LM head (the
+vocabulary projection, a fifth of SmolLM2's matmul work per position) and the log-softmax
+run only at the positions that predict a loss token, through transformers'
+``logits_to_keep``; a prompt's positions cost the transformer body alone. Values elsewhere
+are 0, which every consumer already masks away (losses, KL, the rollout logprob gap).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -49,11 +56,38 @@ def _chunk_log_z(
     return log_z, log_z - (probs * scaled).sum(-1)
 
 
+def loss_predictors(micro_batch: PackedMicroBatch) -> torch.Tensor | None:
+    """Sorted packed positions whose outputs predict a loss token (``loss_mask`` != 0), or
+    None when the micro batch has no ``loss_mask`` (every position is then computed). Never
+    empty: a micro batch without loss tokens (a filler, a row with no response) keeps its last
+    position, so its forward and backward still touch every parameter."""
+    loss_mask = micro_batch.token_fields.get("loss_mask")
+    if loss_mask is None:
+        return None
+    parents = micro_batch.parents
+    wanted = parents[(loss_mask.reshape(-1) != 0) & (parents >= 0)]
+    if wanted.numel() == 0:
+        return torch.full((1,), micro_batch.input_ids.shape[1] - 1, dtype=torch.long)
+    return torch.unique(wanted)
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether the causal LM inside ``model`` (a DeepSpeed engine, a PEFT model or the model
+    itself) takes transformers' ``logits_to_keep`` (an index tensor of positions)."""
+    inner = getattr(model, "module", model)
+    base_model = getattr(inner, "get_base_model", None)  # PEFT
+    if callable(base_model):
+        inner = base_model()
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
 def packed_logprobs(
     model: torch.nn.Module,
     micro_batch: PackedMicroBatch,
     temperature: float = 1.0,
     compute_entropy: bool = False,
+    loss_tokens_only: bool = False,
+    logits_to_keep: bool = False,
 ) -> PackedForward:
     """Forward one packed micro batch; per-token logprobs ``[1, T]`` (and entropy).
 
@@ -61,30 +95,53 @@ def packed_logprobs(
     one works too). Gradients flow when enabled. The token at position ``t`` is predicted
     by the output at ``micro_batch.parents[t]``: ``t - 1`` within a sequence, a shared
     prompt's last position for a continuation's first token.
+
+    ``loss_tokens_only``: values only at the micro batch's loss tokens (0 elsewhere), so the
+    vocabulary projection and log-softmax run only at their predictors
+    (``loss_predictors``): the prompt positions cost no LM head. With ``logits_to_keep``
+    (the model takes transformers' kwarg: ``accepts_logits_to_keep``) the model itself
+    projects only those positions; otherwise all logits are computed and those picked.
     """
     input_ids = micro_batch.input_ids
-    position_ids = micro_batch.position_ids.to(input_ids.device)
+    device = input_ids.device
+    position_ids = micro_batch.position_ids.to(device)
+    parents = micro_batch.parents.to(device)
+    keep = loss_predictors(micro_batch) if loss_tokens_only else None
+    kwargs: dict[str, torch.Tensor] = {}
+    if keep is not None:
+        keep = keep.to(device)
+        if logits_to_keep:
+            kwargs["logits_to_keep"] = keep
     logits = model(
-        input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=None,
+        use_cache=False,
+        **kwargs,
     ).logits[0]
-    num_tokens = input_ids.shape[1]
+    unused = parents < 0
+    source = parents.clamp(min=0)
+    if keep is not None:
+        if not logits_to_keep:
+            logits = logits.index_select(0, keep)
+        # the row of ``logits`` holding each token's predictor (meaningless off the loss tokens)
+        source = torch.searchsorted(keep, source).clamp(max=keep.numel() - 1)
+        loss_mask = micro_batch.token_fields["loss_mask"].reshape(-1).to(device)
+        unused = unused | (loss_mask == 0)
     pieces_z: list[torch.Tensor] = []
     pieces_ent: list[torch.Tensor] = []
-    for start in range(0, num_tokens, TOKEN_CHUNK):
+    for start in range(0, logits.shape[0], TOKEN_CHUNK):
         log_z, ent = _chunk_log_z(logits[start : start + TOKEN_CHUNK], temperature, compute_entropy)
         pieces_z.append(log_z)
         if ent is not None:
             pieces_ent.append(ent)
-    parents = micro_batch.parents.to(input_ids.device)
-    starts = parents < 0
-    source = parents.clamp(min=0)
-    # Every position has a predictor, so the result always has a graph: a one-token
+    # Every position gets a value from the graph, so the result always has one: a one-token
     # (filler) micro batch must still backpropagate, or DeepSpeed rejects the loss.
     picked = logits[source, input_ids[0]].float()
     if temperature != 1.0:
         picked = picked / temperature
-    logprobs = (picked - torch.cat(pieces_z)[source]).masked_fill(starts, 0.0).unsqueeze(0)
+    logprobs = (picked - torch.cat(pieces_z)[source]).masked_fill(unused, 0.0).unsqueeze(0)
     entropy = None
     if compute_entropy:
-        entropy = torch.cat(pieces_ent)[source].masked_fill(starts, 0.0).unsqueeze(0)
+        entropy = torch.cat(pieces_ent)[source].masked_fill(unused, 0.0).unsqueeze(0)
     return PackedForward(logprobs, entropy)

@@ -38,6 +38,7 @@ from skyrl.batch.packing import (
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import logprob_temperature
 from skyrl.workers.distributed import all_reduce_max, init_distributed, set_dist_env
+from skyrl.workers.logprobs import accepts_logits_to_keep, packed_logprobs
 from skyrl.workers.stats import LossSums, PackingStats, TrainStats
 
 OLD_LOGPROBS_FROM_TRAINING = "old_logprobs_from_training"
@@ -87,6 +88,8 @@ class TrainingWorker:
         """Pack a prompt several rows share once (``trainer.share_prompts``)."""
         # the engines' logprob convention (skyrl.inference.base): tempered, untruncated
         self.temperature = logprob_temperature(cfg.generator.sampling.temperature)
+        self.logits_to_keep = role != "critic" and accepts_logits_to_keep(self.engine)
+        """The LM projects only the positions that predict loss tokens (``packed_logprobs``)."""
 
     def _build_engine(self, total_optimizer_steps: int):
         from skyrl.workers.deepspeed_setup import build_engine
@@ -154,10 +157,13 @@ class TrainingWorker:
             parents = mb.parents.to(values.device)
             shifted = values[0, parents.clamp(min=0)].masked_fill(parents < 0, 0.0)
             return shifted.unsqueeze(0), None
-        from skyrl.workers.logprobs import packed_logprobs
-
         return packed_logprobs(
-            self.engine, mb, temperature=self.temperature, compute_entropy=compute_entropy
+            self.engine,
+            mb,
+            temperature=self.temperature,
+            compute_entropy=compute_entropy,
+            loss_tokens_only=True,
+            logits_to_keep=self.logits_to_keep,
         )
 
     # -- calls -----------------------------------------------------------------------

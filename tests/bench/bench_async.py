@@ -2,7 +2,7 @@
 one core, one DeepSpeed rank on the other, ``trainer.max_staleness`` 0, 1, 2.
 
 Run: ``python tests/bench/bench_async.py [--steps 6] [--prompts 4] [--rows 0,1,2,1p]
-[--no-train] [--no-simulated] [--simulated-train-s 20]``.
+[--no-train] [--no-simulated] [--simulated-train-s 20] [--work-dir DIR]``.
 
 1. Training rows (``skyrl-train`` subprocesses, the main job with
    ``generator.num_cpus_per_engine=1 trainer.dp_size=1``, no eval, no checkpoint
@@ -36,6 +36,8 @@ from pathlib import Path
 
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
 LAYOUT = ["generator.num_cpus_per_engine=1", "trainer.dp_size=1"]
+PHASES = ("generate", "forward", "train", "sync")
+"""The step's timed phases, reported per row (in async mode ``generate`` is the wait for a batch)."""
 QUIET = [
     "trainer.eval_before_train=false", "trainer.eval_interval=0", "data.num_eval_prompts=0",
     "trainer.export_hf=false", "trainer.ckpt_interval=0",
@@ -84,6 +86,10 @@ def train_row(row: str, steps: int, prompts: int, workdir: Path) -> dict[str, fl
         "staleness_max": max(r.get("async/staleness_max", 0.0) for r in timed),
         "reward_last3": sum(r["generate/reward_mean"] for r in last) / len(last),
         "run_s": time.perf_counter() - started,
+        **{
+            phase: sum(r.get(f"timing/{phase}_s", 0.0) for r in timed) / len(timed)
+            for phase in PHASES
+        },
     }
 
 
@@ -148,12 +154,14 @@ def main() -> None:
     parser.add_argument("--no-train", action="store_true")
     parser.add_argument("--no-simulated", action="store_true")
     parser.add_argument("--simulated-train-s", type=float, default=20.0)
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep the rows' runs here")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     rows = args.rows.split(",")
     if not args.no_train:
         with tempfile.TemporaryDirectory(prefix="bench_async_") as tmp:
-            results = {row: train_row(row, args.steps, args.prompts, Path(tmp)) for row in rows}
+            work = args.work_dir or Path(tmp)
+            results = {row: train_row(row, args.steps, args.prompts, work) for row in rows}
         base = results.get("0", {}).get("tokens_per_s")
         base_step = results.get("0", {}).get("step_s")
         print(f"\ntraining rows: main job at {args.prompts} prompts/step, engine actor 1 CPU + "
@@ -170,6 +178,12 @@ def main() -> None:
                 f"| {r['staleness_mean']:.2f} / {r['staleness_max']:.0f} "
                 f"| {r['reward_last3']:.3f} |"
             )
+        print("\nseconds per step by phase (async: generate = the wait for a batch)")
+        print("| max_staleness | " + " | ".join(PHASES) + " | step |")
+        print("|---|" + "---|" * (len(PHASES) + 1))
+        for row, r in results.items():
+            cells = " | ".join(f"{r[phase]:.1f}" for phase in PHASES)
+            print(f"| {row.replace('p', ' (partial)')} | {cells} | {r['step_s']:.1f} |")
     if not args.no_simulated:
         ks = sorted({int(r.rstrip("p")) for r in rows})
         sim = simulated_rows(ks, max(args.steps, 4), args.prompts, args.simulated_train_s)

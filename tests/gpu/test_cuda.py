@@ -56,9 +56,11 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
     )  # fmt: skip
     worker = TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
     batch = make_batch(tiny_model_path, ["a", "a", "b", "b"], [16, 9, 13, 6])
-    got = worker.forward(batch)["logprobs"] * batch.attention_mask
+    got = worker.forward(batch)["logprobs"].cpu()  # at the loss tokens, 0 elsewhere
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-    diff = (got.cpu() - row_logprobs(model, batch)).abs()
+    loss = batch.loss_mask.bool()
+    assert got[~loss].abs().sum() == 0
+    diff = (got - row_logprobs(model, batch))[loss].abs()
     if precision == "fp32":
         assert diff.max() <= 1e-4, diff.max()
     else:  # bf16 (8-bit mantissa) vs fp32 on logprobs near -6: ~0.02 typical

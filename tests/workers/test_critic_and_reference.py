@@ -94,8 +94,9 @@ def test_reference_forward_equals_plain_transformers(ray_cluster, tiny_model_pat
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     ids = batch.input_ids
     lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    expected = torch.cat([lp.new_zeros(len(batch), 1), lp], 1) * batch.attention_mask
-    torch.testing.assert_close(logprobs * batch.attention_mask, expected, atol=1e-5, rtol=0)
+    expected = torch.cat([lp.new_zeros(len(batch), 1), lp], 1) * batch.loss_mask
+    # reported at the loss tokens only (the LM head runs at their predictors), 0 elsewhere
+    torch.testing.assert_close(logprobs, expected, atol=1e-5, rtol=0)
 
 
 def test_critic_trains_one_step_and_its_values_change(ray_cluster, tiny_model_path):

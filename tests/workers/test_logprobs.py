@@ -3,7 +3,7 @@ from transformers import AutoModelForCausalLM
 
 from skyrl.batch import TrainingInputBatch, plan_micro_batches, unpack_to_rows
 from skyrl.models import build_tiny_model
-from skyrl.workers.logprobs import packed_logprobs
+from skyrl.workers.logprobs import accepts_logits_to_keep, loss_predictors, packed_logprobs
 from skyrl.workers.models import load_causal_lm
 
 
@@ -117,3 +117,92 @@ def test_shared_prompt_logprobs_equal_each_sequence_alone():
         ref_lp, ref_ent = reference_logprobs(reference_model, ids[row, :length], 0.7)
         torch.testing.assert_close(logprobs[row, :length], ref_lp, atol=1e-5, rtol=0)
         torch.testing.assert_close(entropy[row, :length], ref_ent, atol=1e-5, rtol=0)
+
+
+def shared_prompt_chunk(prompt_len: int, own_lengths: list[int], seed: int = 5):
+    """Rows = one prompt + own continuations; loss on the continuations only."""
+    gen = torch.Generator().manual_seed(seed)
+    seq_len = prompt_len + max(own_lengths)
+    prompt = torch.randint(0, 256, (prompt_len,), generator=gen)
+    ids = torch.zeros(len(own_lengths), seq_len, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for row, n in enumerate(own_lengths):
+        ids[row, : prompt_len + n] = torch.cat([prompt, torch.randint(0, 256, (n,), generator=gen)])
+        attention[row, : prompt_len + n] = 1
+    loss_mask = attention.float()
+    loss_mask[:, :prompt_len] = 0
+    return TrainingInputBatch(
+        {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask}
+    )
+
+
+def test_loss_tokens_only_projects_only_their_predictors():
+    """Prompt 5 shared by rows with 3, 6, 1 and 4 own tokens, all of them loss tokens. Their
+    predictors: the prompt's last position (shared by the 4 first response tokens) and each
+    row's own positions but its last, (3-1) + (6-1) + (1-1) + (4-1) = 10: the LM head sees 11
+    of the 19 packed positions."""
+    model = load_causal_lm(build_tiny_model(), "fp32", packed_attention="per_sequence").eval()
+    chunk = shared_prompt_chunk(5, [3, 6, 1, 4])
+    (mb,) = plan_micro_batches(chunk, max_tokens=64, share_prefixes=True)
+    assert mb.num_tokens == 19
+    seen: list[int] = []
+    hook = model.lm_head.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[1]))
+    with torch.no_grad():
+        full = packed_logprobs(model, mb, temperature=0.7, compute_entropy=True)
+        kept = packed_logprobs(
+            model, mb, 0.7, compute_entropy=True, loss_tokens_only=True, logits_to_keep=True
+        )
+        picked = packed_logprobs(model, mb, 0.7, compute_entropy=True, loss_tokens_only=True)
+    hook.remove()
+    assert seen == [19, 11, 19]
+    loss = mb.token_fields["loss_mask"] != 0
+    assert int(loss.sum()) == 14
+    for out in (kept, picked):
+        torch.testing.assert_close(out.logprobs[loss], full.logprobs[loss], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.entropy[loss], full.entropy[loss], atol=1e-5, rtol=0)
+        assert out.logprobs[~loss].abs().sum() == 0 and out.entropy[~loss].abs().sum() == 0
+
+
+def test_loss_tokens_only_gives_the_same_gradients():
+    """A loss on the loss tokens has the same parameter gradients whether the LM head runs
+    at every position or only at the loss tokens' predictors (shared prompt and whole rows)."""
+    chunk = shared_prompt_chunk(4, [5, 2, 7], seed=6)
+    for share in (True, False):
+        micro = plan_micro_batches(chunk, max_tokens=64, share_prefixes=share)
+        grads = []
+        for only in (False, True):
+            model = load_causal_lm(build_tiny_model(), "fp32", packed_attention="per_sequence")
+            for mb in micro:
+                out = packed_logprobs(model, mb, loss_tokens_only=only, logits_to_keep=only)
+                (out.logprobs * mb.token_fields["loss_mask"]).sum().backward()
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        for name, grad in grads[0].items():
+            torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_a_filler_keeps_a_graph_with_loss_tokens_only():
+    model = tiny_model().train()
+    chunk = shared_prompt_chunk(3, [2, 2])
+    *_, filler = plan_micro_batches(chunk, max_tokens=64, num_micro_batches=2)
+    assert filler.is_empty
+    assert loss_predictors(filler).tolist() == [0]  # its one token's output, for the graph
+    out = packed_logprobs(model, filler, loss_tokens_only=True, logits_to_keep=True).logprobs
+    assert out.grad_fn is not None and float(out.abs().sum()) == 0.0
+    (out.sum() * 0.0).backward()
+    assert model.lm_head.weight.grad is not None
+
+
+def test_accepts_logits_to_keep_looks_through_wrappers():
+    model = tiny_model()
+
+    class Engine(torch.nn.Module):  # DeepSpeed's engine keeps the model as ``.module``
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    class Plain(torch.nn.Module):
+        def forward(self, input_ids, position_ids=None, attention_mask=None, use_cache=False):
+            raise AssertionError("not called")
+
+    assert accepts_logits_to_keep(model) and accepts_logits_to_keep(Engine(model))
+    assert not accepts_logits_to_keep(Engine(Plain()))

@@ -1,5 +1,7 @@
 """Policy losses: ``fn(logprobs, old_logprobs, advantages, loss_weights, loss_mask, cfg,
-rollout_logprobs=None) -> (loss, metrics)`` over one micro batch ``[N, S]``.
+rollout_logprobs=None) -> (loss, metrics)`` over one micro batch ``[N, S]``. ``logprobs``
+hold values at the loss tokens (``loss_mask`` != 0) only, 0 elsewhere: the workers run the
+LM head only at the positions that predict a loss token (``skyrl.workers.logprobs``).
 
 Importing this package registers the built-ins: ppo, gspo, cispo. Metrics are
 additive token counts and sums (see ``terms``); ``finalize_metrics`` gives means.
