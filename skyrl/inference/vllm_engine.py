@@ -61,7 +61,6 @@ from skyrl.inference.base import (
     report_once,
 )
 from skyrl.inference.local import LocalEngine, Request
-from skyrl.inference.prefill_order import PrefillOrder
 from skyrl.models.lora import is_adapter_name
 
 SERVED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -137,23 +136,18 @@ class VLLMEngine(LocalEngine):
         self.llm.collective_rpc("skyrl_report_tempered_logprobs")
         self.tokenizer = self.llm.get_tokenizer()
         self._request_ids = itertools.count()
-        # a prompt several requests share is prefilled once (``skyrl.inference.prefill_order``)
-        cache = self.llm.llm_engine.vllm_config.cache_config
-        self.prefill_order = PrefillOrder(int(cache.block_size or 16), enable_prefix_caching)
 
     def _serve_until(self, done: Future) -> None:
         """Add requests as they arrive, step vLLM while anything is unfinished."""
         engine = self.llm.llm_engine
         live: dict[str, Request] = {}
-        held: list[Request] = []  # to add next step, when their shared prompt is cached
         try:
             while not done.done():
                 idle = not engine.has_unfinished_requests()
-                requests = self.take(block=idle and not held)
+                requests = self.take(block=idle)
                 if idle and requests:  # a burst (many trajectories starting): one first step
                     requests = self.take_burst(requests, done)
-                now, held = self.prefill_order.split(held + requests)
-                for request in now:
+                for request in requests:
                     self._add(engine, request, live)
                 if engine.has_unfinished_requests():
                     for output in engine.step():
@@ -255,14 +249,9 @@ class VLLMEngine(LocalEngine):
         self.llm.collective_rpc(method, args=args)
         if then_reset_prefix_cache:  # cached KV of the old weights
             self.llm.reset_prefix_cache()
-            self.prefill_order.reset()
 
     def reset_prefix_cache(self) -> None:
-        self.on_owner(self._reset_prefix_cache)
-
-    def _reset_prefix_cache(self) -> None:
-        self.llm.reset_prefix_cache()
-        self.prefill_order.reset()
+        self.on_owner(self.llm.reset_prefix_cache)
 
     def sleep(self) -> None:
         self.on_owner(self._call_if_supported, "sleep")

@@ -164,36 +164,6 @@ def test_a_seeded_request_does_not_depend_on_what_else_is_in_flight(engine, tok)
     torch.testing.assert_close(torch.tensor(runs[1].logprobs), torch.tensor(runs[0].logprobs))
 
 
-def test_samples_of_one_prompt_share_its_prefill(engine, monkeypatch):
-    """Four seeded samples of one 100-token prompt sent together: the first is prefilled in
-    full, the other three wait one step (``PrefillOrder``) and find its full blocks in vLLM's
-    prefix cache; each sample's tokens are those it gets alone."""
-    from skyrl.inference import vllm_engine
-
-    load_seed(engine, 0)
-    prompt = torch.randint(3, 400, (100,), generator=torch.Generator().manual_seed(3)).tolist()
-    samplings = [SamplingParams(temperature=1.0, max_tokens=8, seed=100 + k) for k in range(4)]
-    cached: list[int] = []
-    completion = vllm_engine._completion
-
-    def recording(output):
-        cached.append(output.num_cached_tokens)
-        return completion(output)
-
-    monkeypatch.setattr(vllm_engine, "_completion", recording)
-
-    async def together():
-        return await asyncio.gather(*(engine.generate(prompt, sp) for sp in samplings))
-
-    engine.reset_prefix_cache()
-    out = run_serving(engine, together())
-    block = engine.prefill_order.block_size
-    assert sorted(cached) == [0] + [100 // block * block] * 3
-    for sp, sample in zip(samplings, out, strict=True):
-        engine.reset_prefix_cache()
-        assert run_serving(engine, engine.generate(prompt, sp)).token_ids == sample.token_ids
-
-
 def long_prompts(engine, tok, count: int, max_tokens: int) -> list[list[int]]:
     """Prompts whose greedy continuation runs ``max_tokens`` without an EOS on this model."""
     texts = [f"Story {i}: once upon a time" for i in range(4 * count)]
