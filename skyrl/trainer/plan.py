@@ -6,6 +6,7 @@ Nothing here starts Ray or loads a model.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from skyrl.batch.budget import micro_batch_tokens
@@ -30,6 +31,9 @@ class RunPlan:
     dp_size: int
     roles: dict[str, str]
     engines: str
+    overlap_cpus: str | None = None
+    """Asynchronous runs on CPUs: the CPUs the policy workers and the engines ask for while
+    both compute, when that exceeds this machine's cores (None otherwise)."""
 
 
 def make_plan(cfg: SkyRLConfig) -> RunPlan:
@@ -56,6 +60,34 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         dp_size=t.dp_size,
         roles=roles,
         engines=f"{g.num_engines} x {g.backend}",
+        overlap_cpus=_overlap_cpus(cfg, _cores()),
+    )
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _overlap_cpus(cfg: SkyRLConfig, cores: int) -> str | None:
+    """In asynchronous training on CPUs the engines generate while the policy ranks train: when
+    their CPUs add up to more than ``cores``, each rank's OpenMP threads share cores with an
+    engine and wait on one another at every parallel region (measured with bench_async on 2
+    cores: a 2-thread rank beside a 1-CPU engine took 2-3x longer per forward)."""
+    t, g = cfg.trainer, cfg.generator
+    if t.max_staleness == 0 or t.num_gpus_per_worker > 0 or g.num_gpus_per_engine > 0:
+        return None
+    workers = t.dp_size * t.num_cpus_per_worker
+    engines = g.num_engines * g.num_cpus_per_engine
+    if workers + engines <= cores:
+        return None
+    fits = max(1, int((cores - engines) // t.dp_size))
+    return (
+        f"{workers + engines:g} CPUs at once ({t.dp_size} policy x {t.num_cpus_per_worker:g} + "
+        f"{g.num_engines} engine x {g.num_cpus_per_engine:g}) on {cores} cores: threads will "
+        f"share cores; set trainer.num_cpus_per_worker={fits}"
     )
 
 
@@ -93,6 +125,7 @@ def format_plan(plan: RunPlan) -> str:
         ),
         *((f"{role} workers", desc) for role, desc in plan.roles.items()),
         ("inference engines", plan.engines),
+        *((("warning", plan.overlap_cpus),) if plan.overlap_cpus else ()),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(["skyrl run plan"] + [f"  {name:<{width}}  {value}" for name, value in rows])

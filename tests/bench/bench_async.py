@@ -5,7 +5,7 @@ Run: ``python tests/bench/bench_async.py [--steps 6] [--prompts 4] [--rows 0,1,2
 [--no-train] [--no-simulated] [--simulated-train-s 20] [--work-dir DIR]``.
 
 1. Training rows (``skyrl-train`` subprocesses, the main job with
-   ``generator.num_cpus_per_engine=1 trainer.dp_size=1``, no eval, no checkpoint
+   ``generator.num_cpus_per_engine=1 trainer.dp_size=1 trainer.num_cpus_per_worker=1``, no eval, no checkpoint
    before the last step; ``--prompts`` per step, half of them per mini-batch, so two
    optimizer steps per step as in the main job): per row the mean over the timed steps (2 .. N-1: step 1
    starts the stream, step N saves the checkpoint) of tokens trained per second
@@ -35,7 +35,9 @@ import time
 from pathlib import Path
 
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
-LAYOUT = ["generator.num_cpus_per_engine=1", "trainer.dp_size=1"]
+LAYOUT = ["generator.num_cpus_per_engine=1", "trainer.dp_size=1", "trainer.num_cpus_per_worker=1"]
+"""One core each: the main job's rank takes both cores (``num_cpus_per_worker: 2``), which while
+the engine generates beside it runs two OpenMP threads on one free core."""
 PHASES = ("generate", "forward", "train", "sync")
 """The step's timed phases, reported per row (in async mode ``generate`` is the wait for a batch)."""
 QUIET = [

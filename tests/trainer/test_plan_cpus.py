@@ -1,0 +1,40 @@
+"""The plan warns when an asynchronous CPU run asks for more CPUs at once than there are cores."""
+
+from __future__ import annotations
+
+from hydra import compose, initialize_config_module
+
+from skyrl.config import register_configs
+from skyrl.config.validate import validate
+from skyrl.trainer import plan as plan_module
+from skyrl.trainer.plan import format_plan, make_plan
+
+ASYNC = ["trainer.max_staleness=1", "generator.num_cpus_per_engine=1", "trainer.dp_size=1"]
+
+
+def _config(*overrides: str):
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        return validate(compose(config_name="config", overrides=list(overrides)))
+
+
+def test_a_two_thread_rank_beside_an_engine_on_two_cores_is_flagged(monkeypatch):
+    """The main job's rank takes 2 CPUs; with a 1-CPU engine beside it that is 1 x 2 + 1 x 1
+    = 3 CPUs at once on 2 cores; 2 - 1 = 1 CPU is left per rank."""
+    monkeypatch.setattr(plan_module, "_cores", lambda: 2)
+    cfg = _config(*ASYNC, "trainer.num_cpus_per_worker=2")
+    plan = make_plan(cfg)
+    assert plan.overlap_cpus == (
+        "3 CPUs at once (1 policy x 2 + 1 engine x 1) on 2 cores: threads will share cores; "
+        "set trainer.num_cpus_per_worker=1"
+    )
+    assert f"warning                 {plan.overlap_cpus}" in format_plan(plan)
+
+
+def test_no_warning_when_it_fits_or_runs_synchronously(monkeypatch):
+    monkeypatch.setattr(plan_module, "_cores", lambda: 2)
+    assert make_plan(_config(*ASYNC, "trainer.num_cpus_per_worker=1")).overlap_cpus is None
+    sync = _config("generator.num_cpus_per_engine=1", "trainer.num_cpus_per_worker=2")
+    assert make_plan(sync).overlap_cpus is None  # engines and workers take turns
+    monkeypatch.setattr(plan_module, "_cores", lambda: 4)
+    assert make_plan(_config(*ASYNC, "trainer.num_cpus_per_worker=2")).overlap_cpus is None
