@@ -86,6 +86,7 @@ def vllm_engine_kwargs(
         "tensor_parallel_size": cfg.tensor_parallel_size,
         "enforce_eager": cfg.enforce_eager,
         "enable_prefix_caching": cfg.enable_prefix_caching,
+        "block_size": cfg.block_size,
         "max_model_len": cfg.max_seq_len,
     }
 

