@@ -138,3 +138,38 @@ def test_a_sequence_over_the_sliding_window_is_refused():
             position_ids=torch.arange(4)[None],
             sliding_window=2,
         )
+
+
+def dense_reference(query, key, value, positions: torch.Tensor):
+    """SDPA over the whole row with the mask the spans describe: a query of span
+    ``(start, end, prefix_start, prefix)`` sees the prefix keys and, causally, its own."""
+    allowed = torch.zeros(query.shape[2], key.shape[2], dtype=torch.bool)
+    for start, end, prefix_start, prefix in attention_spans(positions):
+        allowed[start:end, prefix_start : prefix_start + prefix] = True
+        allowed[start:end, start:end] = torch.ones(end - start, end - start).tril().bool()
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=allowed, enable_gqa=True
+    ).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        [0, 1, 2, 3, 4, 3, 3, 4, 5, 0, 1],  # a prompt of 3 shared by 3 rows, then a sequence
+        # the last row's prefix (3 tokens) runs past the first span (2): read from the row
+        [0, 1, 1, 2, 3, 3, 4],
+    ],
+)
+def test_per_sequence_attention_equals_the_dense_masked_reference(positions):
+    gen = torch.Generator().manual_seed(0)
+    n = len(positions)
+    tensors = [torch.randn(1, h, n, 8, generator=gen, requires_grad=True) for h in (4, 2, 2)]
+    pos = torch.tensor([positions])
+    out, _ = per_sequence_attention(None, *tensors, None, position_ids=pos)
+    ref = dense_reference(*tensors, pos[0])
+    torch.testing.assert_close(out, ref)
+    weights = torch.randn(out.shape, generator=gen)
+    grads = torch.autograd.grad((out * weights).sum(), tensors)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), tensors)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want)
