@@ -11,7 +11,7 @@ Departures from DeepSpeed defaults, on purpose:
 - Warm-up and the cosine schedule count OPTIMIZER steps.
 - With one data-parallel rank at ZeRO 0 in fp32 there is nothing to all-reduce, yet
   DeepSpeed still flattens every gradient into a bucket and copies it back at each step
-  (15% of the train phase of SmolLM2 at dp 1, py-spy): ``skip_lone_allreduce`` turns
+  (15% of the train phase of SmolLM2 at dp 1, py-spy): ``_skip_lone_allreduce`` turns
   that off. The gradients then stay where backward left them, in ``.grad``.
 """
 
@@ -92,7 +92,7 @@ def build_engine(
     )
     if not (engine.zero_optimization() or engine.bfloat16_enabled()):
         _record_grad_norm(engine)
-        skip_lone_allreduce(engine)
+        _skip_lone_allreduce(engine)
     return engine
 
 
@@ -132,11 +132,9 @@ def _record_grad_norm(engine) -> None:
         optimizer.register_step_pre_hook(record_before_step)
 
 
-def skip_lone_allreduce(engine) -> None:
-    """No gradient all-reduce when this engine is the only data-parallel rank (ZeRO 0, fp32
-    only: at ZeRO >= 1 and in bf16 the reduction also moves the gradients into the
+def _skip_lone_allreduce(engine) -> None:
+    """No gradient all-reduce when this ZeRO-0 fp32 engine is the only data-parallel rank (not
+    at ZeRO >= 1 or in bf16: there the reduction also moves the gradients into the
     optimizer's own buffers, so it must run even alone)."""
-    if engine.zero_optimization() or engine.bfloat16_enabled():
-        raise ValueError("skip_lone_allreduce is for ZeRO-0 fp32 engines only")
     if engine.dp_world_size == 1:
         engine.enable_backward_allreduce = False

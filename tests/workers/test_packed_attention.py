@@ -156,7 +156,7 @@ def dense_reference(query, key, value, positions: torch.Tensor):
     "positions",
     [
         [0, 1, 2, 3, 4, 3, 3, 4, 5, 0, 1],  # a prompt of 3 shared by 3 rows, then a sequence
-        # the last row's prefix (3 tokens) runs past the first span (2): read from the row
+        # the last row's prefix (3 tokens) runs past its sequence's first span (2 tokens)
         [0, 1, 1, 2, 3, 3, 4],
     ],
 )
