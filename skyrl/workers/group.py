@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl.config.root import SkyRLConfig
 from skyrl.workers.distributed import find_free_port, node_ip
+from skyrl.workers.host_memory import MALLOC_ENV
 from skyrl.workers.stats import TrainStats, combine_ranks
 from skyrl.workers.worker import TrainingWorker
 
@@ -64,6 +65,7 @@ class WorkerGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=rank
                 ),
+                runtime_env={"env_vars": MALLOC_ENV},  # read at process start (host_memory)
             ).remote(role, rank, t.dp_size, addr, port, cfg, total_optimizer_steps, os.getcwd())
             for rank in range(t.dp_size)
         ]

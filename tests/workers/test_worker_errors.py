@@ -10,6 +10,7 @@ import pytest
 from worker_helpers import make_config
 
 from skyrl.workers.group import WorkerDiedError, WorkerGroup
+from skyrl.workers.host_memory import MALLOC_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +23,14 @@ def test_failures_name_the_role_and_the_rank(ray_cluster, tiny_model_path, tmp_p
             group.run("load_checkpoint", str(tmp_path / "missing"))
         assert group.run("global_steps") == [0, 0]
 
-        # A killed process: the error names the role and the dead rank.
         pids = group.run("pid")
+        for pid in pids:  # every rank started with the malloc tuning (glibc reads it at start)
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            for key, value in MALLOC_ENV.items():
+                assert environ.get(key.encode()) == value.encode(), key
+
+        # A killed process: the error names the role and the dead rank.
         os.kill(pids[1], signal.SIGKILL)
         deadline = time.monotonic() + 60
         with pytest.raises(WorkerDiedError, match=r"^policy worker rank 1 died: ") as info:
