@@ -8,7 +8,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from skyrl.workers.models import attention_implementation, load_causal_lm
-from skyrl.workers.packed_attention import PER_SEQUENCE, attention_spans, per_sequence_attention
+from skyrl.workers.packed_attention import (
+    PER_SEQUENCE,
+    _sdpa_per_span,
+    attention_spans,
+    per_sequence_attention,
+)
 
 LENGTHS = [10, 1, 7, 12]
 
@@ -160,12 +165,18 @@ def dense_reference(query, key, value, positions: torch.Tensor):
         [0, 1, 1, 2, 3, 3, 4],
     ],
 )
-def test_per_sequence_attention_equals_the_dense_masked_reference(positions):
+@pytest.mark.parametrize("path", ["cpu_kernels", "sdpa_per_span"])
+def test_per_sequence_attention_equals_the_dense_masked_reference(positions, path):
+    """Both paths: on CPU torch's flash kernels with a backward of its own, elsewhere (CUDA)
+    SDPA per span with autograd through the slices."""
     gen = torch.Generator().manual_seed(0)
     n = len(positions)
     tensors = [torch.randn(1, h, n, 8, generator=gen, requires_grad=True) for h in (4, 2, 2)]
     pos = torch.tensor([positions])
-    out, _ = per_sequence_attention(None, *tensors, None, position_ids=pos)
+    if path == "cpu_kernels":
+        out, _ = per_sequence_attention(None, *tensors, None, position_ids=pos)
+    else:
+        out = _sdpa_per_span(*tensors, attention_spans(pos[0]), 0.0, None)
     ref = dense_reference(*tensors, pos[0])
     torch.testing.assert_close(out, ref)
     weights = torch.randn(out.shape, generator=gen)
