@@ -12,7 +12,13 @@ Departures from DeepSpeed defaults, on purpose:
 - With one data-parallel rank at ZeRO 0 in fp32 there is nothing to all-reduce, yet
   DeepSpeed still flattens every gradient into a bucket and copies it back at each step
   (15% of the train phase of SmolLM2 at dp 1, py-spy): ``_skip_lone_allreduce`` turns
-  that off. The gradients then stay where backward left them, in ``.grad``.
+  that off. The gradients then stay where backward left them, in ``.grad``; their norm is
+  taken once per step, by the worker's non-finite check, and reused by clipping
+  (``final_grad_norm``).
+- AdamW's moments are allocated when the engine is built (``_allocate_adam_state``), not in
+  the first step: allocated there, after the first step's activations were freed, they took
+  the activations' memory and the second step grew the process by ~1 GB again (SmolLM2),
+  which made step 2 slower than the steps after it.
 """
 
 from __future__ import annotations
@@ -91,9 +97,31 @@ def build_engine(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
     )
     if not (engine.zero_optimization() or engine.bfloat16_enabled()):
+        _allocate_adam_state(optimizer)
         _record_grad_norm(engine)
         _skip_lone_allreduce(engine)
     return engine
+
+
+def _allocate_adam_state(optimizer: torch.optim.AdamW) -> None:
+    """Create AdamW's per-parameter state now, exactly as its first step would: one step at
+    lr 0 over zero gradients writes zero moments and changes no weight (the update and the
+    decoupled weight decay both scale with lr), then the step counts go back to 0. Only for
+    an optimizer over the model's own parameters (ZeRO 0, fp32)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if optimizer.state or any(p.grad is not None for p in params):
+        return
+    lrs = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    for p in params:
+        p.grad = None
+        optimizer.state[p]["step"].zero_()
 
 
 def _record_grad_norm(engine) -> None:
@@ -109,10 +137,15 @@ def _record_grad_norm(engine) -> None:
     params = [p for group in optimizer.param_groups for p in group["params"]]
 
     def record() -> torch.Tensor | None:
-        grads = [p.grad for p in params if p.grad is not None]
-        norm = torch.nn.utils.get_total_norm(grads) if grads else None
+        norm = engine._taken_grad_norm
+        engine._taken_grad_norm = None
+        if norm is None:
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads) if grads else None
         optimizer._global_grad_norm = float(norm) if norm is not None else 0.0
         return norm
+
+    engine._taken_grad_norm = None
 
     max_norm = engine.gradient_clipping()
     if max_norm > 0:
@@ -130,6 +163,26 @@ def _record_grad_norm(engine) -> None:
             record()
 
         optimizer.register_step_pre_hook(record_before_step)
+
+
+def final_grad_norm(engine) -> torch.Tensor | None:
+    """The total norm of the gradients the next ``step()`` applies, when no all-reduce will
+    change them first (one ZeRO-0 fp32 rank): taken here once, and the step's clipping and
+    recorded grad norm reuse it. None elsewhere. Call it after the step's last backward; a
+    caller that then drops the gradients instead of stepping calls ``forget_grad_norm``."""
+    if getattr(engine, "enable_backward_allreduce", True) or not hasattr(
+        engine, "_taken_grad_norm"
+    ):
+        return None
+    grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
+    engine._taken_grad_norm = torch.nn.utils.get_total_norm(grads) if grads else None
+    return engine._taken_grad_norm
+
+
+def forget_grad_norm(engine) -> None:
+    """Drop a norm ``final_grad_norm`` took for gradients that will not be stepped."""
+    if hasattr(engine, "_taken_grad_norm"):
+        engine._taken_grad_norm = None
 
 
 def _skip_lone_allreduce(engine) -> None:

@@ -37,6 +37,7 @@ from skyrl.batch.packing import (
 )
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import logprob_temperature
+from skyrl.workers.deepspeed_setup import final_grad_norm, forget_grad_norm
 from skyrl.workers.distributed import all_reduce_max, init_distributed, set_dist_env
 from skyrl.workers.logprobs import accepts_logits_to_keep, packed_logprobs
 from skyrl.workers.stats import LossSums, PackingStats, TrainStats
@@ -238,14 +239,19 @@ class TrainingWorker:
         live in the optimizer's partitions and only the loss is checked. One fused pass: the
         total norm is non-finite when any entry is (or when it overflows, which would have made
         the step's grad norm non-finite too); ~12x faster than an ``isfinite`` per tensor on
-        SmolLM2's 135M gradients (0.065 vs 0.76 s on one thread here)."""
+        SmolLM2's 135M gradients (0.065 vs 0.76 s on one thread here). On a lone ZeRO-0 fp32
+        rank this is the step's own grad norm, which clipping then reuses."""
         if self.cfg.trainer.zero_stage >= 2:
             return True
-        grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
-        return not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        norm = final_grad_norm(self.engine)
+        if norm is None:
+            grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads) if grads else None
+        return norm is None or bool(torch.isfinite(norm))
 
     def _drop_gradients(self) -> None:
         """Forget this mini-batch's gradients without an optimizer step."""
+        forget_grad_norm(self.engine)
         if self.engine.zero_optimization():
             self.engine.optimizer.zero_grad(set_to_none=True)
         self.engine.zero_grad()

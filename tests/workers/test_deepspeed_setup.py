@@ -1,4 +1,5 @@
-"""``build_engine`` on one data-parallel rank: no gradient all-reduce, the same update.
+"""``build_engine`` on one data-parallel rank: no gradient all-reduce, AdamW's state made up
+front, one grad norm per step, and the same update as plain torch.
 
 Each case runs in a fresh interpreter: DeepSpeed initializes ``torch.distributed`` (gloo,
 world size 1) for the whole process, which must not leak into the other tests.
@@ -20,7 +21,8 @@ SCRIPT = textwrap.dedent(
     from transformers import AutoModelForCausalLM
 
     from skyrl.config.trainer import OptimizerConfig, TrainerConfig
-    from skyrl.workers.deepspeed_setup import build_engine
+    from skyrl.workers import deepspeed_setup
+    from skyrl.workers.deepspeed_setup import build_engine, final_grad_norm
     from skyrl.workers.distributed import find_free_port, set_dist_env
 
     model_path, zero_stage = sys.argv[1], int(sys.argv[2])
@@ -31,29 +33,59 @@ SCRIPT = textwrap.dedent(
     torch.manual_seed(0)
     ids = torch.randint(0, load().config.vocab_size, (1, 24))
 
-    opt_cfg = OptimizerConfig(lr=1e-2, eps=1.0, weight_decay=0.0, max_grad_norm=0.5)
+    opt_cfg = OptimizerConfig(lr=1e-2, eps=1.0, weight_decay=0.1, max_grad_norm=0.5)
     engine = build_engine(load(), TrainerConfig(zero_stage=zero_stage), opt_cfg, 10)
-    calls = []
+    initial = load()
+    moved_at_build = max(
+        float((p - initial.get_parameter(n)).abs().max()) for n, p in engine.module.named_parameters()
+    )
+    torch_opt = engine.optimizer
+    while not isinstance(torch_opt, torch.optim.Optimizer):
+        torch_opt = torch_opt.optimizer
+    state_at_build = [
+        [float(s["step"]), float(s["exp_avg"].abs().max()), float(s["exp_avg_sq"].abs().max())]
+        for s in torch_opt.state.values()
+    ]
+    calls, norms = [], []
     reduce = engine.buffered_allreduce_fallback
     engine.buffered_allreduce_fallback = lambda *a, **k: (calls.append(1), reduce(*a, **k))[1]
-    for part in (ids[:, :12], ids[:, 12:]):  # two micro batches, one optimizer step
-        engine.backward(engine(input_ids=part, labels=part).loss, scale_wrt_gas=False)
-    engine.step()
+    total_norm = deepspeed_setup.torch.nn.utils.get_total_norm
+    def counted(*a, **k):
+        norms.append(1)
+        return total_norm(*a, **k)
+    deepspeed_setup.torch.nn.utils.get_total_norm = counted
+    engine_norms, norm_calls = [], []
+    for _ in range(2):  # two optimizer steps of two micro batches each, as the worker takes them
+        norms.clear()
+        for part in (ids[:, :12], ids[:, 12:]):
+            engine.backward(engine(input_ids=part, labels=part).loss, scale_wrt_gas=False)
+        final_grad_norm(engine)  # the worker's non-finite check
+        engine.step()
+        engine_norms.append(float(engine.get_global_grad_norm() or float("nan")))
+        norm_calls.append(len(norms))
+    deepspeed_setup.torch.nn.utils.get_total_norm = total_norm
 
-    # the same step in plain torch: AdamW, global-norm clipping at 0.5
+    # the same steps in plain torch: AdamW, global-norm clipping at 0.5
     plain = load()
-    opt = torch.optim.AdamW(plain.parameters(), lr=1e-2, eps=1.0, weight_decay=0.0)
-    for part in (ids[:, :12], ids[:, 12:]):
-        plain(input_ids=part, labels=part).loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(plain.parameters(), 0.5)
-    opt.step()
+    opt = torch.optim.AdamW(plain.parameters(), lr=1e-2, eps=1.0, weight_decay=0.1)
+    plain_norms = []
+    for _ in range(2):
+        for part in (ids[:, :12], ids[:, 12:]):
+            plain(input_ids=part, labels=part).loss.backward()
+        plain_norms.append(float(torch.nn.utils.clip_grad_norm_(plain.parameters(), 0.5)))
+        opt.step()
+        opt.zero_grad()
     trained = dict(engine.module.named_parameters())
     diff = max(float((trained[k] - v).abs().max()) for k, v in plain.named_parameters())
     print(json.dumps({
         "allreduce_calls": len(calls),
         "enabled": engine.enable_backward_allreduce,
-        "grad_norm": float(engine.get_global_grad_norm() or float("nan")),
-        "plain_norm": float(norm),
+        "grad_norms": engine_norms,
+        "plain_norms": plain_norms,
+        "norm_calls": norm_calls,
+        "moved_at_build": moved_at_build,
+        "state_at_build": state_at_build,
+        "params": sum(1 for _ in engine.module.parameters()),
         "max_weight_diff": diff,
     }))
     """
@@ -74,9 +106,16 @@ def run_case(model_path: str, zero_stage: int) -> dict:
 def test_one_rank_zero0_skips_the_allreduce_and_matches_torch(tiny_model_path):
     out = run_case(tiny_model_path, zero_stage=0)
     assert out["allreduce_calls"] == 0 and out["enabled"] is False
-    # the update is plain torch's: AdamW after clipping the summed gradients to norm 0.5
-    assert out["grad_norm"] == pytest.approx(out["plain_norm"], rel=1e-5)
-    assert out["plain_norm"] > 0.5  # so the clipping did act
+    # AdamW's state exists before the first step, as that step would have made it: step
+    # count 0 and zero moments for every parameter, and no weight moved
+    assert out["state_at_build"] == [[0.0, 0.0, 0.0]] * out["params"]
+    assert out["moved_at_build"] == 0.0
+    # the non-finite check's norm is the step's: one norm per step, clipping included
+    assert out["norm_calls"] == [1, 1]
+    # the updates are plain torch's: AdamW (weight decay 0.1, so a wrong step count or a
+    # decayed weight at build would show) after clipping the summed gradients to norm 0.5
+    assert out["grad_norms"] == pytest.approx(out["plain_norms"], rel=1e-5)
+    assert min(out["plain_norms"]) > 0.5  # so the clipping did act
     assert out["max_weight_diff"] < 1e-6
 
 
@@ -84,4 +123,6 @@ def test_zero1_keeps_the_reduction(tiny_model_path):
     """At ZeRO 1 the reduction also hands the gradients to the optimizer: it stays on."""
     out = run_case(tiny_model_path, zero_stage=1)
     assert out["enabled"] is True
+    assert out["state_at_build"] == []  # ZeRO's own optimizer makes its state in its step
+    assert out["norm_calls"] == [0, 0]  # nothing taken here: DeepSpeed clips at ZeRO >= 1
     assert out["max_weight_diff"] < 1e-6
