@@ -15,34 +15,14 @@ threads, this VM: ~200k minor page faults per step with glibc's defaults, ~28k w
 accepts). Forward + backward, median of 9 steps in two alternating rounds: 2.04 and 2.12 s
 with glibc's defaults, 2.03 and 1.94 s with these. The process keeps its high-water mark between steps; it
 reaches it again every step anyway.
-
-``glibc.malloc.hugetlb=1`` (glibc >= 2.35; older ones ignore it) asks for transparent huge
-pages on what malloc takes from the kernel, where the kernel's THP mode is ``madvise`` or
-``always``: a 2 MiB page per fault. The bench-trl work's steps 3-5 then fault ~600-1,100
-times instead of 28-55k.
 """
 
 from __future__ import annotations
-
-import os
-
-HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
-
-
-def _tunables(existing: str | None) -> str:
-    """``GLIBC_TUNABLES`` with huge pages for malloc, keeping any tunables already set."""
-    kept = [
-        t for t in (existing or "").split(":") if t and not t.startswith("glibc.malloc.hugetlb=")
-    ]
-    return ":".join([*kept, HUGE_PAGES_TUNABLE])
-
 
 MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
     "MALLOC_TOP_PAD_": str(512 << 20),
-    "GLIBC_TUNABLES": _tunables(os.environ.get("GLIBC_TUNABLES")),
 }
 """glibc malloc tunables: mmap only above 32 MiB (glibc's largest threshold on 64-bit), give
-a heap's free top back only beyond 16 GiB, grow and shrink heaps with 512 MiB of slack, back
-them with transparent huge pages (the user's own ``GLIBC_TUNABLES`` kept)."""
+a heap's free top back only beyond 16 GiB, grow and shrink heaps with 512 MiB of slack."""
