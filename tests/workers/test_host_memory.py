@@ -25,16 +25,21 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(extra_env: dict[str, str]) -> int:
+def _last_word(script: str, extra_env: dict[str, str]) -> str:
+    """The last word ``script`` prints, run with glibc's malloc settings ``extra_env`` only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", script],
         env=env | extra_env,
         capture_output=True,
         text=True,
         check=True,
     )
-    return int(out.stdout.split()[-1])
+    return out.stdout.split()[-1] if out.stdout.strip() else ""
+
+
+def _faults(extra_env: dict[str, str]) -> int:
+    return int(_last_word(PROBE, extra_env))
 
 
 def test_tuned_malloc_faults_far_fewer_pages_in():
@@ -43,3 +48,42 @@ def test_tuned_malloc_faults_far_fewer_pages_in():
     # half of it) with the defaults, ~7.7k with the tuning (one 30 MiB block each round).
     assert default > 20_000
     assert tuned < default / 3
+
+
+# Where a 113 MiB tensor (SmolLM2's tied-embedding gradient) lives once the heap's free top
+# is too small for it: inside the ``[heap]`` mapping (reused when freed) or in a mapping of its
+# own (unmapped at free, faulted in anew). 30 MiB blocks (a step's live activations) are held
+# until the top (mallinfo2's keepcost) is under 113 MiB.
+WHERE = """
+import ctypes, torch
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+held = [torch.empty(30 << 18)]
+while libc.mallinfo2().keepcost >= 113 << 20 and len(held) < 64:
+    held.append(torch.empty(30 << 18))
+block = torch.empty(113 << 18)  # fp32: 113 MiB
+ptr = block.data_ptr()
+for line in open("/proc/self/maps"):
+    span, *rest = line.split()
+    low, high = (int(x, 16) for x in span.split("-"))
+    if low <= ptr < high:
+        print("heap" if line.rstrip().endswith("[heap]") else "own mapping")
+"""
+
+
+def _where(extra_env: dict[str, str]) -> str:
+    return _last_word(WHERE, extra_env) or "nowhere"
+
+
+def test_blocks_above_any_mmap_threshold_come_from_the_heap():
+    """Blocks above glibc's largest mmap threshold (32 MiB) are mapped and unmapped on their
+    own unless mmap is off (``MALLOC_MMAP_MAX_=0``); from the heap they are reused."""
+    without = {k: v for k, v in MALLOC_ENV.items() if k != "MALLOC_MMAP_MAX_"}
+    assert _where(without).endswith("mapping")
+    assert _where(MALLOC_ENV) == "heap"
