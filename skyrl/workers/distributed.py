@@ -10,6 +10,7 @@ compile on first use) is skipped. See shared/NOTES-cpu.md.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 from datetime import timedelta
@@ -17,12 +18,51 @@ from typing import Any
 
 import torch
 
+FIRST_PORT = 20000
+"""Lowest port ``find_free_port`` picks: above Ray's worker ports (10002-19999 by default)."""
+
 
 def find_free_port() -> int:
-    """A TCP port free on this host right now (fresh per worker group)."""
+    """A TCP port free on this host right now, for a TCPStore another process binds later.
+
+    A port the kernel hands out for ``bind(0)`` lies in its ephemeral range, which every
+    outgoing connection also draws from: in the seconds until a worker binds it, Ray's own
+    connections can take it (EADDRINUSE, seen in CI). So the port is drawn at random between
+    ``FIRST_PORT`` and the start of that range, where only explicit binds land, and checked
+    by binding it. The draw uses the OS's randomness: workers seed ``random`` alike."""
+    low, _ = _ephemeral_range()
+    for _ in range(64):
+        if low <= FIRST_PORT:
+            break
+        port = FIRST_PORT + secrets.randbelow(low - FIRST_PORT)
+        if _bindable(port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def address_in_use(exc: BaseException) -> bool:
+    """The error of a TCPStore that could not bind its port (another process took it)."""
+    return "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower()
 
 
 def node_ip() -> str:

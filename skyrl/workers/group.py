@@ -19,14 +19,17 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl.config.root import SkyRLConfig
-from skyrl.workers.distributed import find_free_port, node_ip
+from skyrl.workers.distributed import address_in_use, find_free_port, node_ip
 from skyrl.workers.host_memory import MALLOC_ENV
 from skyrl.workers.stats import TrainStats, combine_ranks
 from skyrl.workers.worker import TrainingWorker
 
+START_ATTEMPTS = 3
+"""Starts of a group whose rendezvous port another process took first (``find_free_port``)."""
+
 
 class WorkerDiedError(RuntimeError):
-    """A worker actor died (out of memory, killed, crashed)."""
+    """A worker actor died (out of memory, killed, crashed) or failed to start."""
 
 
 class WorkerGroup:
@@ -55,25 +58,37 @@ class WorkerGroup:
             share = 0.5 if t.colocate_policy_ref and role == "policy" else 1.0
         else:
             self.pg = colocate_with.pg
-        actor_cls = ray.remote(TrainingWorker)
-        addr, port = node_ip(), find_free_port()
-        # Ray's stubs type an actor as the class it wraps (no ``.remote`` on its methods)
-        self.actors: list[Any] = [
-            actor_cls.options(
-                num_cpus=t.num_cpus_per_worker * share,
-                num_gpus=t.num_gpus_per_worker * share,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.pg, placement_group_bundle_index=rank
-                ),
-                runtime_env={"env_vars": MALLOC_ENV},  # read at process start (host_memory)
-            ).remote(role, rank, t.dp_size, addr, port, cfg, total_optimizer_steps, os.getcwd())
-            for rank in range(t.dp_size)
-        ]
-        self._rank_of = {actor._actor_id.hex(): rank for rank, actor in enumerate(self.actors)}
         self.compute_s = 0.0
         """Seconds the ranks spent computing in ``forward`` (slowest rank per call), for the
         trainer's overhead share; the trainer resets it."""
-        self.get([actor.pid.remote() for actor in self.actors])  # surface start-up failures here
+        actor_cls = ray.remote(TrainingWorker)
+        args = (cfg, total_optimizer_steps, os.getcwd())
+        for attempt in range(1, START_ATTEMPTS + 1):
+            addr, port = node_ip(), find_free_port()
+            # Ray's stubs type an actor as the class it wraps (no ``.remote`` on its methods)
+            self.actors: list[Any] = [
+                actor_cls.options(
+                    num_cpus=t.num_cpus_per_worker * share,
+                    num_gpus=t.num_gpus_per_worker * share,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self.pg, placement_group_bundle_index=rank
+                    ),
+                    runtime_env={"env_vars": MALLOC_ENV},  # read at process start (host_memory)
+                ).remote(role, rank, t.dp_size, addr, port, *args)
+                for rank in range(t.dp_size)
+            ]
+            self._rank_of = {actor._actor_id.hex(): rank for rank, actor in enumerate(self.actors)}
+            try:  # surface start-up failures here
+                self.get([actor.pid.remote() for actor in self.actors])
+                return
+            except WorkerDiedError as exc:
+                # Another process bound the rendezvous port before rank 0 did: start again on
+                # a new one (the other ranks may wait on the old one; they are killed).
+                self._kill_actors()
+                if not (address_in_use(exc) and attempt < START_ATTEMPTS):
+                    if self._owns_pg:
+                        remove_placement_group(self.pg)
+                    raise
 
     def get(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
         """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank.
@@ -91,6 +106,10 @@ class WorkerGroup:
                 ray.get(ref, timeout=30)
             except RayActorError as exc:
                 rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
+                if getattr(exc, "actor_init_failed", False):  # the cause is the last line
+                    return WorkerDiedError(
+                        f"{self.role} worker rank {rank} failed to start: {_last_line(exc)}"
+                    )
                 return WorkerDiedError(f"{self.role} worker rank {rank} died: {_first_line(exc)}")
             except Exception:
                 continue
@@ -166,10 +185,13 @@ class WorkerGroup:
 
     def shutdown(self) -> None:
         """Kill the actors (and the placement group if this group owns it)."""
-        for actor in self.actors:
-            ray.kill(actor, no_restart=True)
+        self._kill_actors()
         if self._owns_pg:
             remove_placement_group(self.pg)
+
+    def _kill_actors(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
 
 
 def place_rows(out: torch.Tensor, values: torch.Tensor, source_rows: Sequence[int]) -> None:
@@ -182,3 +204,8 @@ def place_rows(out: torch.Tensor, values: torch.Tensor, source_rows: Sequence[in
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1].strip() if text else type(exc).__name__

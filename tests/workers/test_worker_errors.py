@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import pytest
 from worker_helpers import make_config
 
+import skyrl.workers.group as group_module
+from skyrl.workers.distributed import find_free_port
 from skyrl.workers.group import WorkerDiedError, WorkerGroup
 from skyrl.workers.host_memory import MALLOC_ENV
 
@@ -40,3 +43,31 @@ def test_failures_name_the_role_and_the_rank(ray_cluster, tiny_model_path, tmp_p
         assert info.value.__cause__ is None  # one short error, not Ray's chained traceback
     finally:
         group.shutdown()
+
+
+def test_a_taken_rendezvous_port_starts_the_group_again(ray_cluster, tiny_model_path, monkeypatch):
+    """Rank 0 binds the TCPStore port the driver picked seconds before; if another process
+    bound it first (EADDRINUSE, seen in CI), the group starts again on a new port, and a start
+    that keeps failing names the cause, not Ray's "error raised in its creation task"."""
+    cfg = make_config(tiny_model_path, dp_size=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picked: list[int] = []
+        monkeypatch.setattr(group_module, "START_ATTEMPTS", 2)
+        monkeypatch.setattr(group_module, "find_free_port", lambda: picked.pop(0))
+
+        picked[:] = [port, port]  # taken at both attempts
+        with pytest.raises(
+            WorkerDiedError, match=r"^policy worker rank 0 failed to start: "
+        ) as info:
+            WorkerGroup("policy", cfg, total_optimizer_steps=1)
+        assert "address already in use" in str(info.value) and picked == []
+
+        picked[:] = [port, find_free_port()]  # taken once: the second start binds a free port
+        group = WorkerGroup("policy", cfg, total_optimizer_steps=1)
+        try:
+            assert picked == [] and group.run("global_steps") == [0]
+        finally:
+            group.shutdown()
