@@ -4,12 +4,12 @@ multi-turn tool env and PPO with a critic end to end (tiny model, 2 DeepSpeed ra
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from math import isclose
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,13 @@ def comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if not any(n in k for n in noisy)}
 
 
+def rollout_tokens(path: Path) -> list[tuple]:
+    """Each dumped row's tokens, loss mask and reward (``trainer.dump_rollouts``)."""
+    keys = ("prompt_ids", "response_ids", "loss_mask", "reward", "stop_reason")
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return [tuple(json.dumps(row[k]) for k in keys) for row in rows]
+
+
 def kill_9_after_checkpoint(cwd: Path, args: list[str], step: int) -> None:
     """Start ``skyrl-train args`` in ``cwd`` and kill -9 it (the driver and every Ray process
     it started) as soon as its ``latest`` checkpoint is ``global_step_<step>``."""
@@ -58,7 +65,10 @@ def kill_9_after_checkpoint(cwd: Path, args: list[str], step: int) -> None:
 
 
 def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
-    args = [*PARITY, "trainer.total_steps=4", "trainer.ckpt_interval=1", "trainer.export_hf=false"]
+    args = [
+        *PARITY, "trainer.total_steps=4", "trainer.ckpt_interval=1", "trainer.export_hf=false",
+        "trainer.dump_rollouts=true",
+    ]  # fmt: skip
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     straight.mkdir(), killed.mkdir()
     result = cli(straight, *args)
@@ -70,11 +80,14 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert "resumed from" in result.stdout and "global_step_2" in result.stdout
     resumed, expected = records(killed), records(straight)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]  # no duplicated steps after resume
+    for step in (3, 4):  # the resumed run sampled the very same tokens: same weights, seeds
+        got, want = (d / "run" / "rollouts" / f"step_{step}.jsonl" for d in (killed, straight))
+        assert rollout_tokens(got) == rollout_tokens(want), f"step {step}'s rollouts differ"
     for got, want in zip(resumed[2:], expected[2:], strict=True):
         got, want = comparable(got), comparable(want)
         assert got.keys() == want.keys()
-        for key in want:
-            assert math.isclose(got[key], want[key], rel_tol=0, abs_tol=1e-6), (key, got, want)
+        off = {k: (got[k], want[k]) for k in want if not isclose(got[k], want[k], abs_tol=1e-6)}
+        assert not off, f"step {want['step']}, (resumed, straight): {off}"
 
 
 def test_nan_rewards_refuse_steps_and_abort_with_the_last_good_checkpoint(tmp_path):
