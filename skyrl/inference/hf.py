@@ -69,7 +69,11 @@ class HFEngine(LocalEngine):
         super().__init__()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        from skyrl.models.resolve import IN_MEMORY
+
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=getattr(torch, dtype), **IN_MEMORY
+        )
         self.lora = lora is not None
         if lora is not None:
             from skyrl.config.root import LoraConfig

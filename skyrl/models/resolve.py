@@ -33,6 +33,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from skyrl.config.root import SkyRLConfig
 
+IN_MEMORY = {"disable_mmap": True}
+"""``from_pretrained`` keyword arguments that read the weights into the process's own memory.
+transformers otherwise keeps weights whose dtype already matches as views of the memory-mapped
+``model.safetensors``: a job that rewrites that file in place (a ``save_pretrained`` into the
+same folder) would then change a running model's weights, or kill it with SIGBUS if the file
+shrinks. A frozen reference model or an engine between syncs never writes its pages, so they
+stay mapped for the whole run."""
+
 TINY = "skyrl-tiny"
 """``model.path=skyrl-tiny``: the tiny random model + local tokenizer (smoke runs, tests)."""
 HUB_PROBE_TIMEOUT_S = 5.0

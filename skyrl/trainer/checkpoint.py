@@ -148,7 +148,10 @@ def _merged_lora_policy(ckpt: Path, base_model: str, weights: dict[str, Any]):
     from transformers import AutoModelForCausalLM
 
     config = LoraConfig.from_pretrained(str(ckpt / "policy"))
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_model), config)
+    from skyrl.models.resolve import IN_MEMORY
+
+    # in memory: the merged model may be saved over the base model's own files
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_model, **IN_MEMORY), config)
     adapters = {n for n, p in model.named_parameters() if p.requires_grad}
     missing = sorted(adapters - weights.keys())
     unexpected = sorted(weights.keys() - adapters)

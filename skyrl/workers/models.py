@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+from skyrl.models.resolve import IN_MEMORY
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -35,6 +37,7 @@ def load_causal_lm(
         dtype=DTYPES[precision],
         trust_remote_code=trust_remote_code,
         attn_implementation=attention_implementation(packed_attention),
+        **IN_MEMORY,
     )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -75,6 +78,7 @@ def load_value_model(
         dtype=DTYPES[precision],
         trust_remote_code=trust_remote_code,
         attn_implementation=attention_implementation(packed_attention),
+        **IN_MEMORY,
     )
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
