@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 
 from skyrl.models.resolve import IN_MEMORY
 
@@ -42,7 +42,26 @@ def load_causal_lm(
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+    if not torch.cuda.is_available():
+        sparse_tied_embedding_grads(model)
     return model
+
+
+def sparse_tied_embedding_grads(model: PreTrainedModel) -> bool:
+    """When the input embedding is the LM head's weight (tied, as in SmolLM2), its lookup
+    backpropagates sparse rows (``nn.Embedding.sparse``) that autograd adds into the head's
+    dense gradient, instead of a dense zero-filled gradient of the whole vocabulary (113 MB
+    for SmolLM2) plus a dense add of the two. The parameter's gradient stays dense: every
+    forward that backpropagates uses the LM head (``loss_predictors`` never leaves it out).
+    Same gradient to 1.5e-8; bench-trl's train phase (steps 2-5) 2.12/2.08 s vs 2.13/2.13 s.
+    Not used on CUDA, where the dense fill is cheap: unmeasured there. Returns whether set."""
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if not isinstance(embedding, nn.Embedding) or head is None:
+        return False
+    if embedding.weight is not head.weight:
+        return False
+    embedding.sparse = True
+    return True
 
 
 class ValueModel(nn.Module):

@@ -206,3 +206,38 @@ def test_accepts_logits_to_keep_looks_through_wrappers():
 
     assert accepts_logits_to_keep(model) and accepts_logits_to_keep(Engine(model))
     assert not accepts_logits_to_keep(Engine(Plain()))
+
+
+def test_a_tied_embedding_sends_sparse_rows_into_a_dense_gradient():
+    """``sparse_tied_embedding_grads`` (set by ``load_causal_lm`` on CPU): the same gradient
+    as the dense lookup's, and the tied parameter's gradient stays dense (fused AdamW takes
+    no sparse one), for a micro batch with loss tokens and for a filler without any. An
+    untied model keeps the dense lookup: its embedding's gradient would be sparse alone."""
+    path = build_tiny_model(tie_word_embeddings=True)
+    models = {sparse: load_causal_lm(path, "fp32").train() for sparse in (True, False)}
+    assert models[True].get_input_embeddings().sparse
+    models[False].get_input_embeddings().sparse = False
+    ids = torch.randint(1, 256, (2, 6), generator=torch.Generator().manual_seed(5))
+    loss_mask = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]])  # row 1: no loss token
+    chunk = TrainingInputBatch(
+        {"input_ids": ids, "attention_mask": torch.ones(2, 6).long(), "loss_mask": loss_mask}
+    )
+    micro = plan_micro_batches(chunk, max_tokens=6)
+    assert len(micro) == 2 and micro[1].token_fields["loss_mask"].sum() == 0
+    grads = {}
+    for sparse, model in models.items():
+        for mb in micro:
+            out = packed_logprobs(
+                model, mb, temperature=0.7, loss_tokens_only=True, logits_to_keep=True
+            )
+            out.logprobs.sum().backward()
+            weight = model.get_input_embeddings().weight
+            assert weight.grad is not None and weight.grad.layout == torch.strided
+        grads[sparse] = {n: p.grad for n, p in model.named_parameters()}
+    assert grads[True].keys() == grads[False].keys()
+    for name, grad in grads[True].items():
+        torch.testing.assert_close(grad, grads[False][name], atol=1e-6, rtol=0, msg=name)
+
+    untied = load_causal_lm(build_tiny_model(), "fp32")
+    assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
+    assert not untied.get_input_embeddings().sparse
