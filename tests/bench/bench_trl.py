@@ -252,7 +252,11 @@ def trl_records(out: Path) -> list[dict[str, float]]:
 def run_skyrl(steps: int, run_dir: Path) -> list[dict[str, float]]:
     cmd = [str(Path(sys.executable).parent / "skyrl-train"), f"hydra.run.dir={run_dir}"]
     run_logged(cmd + skyrl_overrides(steps), run_dir.with_suffix(".log"), "skyrl run")
-    return skyrl_records(run_dir)
+    records = skyrl_records(run_dir)
+    # the run's final checkpoint (1.6 GB: weights and AdamW state) is of no use to the bench;
+    # kept, every bench run left 3 GB in /tmp
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    return records
 
 
 def skyrl_records(run_dir: Path) -> list[dict[str, float]]:
