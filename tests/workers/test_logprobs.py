@@ -1,9 +1,18 @@
+import math
+
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from skyrl.batch import TrainingInputBatch, plan_micro_batches, unpack_to_rows
 from skyrl.models import build_tiny_model
-from skyrl.workers.logprobs import accepts_logits_to_keep, loss_predictors, packed_logprobs
+from skyrl.workers import logprobs as logprobs_module
+from skyrl.workers.logprobs import (
+    accepts_logits_to_keep,
+    loss_predictors,
+    packed_logprobs,
+    token_logprobs,
+)
 from skyrl.workers.models import load_causal_lm
 
 
@@ -241,3 +250,70 @@ def test_a_tied_embedding_sends_sparse_rows_into_a_dense_gradient():
     untied = load_causal_lm(build_tiny_model(), "fp32")
     assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
     assert not untied.get_input_embeddings().sparse
+
+
+def test_token_logprobs_by_hand():
+    """One row, logits [0, ln 3]: softmax [1/4, 3/4]. It is picked twice: target 0 (log 1/4)
+    with upstream gradient 1 and target 1 (log 3/4) with 2. d/d logits = sum over the picks
+    of g * (onehot - softmax) = [1, 0] + [0, 2] - (1 + 2) * [1/4, 3/4] = [1/4, -1/4]."""
+    logits = torch.tensor([[0.0, math.log(3.0)]], requires_grad=True)
+    rows, targets = torch.tensor([0, 0]), torch.tensor([0, 1])
+    out = token_logprobs(logits, rows, targets)
+    torch.testing.assert_close(out, torch.tensor([math.log(0.25), math.log(0.75)]))
+    (out * torch.tensor([1.0, 2.0])).sum().backward()
+    torch.testing.assert_close(logits.grad, torch.tensor([[0.25, -0.25]]))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_match_autograd_log_softmax(temperature, monkeypatch):
+    """Values and gradients equal autograd through ``log_softmax`` for rows picked 0, 1 or
+    several times, over more rows than one chunk (5 chunks of 3 rows + 2)."""
+    monkeypatch.setattr(logprobs_module, "ROW_CHUNK", 3)
+    gen = torch.Generator().manual_seed(3)
+    logits = (torch.randn(17, 50, generator=gen) * 4).requires_grad_()
+    rows = torch.randint(0, 16, (40,), generator=gen)  # row 16 is never picked
+    targets = torch.randint(0, 50, (40,), generator=gen)
+    upstream = torch.randn(40, generator=gen)
+    got = token_logprobs(logits, rows, targets, temperature)
+    (grad,) = torch.autograd.grad(got, logits, upstream)
+    want = torch.log_softmax(logits / temperature, -1)[rows, targets]
+    (want_grad,) = torch.autograd.grad(want, logits, upstream)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad, want_grad, atol=1e-6, rtol=1e-6)
+    assert grad[16].abs().sum() == 0
+
+
+def test_token_logprobs_of_bf16_logits_are_computed_in_fp32():
+    gen = torch.Generator().manual_seed(4)
+    logits = (torch.randn(5, 64, generator=gen) * 4).bfloat16().requires_grad_()
+    rows, targets = torch.tensor([0, 1, 1, 4]), torch.tensor([3, 9, 60, 0])
+    got = token_logprobs(logits, rows, targets, 0.7)
+    assert got.dtype == torch.float32
+    want = torch.log_softmax(logits.float() / 0.7, -1)[rows, targets]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)  # same bf16 inputs, fp32 math
+    got.sum().backward()
+    (want_grad,) = torch.autograd.grad(
+        torch.log_softmax(logits.float() / 0.7, -1)[rows, targets].sum(), logits
+    )
+    assert logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.grad.float(), want_grad.float(), atol=1e-2, rtol=0)
+
+
+def test_the_entropy_path_and_the_fused_path_give_the_same_gradients():
+    """Without entropy ``packed_logprobs`` uses ``token_logprobs``; with it, autograd through
+    the chunked log-softmax. The same loss on the logprobs has the same gradients either way
+    (shared prompt, temperature 0.7, LM head at the loss tokens only)."""
+    chunk = shared_prompt_chunk(4, [5, 2, 7], seed=8)
+    (mb,) = plan_micro_batches(chunk, max_tokens=64, share_prefixes=True)
+    grads = []
+    for entropy in (False, True):
+        model = load_causal_lm(build_tiny_model(), "fp32", packed_attention="per_sequence")
+        out = packed_logprobs(
+            model, mb, 0.7, compute_entropy=entropy, loss_tokens_only=True, logits_to_keep=True
+        )
+        assert (out.entropy is not None) == entropy
+        (out.logprobs * mb.token_fields["loss_mask"]).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():  # fp32 rounding: within 1e-6 of each gradient's scale
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6 * scale, rtol=0, msg=name)
