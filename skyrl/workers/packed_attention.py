@@ -14,14 +14,18 @@ the position-id restarts and runs causal SDPA on each sequence (grouped-query he
 copies), which is what flash-attention's varlen path does on a GPU. It also runs a prompt that
 several rows share, packed once (``trainer.share_prompts``): each row's continuation attends
 to the prompt's keys and causally to its own. On CPU it calls torch's flash-attention kernels
-per span with a backward of its own (``_CpuSpanAttention``: SmolLM2 forward + backward of a
-~600-token micro batch, best of 7 in two alternating rounds, 2.00/1.99 -> 1.86/1.89 s); on
-other devices SDPA per span under autograd. ``masked`` keeps transformers' ``sdpa`` (no
+with a backward of its own (``_CpuSpanAttention``: SmolLM2 forward + backward of a
+~600-token micro batch, best of 7 in two alternating rounds, 2.00/1.99 -> 1.86/1.89 s), once
+per block of consecutive short spans under a mask (``attention_blocks``); on other devices
+SDPA per span under autograd. ``masked`` keeps transformers' ``sdpa`` (no
 shared prompts: its block-diagonal mask cannot express them). ``trainer.packed_attention``
 picks one.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -136,90 +140,149 @@ def _sdpa_per_span(query, key, value, spans, dropout, scaling) -> torch.Tensor:
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
 
 
-def _span_keys(tensor: torch.Tensor, span: tuple[int, int, int, int]) -> torch.Tensor:
-    """The keys (or values) one span attends to: its prefix's, then its own."""
-    start, end, prefix_start, prefix = span
-    own = tensor[:, :, start:end]
-    if not prefix:
-        return own
-    return torch.cat([tensor[:, :, prefix_start : prefix_start + prefix], own], dim=2)
+BLOCK_TOKENS = 96
+"""On CPU, consecutive spans are attended in one flash-kernel call per block of at most this
+many query tokens (a longer span is a block alone), with a mask that keeps each span to its
+own keys; see ``attention_blocks``."""
+
+
+class AttentionBlock(NamedTuple):
+    """Queries ``[start, end)`` of a packed row against the keys of ``key_ranges`` (in order)."""
+
+    start: int
+    end: int
+    key_ranges: tuple[tuple[int, int], ...]
+    mask: torch.Tensor | None
+    """Additive ``[queries, keys]`` (0 seen, -inf not); None: causal over the block's own
+    keys, which are then its queries' positions."""
+
+
+def attention_blocks(
+    spans: list[tuple[int, int, int, int]],
+    dtype: torch.dtype = torch.float32,
+    max_tokens: int | None = None,
+) -> list[AttentionBlock]:
+    """``attention_spans`` grouped into blocks of consecutive spans of at most ``max_tokens``
+    (``BLOCK_TOKENS``) queries. A block's keys are the union of its spans' prefixes and own
+    positions, a slice of the row when that union is one range (a prompt and the samples
+    after it). Its mask lets each span see its prefix and, causally, itself. A block of one
+    span without a prefix is a plain causal call.
+
+    Why: a call of the flash kernel costs more than its scores at these sizes, but the masked
+    scores of a block cost too. SmolLM2 attention (9 heads, 3 KV heads), forward + backward
+    of one layer, ms, two runs, span by span / blocks of 48, 96, 128, 160 tokens:
+    4 prompts of 74 tokens x 4 samples of 1-47: 7.3, 7.4 / 6.4, 6.8 / 5.9, 5.9 / 6.8, 7.1 /
+    6.5, 7.0; 2 prompts of 80 x 8 samples of 10-63: 9.6, 10.7 / 10.2, 10.1 / 9.0, 9.2 / 9.2,
+    9.3 / 9.5, 9.6; 10 sequences of 30-189 and 2 prompts of 100 x 8 samples of 150-249 (each
+    span a block alone at 96): no difference beyond noise.
+    """
+    limit = BLOCK_TOKENS if max_tokens is None else max_tokens
+    runs: list[list[tuple[int, int, int, int]]] = []
+    for span in spans:
+        if runs and span[1] - runs[-1][0][0] <= limit:
+            runs[-1].append(span)
+        else:
+            runs.append([span])
+    return [_block(tuple(run), dtype) for run in runs]
+
+
+@functools.lru_cache(maxsize=16)
+def _block(run: tuple[tuple[int, int, int, int], ...], dtype: torch.dtype) -> AttentionBlock:
+    """One block's keys and mask (cached: every layer of a forward asks for the same)."""
+    start, end = run[0][0], run[-1][1]
+    if len(run) == 1 and not run[0][3]:
+        return AttentionBlock(start, end, ((start, end),), None)
+    ranges: list[list[int]] = []
+    for a, b in sorted({r for s, e, ps, p in run for r in ((s, e), (ps, ps + p)) if r[1] > r[0]}):
+        if ranges and a <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], b)
+        else:
+            ranges.append([a, b])
+    offsets, total = [], 0
+    for a, b in ranges:
+        offsets.append(total - a)  # local key index = position + offset of its range
+        total += b - a
+
+    def local(position: int) -> int:
+        for (a, b), offset in zip(ranges, offsets, strict=True):
+            if a <= position < b:
+                return position + offset
+        raise AssertionError(f"key {position} outside the block's ranges {ranges}")
+
+    seen = torch.zeros(end - start, total, dtype=torch.bool)
+    for s, e, ps, p in run:
+        rows = slice(s - start, e - start)
+        if p:
+            seen[rows, local(ps) : local(ps) + p] = True
+        own = local(s)
+        seen[rows, own : own + e - s] = torch.ones(e - s, e - s, dtype=torch.bool).tril()
+    mask = torch.zeros(seen.shape, dtype=dtype).masked_fill(~seen, float("-inf"))
+    return AttentionBlock(start, end, tuple((a, b) for a, b in ranges), mask)
+
+
+def _block_keys(tensor: torch.Tensor, block: AttentionBlock) -> torch.Tensor:
+    """The keys (or values) a block attends to: a slice of the row, or its ranges joined."""
+    pieces = [tensor[:, :, a:b] for a, b in block.key_ranges]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
 
 
 class _CpuSpanAttention(torch.autograd.Function):
-    """``_sdpa_per_span`` on CPU, with torch's flash-attention kernels called directly: the
-    backward writes each span's gradients straight into one gradient per input. Through
-    autograd every span's slice of query, key and value got a zero tensor of the whole row,
-    all of them then added up: ~10% of a SmolLM2 forward + backward (torch.profiler, one
-    ~600-token micro batch of 4 prompts x 4 samples) went to those fills and adds."""
+    """``_sdpa_per_span`` on CPU, with torch's flash-attention kernels called directly, once
+    per ``attention_blocks`` block: the backward writes each block's gradients straight into
+    one gradient per input. Through autograd every span's slice of query, key and value got a
+    zero tensor of the whole row, all of them then added up: ~10% of a SmolLM2 forward +
+    backward (torch.profiler, one ~600-token micro batch of 4 prompts x 4 samples) went to
+    those fills and adds."""
 
     @staticmethod
     def forward(ctx, query, key, value, spans, scaling):
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        masks = _additive_masks(spans, query)
+        blocks = attention_blocks(spans, query.dtype)
         out = query.new_empty(query.shape)
         log_sum_exps = []
-        for span in spans:
-            start, end = span[0], span[1]
+        for block in blocks:
             o, lse = flash(
-                query[:, :, start:end],
-                _span_keys(key, span),
-                _span_keys(value, span),
+                query[:, :, block.start : block.end],
+                _block_keys(key, block),
+                _block_keys(value, block),
                 0.0,
-                not span[3],
-                attn_mask=masks.get(span),
+                block.mask is None,
+                attn_mask=block.mask,
                 scale=scaling,
             )
-            out[:, :, start:end] = o
+            out[:, :, block.start : block.end] = o
             log_sum_exps.append(lse)
         ctx.save_for_backward(query, key, value, out, *log_sum_exps)
-        ctx.spans, ctx.masks, ctx.scaling = spans, masks, scaling
+        ctx.blocks, ctx.scaling = blocks, scaling
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
         query, key, value, out, *log_sum_exps = ctx.saved_tensors
-        grad_query = torch.empty_like(query)  # the spans cover every position once
+        grad_query = torch.empty_like(query)  # the blocks cover every position once
         grad_key, grad_value = torch.zeros_like(key), torch.zeros_like(value)
-        for span, lse in zip(ctx.spans, log_sum_exps, strict=True):
-            start, end, prefix_start, prefix = span
+        for block, lse in zip(ctx.blocks, log_sum_exps, strict=True):
+            rows = slice(block.start, block.end)
             gq, gk, gv = flash_backward(
-                grad_out[:, :, start:end],
-                query[:, :, start:end],
-                _span_keys(key, span),
-                _span_keys(value, span),
-                out[:, :, start:end],
+                grad_out[:, :, rows],
+                query[:, :, rows],
+                _block_keys(key, block),
+                _block_keys(value, block),
+                out[:, :, rows],
                 lse,
                 0.0,
-                not prefix,
-                attn_mask=ctx.masks.get(span),
+                block.mask is None,
+                attn_mask=block.mask,
                 scale=ctx.scaling,
             )
-            grad_query[:, :, start:end] = gq
-            for grad, g in ((grad_key, gk), (grad_value, gv)):
-                if prefix:
-                    grad[:, :, prefix_start : prefix_start + prefix] += g[:, :, :prefix]
-                grad[:, :, start:end] += g[:, :, prefix:]
+            grad_query[:, :, rows] = gq
+            offset = 0
+            for a, b in block.key_ranges:
+                grad_key[:, :, a:b] += gk[:, :, offset : offset + b - a]
+                grad_value[:, :, a:b] += gv[:, :, offset : offset + b - a]
+                offset += b - a
         return grad_query, grad_key, grad_value, None, None
-
-
-def _additive_masks(spans, query: torch.Tensor) -> dict[tuple[int, int, int, int], torch.Tensor]:
-    """Each continuation span's ``_continuation_mask`` as the additive float mask the flash
-    kernel takes (0 where a key is seen, -inf elsewhere), one per prefix and length."""
-    by_shape: dict[tuple[int, int], torch.Tensor] = {}
-    masks = {}
-    for span in spans:
-        start, end, _, prefix = span
-        if not prefix:
-            continue
-        shape = (prefix, end - start)
-        if shape not in by_shape:
-            seen = _continuation_mask(prefix, end - start, query.device)
-            by_shape[shape] = torch.zeros(seen.shape, dtype=query.dtype).masked_fill(
-                ~seen, float("-inf")
-            )
-        masks[span] = by_shape[shape]
-    return masks
 
 
 def _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs):

@@ -7,10 +7,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from skyrl.workers import packed_attention
 from skyrl.workers.models import attention_implementation, load_causal_lm
 from skyrl.workers.packed_attention import (
     PER_SEQUENCE,
     _sdpa_per_span,
+    attention_blocks,
     attention_spans,
     per_sequence_attention,
 )
@@ -165,15 +167,21 @@ def dense_reference(query, key, value, positions: torch.Tensor):
         [0, 1, 1, 2, 3, 3, 4],
     ],
 )
-@pytest.mark.parametrize("path", ["cpu_kernels", "sdpa_per_span"])
-def test_per_sequence_attention_equals_the_dense_masked_reference(positions, path):
-    """Both paths: on CPU torch's flash kernels with a backward of its own, elsewhere (CUDA)
-    SDPA per span with autograd through the slices."""
+@pytest.mark.parametrize(
+    "path", ["cpu_kernels", "cpu_kernels_span_by_span", "cpu_kernels_blocks_of_5", "sdpa_per_span"]
+)
+def test_per_sequence_attention_equals_the_dense_masked_reference(positions, path, monkeypatch):
+    """Both paths: on CPU torch's flash kernels with a backward of its own (one block, blocks
+    of at most 5 queries, every span alone), elsewhere (CUDA) SDPA per span with autograd
+    through the slices."""
+    block_tokens = {"cpu_kernels_span_by_span": 1, "cpu_kernels_blocks_of_5": 5}
+    if path in block_tokens:
+        monkeypatch.setattr(packed_attention, "BLOCK_TOKENS", block_tokens[path])
     gen = torch.Generator().manual_seed(0)
     n = len(positions)
     tensors = [torch.randn(1, h, n, 8, generator=gen, requires_grad=True) for h in (4, 2, 2)]
     pos = torch.tensor([positions])
-    if path == "cpu_kernels":
+    if path.startswith("cpu_kernels"):
         out, _ = per_sequence_attention(None, *tensors, None, position_ids=pos)
     else:
         out = _sdpa_per_span(*tensors, attention_spans(pos[0]), 0.0, None)
@@ -184,3 +192,33 @@ def test_per_sequence_attention_equals_the_dense_masked_reference(positions, pat
     ref_grads = torch.autograd.grad((ref * weights).sum(), tensors)
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_attention_blocks_by_hand():
+    """Positions 0-4, then two continuations of its first 3 tokens ([3] and [3, 4, 5]), then a
+    new sequence [0, 1]. Spans: (0, 5), (5, 6) and (6, 9) with prefix [0, 3), (9, 11)."""
+    spans = attention_spans(torch.tensor([0, 1, 2, 3, 4, 3, 3, 4, 5, 0, 1]))
+    assert spans == [(0, 5, 0, 0), (5, 6, 0, 3), (6, 9, 0, 3), (9, 11, 9, 0)]
+    seen = float("-inf")
+
+    (whole,) = attention_blocks(spans, max_tokens=96)
+    assert (whole.start, whole.end, whole.key_ranges) == (0, 11, ((0, 11),))
+    allowed = whole.mask == 0
+    assert torch.equal(allowed[:5, :5], torch.ones(5, 5).tril().bool())
+    assert allowed[5].nonzero().flatten().tolist() == [0, 1, 2, 5]
+    for row, own in ((6, [6]), (7, [6, 7]), (8, [6, 7, 8])):
+        assert allowed[row].nonzero().flatten().tolist() == [0, 1, 2, *own]
+    assert allowed[9].nonzero().flatten().tolist() == [9]
+    assert allowed[10].nonzero().flatten().tolist() == [9, 10]
+    assert set(whole.mask.unique().tolist()) == {0.0, seen}
+
+    # at most 5 queries: (0, 5) alone; (5, 6) + (6, 9) = 4 queries; (9, 11) alone
+    first, middle, last = attention_blocks(spans, max_tokens=5)
+    assert (first.start, first.end, first.key_ranges, first.mask) == (0, 5, ((0, 5),), None)
+    assert (last.start, last.end, last.key_ranges, last.mask) == (9, 11, ((9, 11),), None)
+    # the middle block's keys: the prefix [0, 3) then its own [5, 9): local 0-2, then 3-6
+    assert (middle.start, middle.end, middle.key_ranges) == (5, 9, ((0, 3), (5, 9)))
+    allowed = middle.mask == 0
+    assert allowed[0].nonzero().flatten().tolist() == [0, 1, 2, 3]
+    assert allowed[1].nonzero().flatten().tolist() == [0, 1, 2, 4]
+    assert allowed[3].nonzero().flatten().tolist() == [0, 1, 2, 4, 5, 6]
