@@ -94,8 +94,9 @@ class TrainerConfig:
     packs several sequences, each attending only to itself, up to the model's context and a
     memory estimate checked before the run (``skyrl.batch.budget``)."""
     packed_attention: str = "per_sequence"
-    """Attention over a packed micro batch in the workers: ``per_sequence`` computes each
-    sequence's own causal block only (SDPA per sequence; the cost of a budget above one
+    """Attention over a packed micro batch in the workers: ``per_sequence`` attends each
+    sequence to itself only (SDPA per sequence; on CPU short consecutive sequences share one
+    kernel call of at most 96 queries under a mask; the cost of a budget above one
     sequence's length grows with the sequences, not with the budget squared), ``masked`` is
     transformers' ``sdpa`` with a block-diagonal mask (every block computed)
     (``skyrl.workers.packed_attention``)."""
