@@ -27,7 +27,9 @@ through forward/backward per step; TRL also computes its padded positions (in br
 skyrl computes a prompt once for its 4 samples (``trainer.share_prompts``), so it computes
 fewer tokens than its rows hold (in brackets).
 Training FLOP/s = 6 x parameters x trained tokens / train seconds, as a share of this
-machine's fp32 matmul peak measured here (2048^3, 2 threads, best of ``PEAK_REPEATS``).
+machine's fp32 matmul peak measured here (2048^3, 2 threads, best of ``PEAK_REPEATS``), at
+the start and after each skyrl run; the share uses the best of them (these hosts' speed
+drifts within a run: one run's first reading was 319 GFLOP/s where others gave 367).
 The last line is ``speedup: <TRL s/step without gradient checkpointing / skyrl s/step>``.
 """
 
@@ -360,11 +362,11 @@ def bench(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     model = ensure_converted()
     params = count_params(model)
-    peak = fp32_peak_gflops()
+    peaks = [fp32_peak_gflops()]
     prompts = work / "prompts.jsonl"
     write_prompts(prompts, args.steps)
     print(
-        f"CPU: {cpu_model()}; fp32 matmul peak {peak:.1f} GFLOP/s ({PEAK_N}^3, {THREADS} threads)"
+        f"CPU: {cpu_model()}; fp32 matmul peak {peaks[0]:.1f} GFLOP/s ({PEAK_N}^3, {THREADS} threads)"
     )
     print(f"model: {model} ({params:,} parameters, fp32); work dir: {work}")
     runs = {
@@ -377,6 +379,7 @@ def bench(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             if kind == "skyrl":
                 records = run_skyrl(args.steps, work / f"skyrl-r{rnd}")
+                peaks.append(fp32_peak_gflops())  # the machine's state next to skyrl's steps
             else:
                 out = work / f"{kind}-r{rnd}.json"
                 records = run_trl(python, model, prompts, args.steps, kind == "trl-gc", out)
@@ -391,6 +394,11 @@ def bench(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print(f"\nmean of steps 2-{args.steps} over {args.rounds} round(s); seconds per step")
+    peak = max(peaks)
+    print(
+        f"fp32 matmul peak: best of {len(peaks)} measurements, one at the start and one after "
+        f"each skyrl run ({', '.join(f'{p:.1f}' for p in peaks)} GFLOP/s): {peak:.1f}"
+    )
     print_table(list(runs.values()), params, peak)
     trl_s, trl_gc_s, skyrl_s = (mean_of(r, "step_s") for r in runs.values())
     print(f"speedup vs TRL with gradient checkpointing: {trl_gc_s / skyrl_s:.2f}")
