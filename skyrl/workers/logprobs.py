@@ -39,10 +39,15 @@ TOKEN_CHUNK = 1024
 """Tokens per log-softmax chunk: bounds the fp32 ``[chunk, vocab]`` temporaries."""
 
 ROW_CHUNK = 32
-"""Rows of logits ``token_logprobs`` works on at a time: 32 x SmolLM2's 49152 fp32 = 6 MB,
+"""Rows of logits ``token_logprobs`` works on at a time on CPU (``TOKEN_CHUNK`` on other
+devices, where each chunk is a few kernel launches): 32 x SmolLM2's 49152 fp32 = 6 MB,
 which each pass (subtract, exp, scale) finds in cache. Its forward + backward on 256 rows x
 49152 with 552 picks, medians of 9 (Xeon, 2 threads): 25 ms at 32 or 64 rows, 27 at 128, 39
 at 1024; autograd's log-softmax and pick took 76."""
+
+
+def _rows_per_chunk(logits: torch.Tensor) -> int:
+    return ROW_CHUNK if logits.device.type == "cpu" else TOKEN_CHUNK
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -50,12 +55,13 @@ class _TokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, rows, targets, temperature):
+        rows_per_chunk = _rows_per_chunk(logits)
         log_z = logits.new_empty(logits.shape[0], dtype=torch.float32)
-        for start in range(0, logits.shape[0], ROW_CHUNK):
-            chunk = logits[start : start + ROW_CHUNK].float()
+        for start in range(0, logits.shape[0], rows_per_chunk):
+            chunk = logits[start : start + rows_per_chunk].float()
             if temperature != 1.0:
                 chunk = chunk / temperature
-            log_z[start : start + ROW_CHUNK] = torch.logsumexp(chunk, dim=-1)
+            log_z[start : start + rows_per_chunk] = torch.logsumexp(chunk, dim=-1)
         picked = logits[rows, targets].float()
         if temperature != 1.0:
             picked = picked / temperature
@@ -74,8 +80,9 @@ class _TokenLogprobs(torch.autograd.Function):
         grad = grad.float()
         row_grad = torch.zeros_like(log_z).index_add_(0, rows, grad)
         out = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], ROW_CHUNK):
-            end = start + ROW_CHUNK
+        rows_per_chunk = _rows_per_chunk(logits)
+        for start in range(0, logits.shape[0], rows_per_chunk):
+            end = start + rows_per_chunk
             chunk = logits[start:end].float()
             if temperature != 1.0:
                 chunk = chunk / temperature
