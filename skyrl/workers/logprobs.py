@@ -50,6 +50,12 @@ def _rows_per_chunk(logits: torch.Tensor) -> int:
     return ROW_CHUNK if logits.device.type == "cpu" else TOKEN_CHUNK
 
 
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` in fp32 (``logits`` itself when already fp32 at 1.0)."""
+    scaled = logits.float()
+    return scaled / temperature if temperature != 1.0 else scaled
+
+
 class _TokenLogprobs(torch.autograd.Function):
     """``log softmax(logits / temperature)[rows, targets]`` with a backward of its own."""
 
@@ -58,13 +64,9 @@ class _TokenLogprobs(torch.autograd.Function):
         rows_per_chunk = _rows_per_chunk(logits)
         log_z = logits.new_empty(logits.shape[0], dtype=torch.float32)
         for start in range(0, logits.shape[0], rows_per_chunk):
-            chunk = logits[start : start + rows_per_chunk].float()
-            if temperature != 1.0:
-                chunk = chunk / temperature
+            chunk = _tempered(logits[start : start + rows_per_chunk], temperature)
             log_z[start : start + rows_per_chunk] = torch.logsumexp(chunk, dim=-1)
-        picked = logits[rows, targets].float()
-        if temperature != 1.0:
-            picked = picked / temperature
+        picked = _tempered(logits[rows, targets], temperature)
         ctx.save_for_backward(logits, log_z, rows, targets)
         ctx.temperature = temperature
         return picked - log_z[rows]
@@ -83,9 +85,7 @@ class _TokenLogprobs(torch.autograd.Function):
         rows_per_chunk = _rows_per_chunk(logits)
         for start in range(0, logits.shape[0], rows_per_chunk):
             end = start + rows_per_chunk
-            chunk = logits[start:end].float()
-            if temperature != 1.0:
-                chunk = chunk / temperature
+            chunk = _tempered(logits[start:end], temperature)
             dest = out[start:end] if out.dtype == torch.float32 else None
             probs = torch.sub(chunk, log_z[start:end, None], out=dest).exp_()
             probs.mul_(row_grad[start:end, None].neg())
@@ -115,9 +115,7 @@ class PackedForward(NamedTuple):
 
 def _chunk_log_z(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per position: ``log Z`` of the tempered logits, and the entropy of their softmax."""
-    scaled = logits.float()
-    if temperature != 1.0:
-        scaled = scaled / temperature
+    scaled = _tempered(logits, temperature)
     log_z = torch.logsumexp(scaled, dim=-1)
     probs = torch.softmax(scaled, dim=-1)
     return log_z, log_z - (probs * scaled).sum(-1)
@@ -206,9 +204,7 @@ def packed_logprobs(
         log_z, ent = _chunk_log_z(logits[start : start + TOKEN_CHUNK], temperature)
         pieces_z.append(log_z)
         pieces_ent.append(ent)
-    picked = logits[source, input_ids[0]].float()
-    if temperature != 1.0:
-        picked = picked / temperature
+    picked = _tempered(logits[source, input_ids[0]], temperature)
     logprobs = (picked - torch.cat(pieces_z)[source]).masked_fill(unused, 0.0).unsqueeze(0)
     entropy = torch.cat(pieces_ent)[source].masked_fill(unused, 0.0).unsqueeze(0)
     return PackedForward(logprobs, entropy)
