@@ -47,7 +47,7 @@ def load_causal_lm(
     return model
 
 
-def sparse_tied_embedding_grads(model: PreTrainedModel) -> bool:
+def sparse_tied_embedding_grads(model: PreTrainedModel) -> None:
     """When the input embedding is the LM head's weight (tied, as in SmolLM2), its lookup
     backpropagates sparse rows (``nn.Embedding.sparse``) that autograd adds into the head's
     dense gradient, instead of a dense zero-filled gradient of the whole vocabulary (113 MB
@@ -56,14 +56,10 @@ def sparse_tied_embedding_grads(model: PreTrainedModel) -> bool:
     Same gradient to 1.5e-8; a SmolLM2 forward + backward ~20 ms (~1%) faster, which the
     bench work's train phase shows in one A/B (2.12/2.08 s vs 2.13/2.13 s) and run-to-run
     noise hides in another. Not used on CUDA, where the dense fill is cheap: unmeasured there.
-    Returns whether set."""
+    A model whose embedding is not tied to an LM head is left as it is."""
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if not isinstance(embedding, nn.Embedding) or head is None:
-        return False
-    if embedding.weight is not head.weight:
-        return False
-    embedding.sparse = True
-    return True
+    if isinstance(embedding, nn.Embedding) and head is not None and embedding.weight is head.weight:
+        embedding.sparse = True
 
 
 class ValueModel(nn.Module):
