@@ -33,16 +33,25 @@ class CheckpointManager:
         tmp.mkdir(parents=True)
         return tmp
 
-    def commit(self, tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
-        """Write the trainer state, rename ``tmp`` into place, point ``latest`` at it, prune."""
+    def commit(
+        self, tmp: Path, step: int, trainer_state: dict[str, Any], publish: bool = True
+    ) -> Path:
+        """Write the trainer state, rename ``tmp`` into place and (``publish``) point ``latest``
+        at it and prune; without ``publish`` the caller calls ``publish`` later."""
         _write_atomic(tmp / TRAINER_STATE, json.dumps(trainer_state))
         final = self.root / f"global_step_{step}"
         if final.exists():  # a re-run of the same step after a resume from an earlier one
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _write_atomic(self.root / "latest", final.name + "\n")
-        self._prune()
+        if publish:
+            self.publish(final)
         return final
+
+    def publish(self, checkpoint: Path) -> None:
+        """Point ``latest`` (what ``trainer.resume=auto`` resumes from) at ``checkpoint``, then
+        prune the oldest beyond ``max_to_keep`` (after: the pointer never names a pruned one)."""
+        _write_atomic(self.root / "latest", checkpoint.name + "\n")
+        self._prune()
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints, ascending."""

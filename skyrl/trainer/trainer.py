@@ -108,6 +108,8 @@ class RLTrainer:
         self.reuse_training_logprobs = self._decide_old_logprobs()
         """The step is exactly on-policy: the training forward's logprobs are the old ones."""
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
+        self._unpublished: Path | None = None
+        """A checkpoint saved by the running step, published once the step is logged."""
         self.step = 0
         self.policy_version = 0
         """Weight syncs so far: the version of the weights the engines hold."""
@@ -142,6 +144,11 @@ class RLTrainer:
             while self.step < self.total_steps:
                 self.step += 1
                 self.log(self.step, self.run_step(self.step))
+                if self._unpublished is not None:
+                    # resumable only once the step's record is written: a kill between the
+                    # two resumed after a step whose metrics line was never written
+                    self.checkpoints.publish(self._unpublished)
+                    self._unpublished = None
                 self.check_nonfinite()
             self.wait_for_engines()
         finally:
@@ -175,7 +182,7 @@ class RLTrainer:
                 self.sync_weights(self.policy_version + 1)
         if not refused and ((t.ckpt_interval and step % t.ckpt_interval == 0) or last):
             with timer("checkpoint"):
-                self.save_checkpoint(step)
+                self._unpublished = self.save_checkpoint(step, publish=False)
         if self.rollouts.has_eval() and ((t.eval_interval and step % t.eval_interval == 0) or last):
             with timer("eval"):
                 metrics.update(self.evaluate())
@@ -394,8 +401,9 @@ class RLTrainer:
             return "broadcast"
         return "shared memory" if self.shared_weights is not None else "object store"
 
-    def save_checkpoint(self, step: int) -> Path:
-        """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``."""
+    def save_checkpoint(self, step: int, publish: bool = True) -> Path:
+        """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``
+        (``publish=False``: not yet; ``train`` publishes after the step's metrics are logged)."""
         tmp = self.checkpoints.temp_dir(step)
         for group in (self.policy, self.critic):
             if group is not None:
@@ -407,7 +415,7 @@ class RLTrainer:
             "kl_coef": self.kl_ctrl.value,
             "consecutive_nonfinite": self.consecutive_nonfinite,
         }
-        return self.checkpoints.commit(tmp, step, state)
+        return self.checkpoints.commit(tmp, step, state, publish=publish)
 
     def resume(self) -> Path | None:
         """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh)."""

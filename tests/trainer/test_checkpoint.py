@@ -56,3 +56,18 @@ def test_latest_naming_an_incomplete_dir_is_an_error(tmp_path):
     (root / "latest").write_text("global_step_9\n")
     with pytest.raises(ValueError, match="global_step_9, which is not a complete checkpoint"):
         CheckpointManager(root, 0).latest()
+
+
+def test_an_unpublished_commit_moves_neither_latest_nor_pruning(tmp_path):
+    """The trainer commits a step's checkpoint, logs the step, then publishes: a kill between
+    the two resumes from the step before (whose metrics line exists), even at max_to_keep=1."""
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=1)
+    _save(manager, 1)
+    tmp = manager.temp_dir(2)
+    final = manager.commit(tmp, 2, {"step": 2}, publish=False)
+    assert final == tmp_path / "checkpoints" / "global_step_2"
+    assert manager.steps() == [1, 2]  # step 1 not pruned yet: latest still names it
+    assert manager.latest() == tmp_path / "checkpoints" / "global_step_1"
+    manager.publish(final)
+    assert manager.latest() == final
+    assert manager.steps() == [2]
