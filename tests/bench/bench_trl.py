@@ -30,6 +30,9 @@ Training FLOP/s = 6 x parameters x trained tokens / train seconds, as a share of
 machine's fp32 matmul peak measured here (2048^3, 2 threads, best of ``PEAK_REPEATS``), at
 the start and after each skyrl run; the share uses the best of them (these hosts' speed
 drifts within a run: one run's first reading was 319 GFLOP/s where others gave 367).
+Peak memory: the largest sum of the proportional set sizes (PSS) of a run's process and all
+it starts (skyrl: the driver, Ray, the training ranks, the engine), sampled each second
+(``process_memory.py``); the table gives the largest over rounds.
 The last line is ``speedup: <TRL s/step without gradient checkpointing / skyrl s/step>``.
 """
 
@@ -48,6 +51,8 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+
+from process_memory import PeakTreeMemory
 
 REPO = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).with_name("trl_grpo_run.py")
@@ -73,6 +78,8 @@ class Run:
     """``trl``, ``trl-gc`` or ``skyrl``."""
     steps_by_round: list[list[dict[str, float]]]
     """Per round, the records of steps 2..N."""
+    peak_bytes: int = 0
+    """Largest over rounds of the run's peak memory (``process_memory``)."""
 
 
 def skyrl_overrides(steps: int) -> list[str]:
@@ -216,16 +223,21 @@ def write_prompts(path: Path, steps: int) -> None:
 # -- the runs -------------------------------------------------------------------------------
 
 
-def run_logged(cmd: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+def run_logged(cmd: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> int:
+    """Runs ``cmd`` to completion; returns the peak memory of it and all it started, bytes."""
     with log.open("w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        with PeakTreeMemory(proc.pid) as memory:
+            rc = proc.wait()
     if rc:
         raise BenchError(f"{what} failed (exit {rc}): {last_line(log.read_text())} (log: {log})")
+    return memory.peak_bytes
 
 
 def run_trl(
     python: Path, model: Path, prompts: Path, steps: int, gc: bool, out: Path
-) -> list[dict[str, float]]:
+) -> tuple[list[dict[str, float]], int]:
+    """The run's per-step records and its peak memory in bytes."""
     env = os.environ | {
         "OMP_NUM_THREADS": str(THREADS),
         "MKL_NUM_THREADS": str(THREADS),
@@ -238,8 +250,8 @@ def run_trl(
         "--num-generations", str(NUM_SAMPLES), "--max-new-tokens", str(MAX_NEW_TOKENS),
         "--lr", str(LR), *(["--gradient-checkpointing"] if gc else []),
     ]  # fmt: skip
-    run_logged(cmd, out.with_suffix(".log"), f"TRL run{' (grad ckpt)' if gc else ''}", env)
-    return trl_records(out)
+    peak = run_logged(cmd, out.with_suffix(".log"), f"TRL run{' (grad ckpt)' if gc else ''}", env)
+    return trl_records(out), peak
 
 
 def trl_records(out: Path) -> list[dict[str, float]]:
@@ -251,14 +263,15 @@ def trl_records(out: Path) -> list[dict[str, float]]:
     return records
 
 
-def run_skyrl(steps: int, run_dir: Path) -> list[dict[str, float]]:
+def run_skyrl(steps: int, run_dir: Path) -> tuple[list[dict[str, float]], int]:
+    """The run's per-step records and its peak memory in bytes."""
     cmd = [str(Path(sys.executable).parent / "skyrl-train"), f"hydra.run.dir={run_dir}"]
-    run_logged(cmd + skyrl_overrides(steps), run_dir.with_suffix(".log"), "skyrl run")
+    peak = run_logged(cmd + skyrl_overrides(steps), run_dir.with_suffix(".log"), "skyrl run")
     records = skyrl_records(run_dir)
     # the run's final checkpoint (1.6 GB: weights and AdamW state) is of no use to the bench;
     # kept, every bench run left 3 GB in /tmp
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    return records
+    return records, peak
 
 
 def skyrl_records(run_dir: Path) -> list[dict[str, float]]:
@@ -314,7 +327,7 @@ def print_table(runs: list[Run], params: int, peak_gflops: float) -> None:
     head = (
         f"{'run':<20} {'s/step':>7} {'(min-max)':>13} {'generate':>9} {'logprob fwd':>11} "
         f"{'train':>7} {'sync':>6} {'other':>6} {'tokens trained/step':>22} "
-        f"{'train GFLOP/s':>13} {'of peak':>7} {'reward':>6}"
+        f"{'train GFLOP/s':>13} {'of peak':>7} {'peak mem GB':>11} {'reward':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -334,7 +347,8 @@ def print_table(runs: list[Run], params: int, peak_gflops: float) -> None:
         print(
             f"{run.name:<20} {step_s:7.1f} {spread:>13} {phases[0]:9.1f} {phases[1]:11.1f} "
             f"{phases[2]:7.1f} {phases[3]:6.1f} {other:6.1f} {tokens_text:>22} "
-            f"{gflops:13.1f} {gflops / peak_gflops:7.1%} {mean_of(run, 'reward'):6.2f}"
+            f"{gflops:13.1f} {gflops / peak_gflops:7.1%} {run.peak_bytes / 1e9:11.1f} "
+            f"{mean_of(run, 'reward'):6.2f}"
         )
 
 
@@ -378,19 +392,22 @@ def bench(args: argparse.Namespace) -> None:
         for kind, run in runs.items():
             t0 = time.perf_counter()
             if kind == "skyrl":
-                records = run_skyrl(args.steps, work / f"skyrl-r{rnd}")
+                records, peak_bytes = run_skyrl(args.steps, work / f"skyrl-r{rnd}")
                 peaks.append(fp32_peak_gflops())  # the machine's state next to skyrl's steps
             else:
                 out = work / f"{kind}-r{rnd}.json"
-                records = run_trl(python, model, prompts, args.steps, kind == "trl-gc", out)
+                records, peak_bytes = run_trl(
+                    python, model, prompts, args.steps, kind == "trl-gc", out
+                )
             kept = after_warmup(records, args.steps, f"{kind} round {rnd}")
             run.steps_by_round.append(kept)
+            run.peak_bytes = max(run.peak_bytes, peak_bytes)
             per_step = ", ".join(f"{r['step_s']:.1f}" for r in kept)
             mean = statistics.fmean(r["step_s"] for r in kept)
             wall = time.perf_counter() - t0
             print(
                 f"round {rnd} {kind}: {mean:.1f} s/step (steps 2-{args.steps}: {per_step}; "
-                f"run {wall:.0f} s)",
+                f"run {wall:.0f} s; peak memory {peak_bytes / 1e9:.1f} GB)",
                 flush=True,
             )
     print(f"\nmean of steps 2-{args.steps} over {args.rounds} round(s); seconds per step")
