@@ -30,10 +30,10 @@ def children_of(root: int) -> list[int]:
             continue
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses
         parent[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    tree, frontier = [root], [root]
+    tree, frontier = [root], {root}
     while frontier:
-        frontier = [pid for pid, ppid in parent.items() if ppid in frontier]
-        tree.extend(frontier)
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier}
+        tree.extend(sorted(frontier))
     return tree
 
 
@@ -54,7 +54,8 @@ def tree_pss_bytes(root: int) -> int:
 
 
 class PeakTreeMemory:
-    """Samples ``tree_pss_bytes(pid)`` every ``interval`` seconds in a thread until ``stop``.
+    """Samples ``tree_pss_bytes(pid)`` every ``interval`` seconds in a thread until the
+    ``with`` block ends.
 
     ``with PeakTreeMemory(proc.pid) as mem: proc.wait()`` then ``mem.peak_bytes``.
     """

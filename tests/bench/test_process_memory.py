@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -47,5 +49,5 @@ def test_children_of_walks_the_whole_tree():
         assert children_of(grandchild_pid) == [grandchild_pid]
     finally:
         for pid in children_of(proc.pid)[::-1]:
-            subprocess.run(["kill", str(pid)])
+            os.kill(pid, signal.SIGTERM)
         proc.wait(timeout=10)
