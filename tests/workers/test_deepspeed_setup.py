@@ -54,7 +54,13 @@ SCRIPT = textwrap.dedent(
         norms.append(1)
         return total_norm(*a, **k)
     deepspeed_setup.torch.nn.utils.get_total_norm = counted
-    engine_norms, norm_calls = [], []
+    clip_calls = []
+    clip = deepspeed_setup.torch.nn.utils.clip_grads_with_norm_
+    def counted_clip(*a, **k):
+        clip_calls.append(1)
+        return clip(*a, **k)
+    deepspeed_setup.torch.nn.utils.clip_grads_with_norm_ = counted_clip
+    engine_norms, norm_calls, scale_after_step = [], [], []
     for _ in range(2):  # two optimizer steps of two micro batches each, as the worker takes them
         norms.clear()
         for part in (ids[:, :12], ids[:, 12:]):
@@ -63,7 +69,9 @@ SCRIPT = textwrap.dedent(
         engine.step()
         engine_norms.append(float(engine.get_global_grad_norm() or float("nan")))
         norm_calls.append(len(norms))
+        scale_after_step.append(getattr(torch_opt, "grad_scale", None))
     deepspeed_setup.torch.nn.utils.get_total_norm = total_norm
+    deepspeed_setup.torch.nn.utils.clip_grads_with_norm_ = clip
 
     # the same steps in plain torch: AdamW, global-norm clipping at 0.5
     plain = load()
@@ -83,6 +91,8 @@ SCRIPT = textwrap.dedent(
         "grad_norms": engine_norms,
         "plain_norms": plain_norms,
         "norm_calls": norm_calls,
+        "clip_calls": len(clip_calls),
+        "scale_after_step": scale_after_step,
         "moved_at_build": moved_at_build,
         "state_at_build": state_at_build,
         "params": sum(1 for _ in engine.module.parameters()),
@@ -117,6 +127,10 @@ def test_one_rank_zero0_skips_the_allreduce_and_matches_torch(tiny_model_path):
     assert out["grad_norms"] == pytest.approx(out["plain_norms"], rel=1e-5)
     assert min(out["plain_norms"]) > 0.5  # so the clipping did act
     assert out["max_weight_diff"] < 1e-6
+    # clipping scaled the gradients inside the fused AdamW step (its grad_scale), not in a
+    # pass of its own, and the scale applied to that step only
+    assert out["clip_calls"] == 0
+    assert out["scale_after_step"] == [None, None]
 
 
 def test_zero1_keeps_the_reduction(tiny_model_path):
