@@ -6,7 +6,10 @@ position (PPO's value model); its head starts at zero so initial values are 0.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 
@@ -43,23 +46,101 @@ def load_causal_lm(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     if not torch.cuda.is_available():
-        sparse_tied_embedding_grads(model)
+        tied_embedding_row_grads(model)
     return model
 
 
-def sparse_tied_embedding_grads(model: PreTrainedModel) -> None:
-    """When the input embedding is the LM head's weight (tied, as in SmolLM2), its lookup
-    backpropagates sparse rows (``nn.Embedding.sparse``) that autograd adds into the head's
-    dense gradient, instead of a dense zero-filled gradient of the whole vocabulary (113 MB
-    for SmolLM2) plus a dense add of the two. The parameter's gradient stays dense: every
-    forward that backpropagates uses the LM head (``loss_predictors`` never leaves it out).
-    Same gradient to 1.5e-8; a SmolLM2 forward + backward ~20 ms (~1%) faster, which the
-    bench work's train phase shows in one A/B (2.12/2.08 s vs 2.13/2.13 s) and run-to-run
-    noise hides in another. Not used on CUDA, where the dense fill is cheap: unmeasured there.
-    A model whose embedding is not tied to an LM head is left as it is."""
+def tied_embedding_row_grads(model: PreTrainedModel) -> None:
+    """When the input embedding is the LM head's weight (tied, as in SmolLM2), its lookup adds
+    the gradients of the rows it looked up straight into the head's dense gradient, in place
+    (``_RowGradEmbedding``), instead of a gradient of the whole vocabulary.
+
+    Autograd sums the two uses' gradients before the parameter gets them. A dense lookup
+    gradient is a zero-filled 113 MB table (SmolLM2) then added; a sparse one
+    (``nn.Embedding.sparse``, used here before) arrives after the head's dense gradient, and
+    autograd adds a late sparse gradient out of place: a 113 MB copy, 40 ms of a SmolLM2
+    forward + backward on 2 threads (AVX2 EPYC, torch.profiler), gone with this. Same
+    gradient to 1e-6. Not used on CUDA: unmeasured there. A model whose embedding is not
+    tied to an LM head, or looks up with ``max_norm`` or ``scale_grad_by_freq``, is left as
+    it is."""
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if isinstance(embedding, nn.Embedding) and head is not None and embedding.weight is head.weight:
-        embedding.sparse = True
+    if (
+        type(embedding) is nn.Embedding
+        and head is not None
+        and embedding.weight is head.weight
+        and embedding.max_norm is None
+        and not embedding.scale_grad_by_freq
+    ):
+        embedding.__class__ = _RowGradEmbedding
+        rows = cast(_RowGradEmbedding, embedding)
+        rows.pending = []
+        rows.weight.register_post_accumulate_grad_hook(rows.add_pending)
+
+
+class _RowGradEmbedding(nn.Embedding):
+    """An ``nn.Embedding`` whose backward leaves the weight's gradient to its other use (the
+    tied LM head) and keeps the looked-up rows' gradients in ``pending``; the weight's
+    post-accumulate-grad hook (``add_pending``, which runs before any hook registered after
+    it, e.g. DeepSpeed's ZeRO reduction) adds them into ``weight.grad`` in place. A backward
+    that reaches the lookup but not the head never runs that hook: its rows are added when
+    the backward ends (``_add_leftover``). A backward that does not accumulate into
+    ``weight.grad`` (``torch.autograd.grad``, ``backward(inputs=...)``) gets the rows as a
+    sparse gradient, which autograd sums with the head's as usual."""
+
+    pending: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not (torch.is_grad_enabled() and self.weight.requires_grad):
+            return super().forward(input)
+        return _LookupRows.apply(input, self.weight, self)
+
+    def add_pending(self, weight: torch.Tensor) -> None:
+        while self.pending:
+            ids, rows = self.pending.pop()
+            if weight.grad is None:
+                weight.grad = torch.zeros_like(weight)
+            weight.grad.index_add_(0, ids, rows.to(weight.grad.dtype))
+
+    def _add_leftover(self) -> None:
+        if self.pending:
+            self.add_pending(self.weight)
+
+
+class _LookupRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, weight, embedding):
+        ctx.save_for_backward(ids)
+        ctx.embedding = embedding
+        ctx.weight_node = torch.autograd.graph.get_gradient_edge(weight).node
+        ctx.weight_shape = weight.shape
+        return F.embedding(ids, weight, embedding.padding_idx)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        embedding = ctx.embedding
+        ids, rows = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
+        if embedding.padding_idx is not None:  # the padding row gets no gradient
+            keep = ids != embedding.padding_idx
+            ids, rows = ids[keep], rows[keep]
+        if not _accumulates_into(ctx.weight_node):
+            indices = ids.unsqueeze(0)
+            return None, torch.sparse_coo_tensor(indices, rows, ctx.weight_shape), None
+        if not embedding.pending:
+            torch.autograd.Variable._execution_engine.queue_callback(embedding._add_leftover)
+        embedding.pending.append((ids, rows))
+        return None, None, None
+
+
+def _accumulates_into(node) -> bool:
+    """Whether the running backward executes ``node`` (a parameter's gradient accumulator),
+    i.e. adds into that parameter's ``.grad``. ``torch.autograd.grad`` never does, and the
+    engine refuses the question for an accumulator there."""
+    try:
+        return torch._C._will_engine_execute_node(node)
+    except RuntimeError:  # "... currently running autograd.grad()"
+        return False
 
 
 class ValueModel(nn.Module):

@@ -217,39 +217,77 @@ def test_accepts_logits_to_keep_looks_through_wrappers():
     assert not accepts_logits_to_keep(Engine(Plain()))
 
 
-def test_a_tied_embedding_sends_sparse_rows_into_a_dense_gradient():
-    """``sparse_tied_embedding_grads`` (set by ``load_causal_lm`` on CPU): the same gradient
-    as the dense lookup's, and the tied parameter's gradient stays dense (fused AdamW takes
-    no sparse one), for a micro batch with loss tokens and for a filler without any. An
-    untied model keeps the dense lookup: its embedding's gradient would be sparse alone."""
-    path = build_tiny_model(tie_word_embeddings=True)
-    models = {sparse: load_causal_lm(path, "fp32").train() for sparse in (True, False)}
-    assert models[True].get_input_embeddings().sparse
-    models[False].get_input_embeddings().sparse = False
+def _dense_lookup(model):
+    """``model`` with its tied embedding back to a plain ``nn.Embedding`` (the reference)."""
+    model.get_input_embeddings().__class__ = torch.nn.Embedding
+    return model
+
+
+def test_a_tied_embedding_adds_its_rows_into_the_heads_gradient():
+    """``tied_embedding_row_grads`` (set by ``load_causal_lm`` on CPU) gives the same
+    gradients as a plain lookup, the tied one dense (fused AdamW takes no sparse one): for
+    micro batches with and without loss tokens, two forwards under one backward, a backward
+    that never reaches the LM head, ``torch.autograd.grad`` (which leaves ``.grad`` alone) and
+    the padding token's row (no gradient from the lookup). An untied model keeps the plain
+    lookup."""
+    pad = 7
+    path = build_tiny_model(tie_word_embeddings=True, pad_token_id=pad)
+    models = {
+        "rows": load_causal_lm(path, "fp32").train(),
+        "plain": _dense_lookup(load_causal_lm(path, "fp32").train()),
+    }
+    assert type(models["rows"].get_input_embeddings()) is not torch.nn.Embedding
+    assert models["rows"].get_input_embeddings().padding_idx == pad
     ids = torch.randint(1, 256, (2, 6), generator=torch.Generator().manual_seed(5))
+    ids[0, 1] = pad
     loss_mask = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]])  # row 1: no loss token
     chunk = TrainingInputBatch(
         {"input_ids": ids, "attention_mask": torch.ones(2, 6).long(), "loss_mask": loss_mask}
     )
     micro = plan_micro_batches(chunk, max_tokens=6)
     assert len(micro) == 2 and micro[1].token_fields["loss_mask"].sum() == 0
-    grads = {}
-    for sparse, model in models.items():
-        for mb in micro:
-            out = packed_logprobs(
-                model, mb, temperature=0.7, loss_tokens_only=True, logits_to_keep=True
-            )
-            out.logprobs.sum().backward()
+
+    def forward(model, mb):
+        return packed_logprobs(
+            model, mb, temperature=0.7, loss_tokens_only=True, logits_to_keep=True
+        ).logprobs.sum()
+
+    def through_the_body_only(model):  # the LM head is not in this graph
+        return model.model(input_ids=ids[:1]).last_hidden_state.square().mean()
+
+    cases = {
+        "one backward per micro batch": lambda m: [forward(m, mb).backward() for mb in micro],
+        "two forwards, one backward": lambda m: (
+            forward(m, micro[0]) + forward(m, micro[1])
+        ).backward(),
+        "no LM head": lambda m: through_the_body_only(m).backward(),
+    }
+    for case, run in cases.items():
+        grads = {}
+        for kind, model in models.items():
+            model.zero_grad(set_to_none=True)
+            run(model)
             weight = model.get_input_embeddings().weight
-            assert weight.grad is not None and weight.grad.layout == torch.strided
-        grads[sparse] = {n: p.grad for n, p in model.named_parameters()}
-    assert grads[True].keys() == grads[False].keys()
-    for name, grad in grads[True].items():
-        torch.testing.assert_close(grad, grads[False][name], atol=1e-6, rtol=0, msg=name)
+            assert weight.grad is not None and weight.grad.layout == torch.strided, case
+            grads[kind] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        assert grads["rows"].keys() == grads["plain"].keys()
+        for name, grad in grads["rows"].items():
+            torch.testing.assert_close(grad, grads["plain"][name], atol=1e-6, rtol=0, msg=case)
+        assert not models["rows"].get_input_embeddings().pending, case
+    # a change to the padding row comes from the head alone: zero for the body-only loss
+    assert grads["rows"]["model.embed_tokens.weight"][pad].abs().max() == 0
+
+    by_grad = {}
+    for kind, model in models.items():
+        model.zero_grad(set_to_none=True)
+        weight = model.get_input_embeddings().weight
+        (by_grad[kind],) = torch.autograd.grad(forward(model, micro[0]), [weight])
+        assert weight.grad is None
+    torch.testing.assert_close(by_grad["rows"].to_dense(), by_grad["plain"], atol=1e-6, rtol=0)
 
     untied = load_causal_lm(build_tiny_model(), "fp32")
     assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
-    assert not untied.get_input_embeddings().sparse
+    assert type(untied.get_input_embeddings()) is torch.nn.Embedding
 
 
 def test_token_logprobs_by_hand():
