@@ -43,9 +43,13 @@ def _faults(extra_env: dict[str, str]) -> int:
 
 
 def test_tuned_malloc_faults_far_fewer_pages_in():
-    default, tuned = _faults({}), _faults(MALLOC_ENV)
-    # 5 rounds x 83 MiB = 415 MiB made again; measured here: ~41k faults (4 KiB pages, about
-    # half of it) with the defaults, ~7.7k with the tuning (one 30 MiB block each round).
+    # The fewest of three runs each, for both settings: on the AVX2 EPYC the counts vary from
+    # run to run for reasons not found (five runs read 25.6k-41k faults with the defaults and
+    # 2.3k-12k with the tuning), and a single pair once read 22.8k / 7.7k, failing the ratio.
+    default = min(_faults({}) for _ in range(3))
+    tuned = min(_faults(MALLOC_ENV) for _ in range(3))
+    # 5 rounds x 83 MiB = 415 MiB made again; measured on the Xeon: ~41k faults (4 KiB pages,
+    # about half of it) with the defaults, ~7.7k with the tuning (one 30 MiB block each round).
     assert default > 20_000
     assert tuned < default / 3
 
