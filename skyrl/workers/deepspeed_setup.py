@@ -135,7 +135,8 @@ def _record_grad_norm(engine) -> None:
     the same gradients, so its averaging of the norm over ranks changes nothing. The scaling
     is not a pass of its own: torch's fused AdamW divides each gradient by its
     ``grad_scale`` (the attribute ``GradScaler`` sets) as it reads it, so clipping sets that
-    to ``(norm + 1e-6) / max_norm`` for the one step; a norm within ``max_norm`` touches no
+    to ``(norm + 1e-6) / max_norm`` for the one step (``build_engine``'s AdamW is always
+    fused; one that is not refuses a ``grad_scale``); a norm within ``max_norm`` touches no
     gradient at all. SmolLM2 on 2 threads (AVX2 EPYC): clip + fused step 0.17-0.19 s, the
     scaled step 0.14-0.15 s; weights equal to 7.5e-9 after one step at lr 1e-3."""
     optimizer = engine.optimizer
@@ -154,17 +155,11 @@ def _record_grad_norm(engine) -> None:
 
     max_norm = engine.gradient_clipping()
     if max_norm > 0:
-        fused = bool(optimizer.defaults.get("fused"))
 
         def record_then_clip() -> None:
             norm = record()
-            if norm is None or float(norm) + 1e-6 <= max_norm:
-                return
-            if fused:
+            if norm is not None and float(norm) + 1e-6 > max_norm:
                 optimizer.grad_scale = (norm.detach().float() + 1e-6) / max_norm
-            else:
-                with_grads = [p for p in params if p.grad is not None]
-                torch.nn.utils.clip_grads_with_norm_(with_grads, max_norm, norm, foreach=True)
 
         def forget_scale(*_args) -> None:
             optimizer.grad_scale = None

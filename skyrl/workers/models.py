@@ -83,7 +83,7 @@ class _RowGradEmbedding(nn.Embedding):
     post-accumulate-grad hook (``add_pending``, which runs before any hook registered after
     it, e.g. DeepSpeed's ZeRO reduction) adds them into ``weight.grad`` in place. A backward
     that reaches the lookup but not the head never runs that hook: its rows are added when
-    the backward ends (``_add_leftover``). A backward that does not accumulate into
+    the backward ends (a callback the lookup queues). A backward that does not accumulate into
     ``weight.grad`` (``torch.autograd.grad``, ``backward(inputs=...)``) gets the rows as a
     sparse gradient, which autograd sums with the head's as usual."""
 
@@ -101,10 +101,6 @@ class _RowGradEmbedding(nn.Embedding):
                 weight.grad = torch.zeros_like(weight)
             weight.grad.index_add_(0, ids, rows.to(weight.grad.dtype))
 
-    def _add_leftover(self) -> None:
-        if self.pending:
-            self.add_pending(self.weight)
-
 
 class _LookupRows(torch.autograd.Function):
     @staticmethod
@@ -112,7 +108,6 @@ class _LookupRows(torch.autograd.Function):
         ctx.save_for_backward(ids)
         ctx.embedding = embedding
         ctx.weight_node = torch.autograd.graph.get_gradient_edge(weight).node
-        ctx.weight_shape = weight.shape
         return F.embedding(ids, weight, embedding.padding_idx)
 
     @staticmethod
@@ -126,9 +121,11 @@ class _LookupRows(torch.autograd.Function):
             ids, rows = ids[keep], rows[keep]
         if not _accumulates_into(ctx.weight_node):
             indices = ids.unsqueeze(0)
-            return None, torch.sparse_coo_tensor(indices, rows, ctx.weight_shape), None
-        if not embedding.pending:
-            torch.autograd.Variable._execution_engine.queue_callback(embedding._add_leftover)
+            return None, torch.sparse_coo_tensor(indices, rows, embedding.weight.shape), None
+        if not embedding.pending:  # its rows, should the head's gradient never come
+            torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: embedding.add_pending(embedding.weight)
+            )
         embedding.pending.append((ids, rows))
         return None, None, None
 
