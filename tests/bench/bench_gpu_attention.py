@@ -1,0 +1,270 @@
+"""Attention over a packed micro batch on the GPU: which way of keeping each sequence to itself
+is fastest (issue 18 asks for it on CPU and on the GPU path; CPU: ``bench_micro_batch.py`` and
+``skyrl.workers.packed_attention``'s docstring).
+
+Run: ``python tests/bench/bench_gpu_attention.py`` on a machine with an NVIDIA GPU (bf16), or
+``--device cpu`` (fp32, smaller rows, no ``varlen``: a check of the candidates' arithmetic, not
+a timing that means anything for the GPU).
+
+One layer of SmolLM2's attention (9 query heads, 3 KV heads, head dim 64) on one packed row
+``[1, T]`` laid out by the workers' own packer (``plan_micro_batches``, prompts shared):
+- ``per_span``: what ``trainer.packed_attention=per_sequence`` runs on a GPU today
+  (``_sdpa_per_span``): one SDPA call per sequence, and per shared-prompt continuation with
+  the prompt's keys joined before its own;
+- ``masked``: one SDPA call over the row with a ``[T, T]`` mask (what ``masked`` does; every
+  block is computed);
+- ``varlen``: ``torch.nn.attention.varlen.varlen_attn``, flash-attention's varlen kernel, one
+  call per row: a continuation's keys are its prompt's (gathered) then its own, causal aligned
+  at the bottom right, so each of its queries sees the whole prompt;
+- ``flex``: ``flex_attention`` under ``torch.compile`` with a block mask built from the spans
+  (the first call's compile time is printed apart).
+
+Each figure is forward + backward (gradients of query, key and value), the median of
+``--repeats`` after warm-up, per layer; ``plan ms`` is what a candidate builds once per micro
+batch and every layer shares (the dense mask, the key gather index, the block mask). Outputs
+and gradients are compared with ``per_span`` in fp32: ``max err`` is the largest absolute
+difference, beside ``per_span``'s own in the bench's dtype (the rounding floor); a candidate
+whose error exceeds twice that floor plus 1e-3 is marked MISMATCH and is not a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from skyrl.batch.packing import plan_micro_batches
+from skyrl.workers.fake_rollouts import fake_rollouts
+from skyrl.workers.packed_attention import _sdpa_per_span, attention_spans
+
+HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
+"""SmolLM2-135M's attention shapes."""
+ROWS = {
+    # name: (prompts, samples, prompt_len, response mean, max_seq_len, micro_batch_max_tokens)
+    "bench-trl (4x4, <=108)": (4, 4, (30, 60), 30.0, 108, 2048),
+    "bench_gpu (32x8, <=1024)": (32, 8, (16, 64), 256.0, 1024, 16384),
+}
+CPU_ROWS = {
+    "bench-trl (4x4, <=108)": ROWS["bench-trl (4x4, <=108)"],
+    "4 prompts x 4, <=256": (4, 4, (16, 64), 96.0, 256, 2048),
+}
+
+
+def packed_row(prompts, samples, prompt_len, mean, max_seq_len, budget) -> torch.Tensor:
+    """The first packed micro batch's position ids ``[T]`` for fake rollouts of this shape."""
+    batch = fake_rollouts(
+        prompts, samples, vocab_size=1000, prompt_len=prompt_len, response_len_mean=mean,
+        response_len_sigma=1.0, max_seq_len=max_seq_len, seed=0,
+    )  # fmt: skip
+    return plan_micro_batches(batch, budget, share_prefixes=True)[0].position_ids[0]
+
+
+Spans = list[tuple[int, int, int, int]]
+
+
+def dense_mask(spans: Spans, length: int, device) -> torch.Tensor:
+    """``[1, 1, T, T]`` bool: each span's queries see their prefix and, causally, themselves."""
+    seen = torch.zeros(length, length, dtype=torch.bool)
+    for start, end, prefix_start, prefix in spans:
+        seen[start:end, start:end] = torch.ones(end - start, end - start).tril().bool()
+        seen[start:end, prefix_start : prefix_start + prefix] = True
+    return seen.to(device)[None, None]
+
+
+def varlen_plan(spans: Spans, device) -> dict:
+    """The key gather index (each span's prefix then its own keys) and cumulative lengths."""
+    index, cu_q, cu_k = [], [0], [0]
+    for start, end, prefix_start, prefix in spans:
+        index += [*range(prefix_start, prefix_start + prefix), *range(start, end)]
+        cu_q.append(cu_q[-1] + end - start)
+        cu_k.append(cu_k[-1] + prefix + end - start)
+    gather = None if index == list(range(cu_q[-1])) else torch.tensor(index, device=device)
+    max_q = max(end - start for start, end, _, _ in spans)
+    max_k = max(prefix + end - start for start, end, _, prefix in spans)
+    as_int32 = dict(dtype=torch.int32, device=device)
+    return dict(
+        gather=gather, cu_q=torch.tensor(cu_q, **as_int32), cu_k=torch.tensor(cu_k, **as_int32),
+        max_q=max_q, max_k=max_k,
+    )  # fmt: skip
+
+
+def varlen_attention(query, key, value, plan: dict, scale: float) -> torch.Tensor:
+    """``varlen_attn`` on ``[T, heads, d]`` views of the row (no copy of the queries)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if plan["gather"] is not None:
+        k, v = k.index_select(0, plan["gather"]), v.index_select(0, plan["gather"])
+    kwargs: dict = {"scale": scale}
+    if "enable_gqa" in params:
+        kwargs["enable_gqa"] = True
+    else:  # an older torch: expand the KV heads
+        k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=1) for t in (k, v))
+    if "window_size" in params:
+        kwargs["window_size"] = (-1, 0)
+    else:
+        kwargs["is_causal"] = True
+    out = varlen_attn(q, k, v, plan["cu_q"], plan["cu_k"], plan["max_q"], plan["max_k"], **kwargs)
+    return out[None]
+
+
+def flex_visibility(spans: Spans, length: int, device) -> Callable:
+    """flex's mask function: a query sees keys from its own start up to itself, and its
+    prefix (per-token bounds looked up by the query's index)."""
+    own_start = torch.empty(length, dtype=torch.long)
+    prefix_lo, prefix_hi = (
+        torch.zeros(length, dtype=torch.long),
+        torch.zeros(length, dtype=torch.long),
+    )
+    for start, end, prefix_start, prefix in spans:
+        own_start[start:end] = start
+        prefix_lo[start:end], prefix_hi[start:end] = prefix_start, prefix_start + prefix
+    own_start, prefix_lo, prefix_hi = (t.to(device) for t in (own_start, prefix_lo, prefix_hi))
+
+    def visible(batch, head, q, k):
+        return ((k >= own_start[q]) & (k <= q)) | ((k >= prefix_lo[q]) & (k < prefix_hi[q]))
+
+    return visible
+
+
+def flex_plan(spans: Spans, length: int, device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    visible = flex_visibility(spans, length, device)
+    return create_block_mask(visible, None, None, length, length, device=str(device))
+
+
+def candidates(device: torch.device) -> dict[str, tuple[Callable, Callable]]:
+    """name -> (build the per-micro-batch plan from (spans, T), attend(q, k, v, plan, scale))."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    found = {
+        "per_span": (
+            lambda spans, length: spans,
+            lambda q, k, v, spans, scale: _sdpa_per_span(q, k, v, spans, 0.0, scale),
+        ),
+        "masked": (
+            lambda spans, length: dense_mask(spans, length, device),
+            lambda q, k, v, mask, scale: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+            ).transpose(1, 2),
+        ),
+        "flex": (
+            lambda spans, length: flex_plan(spans, length, device),
+            lambda q, k, v, mask, scale: flex(
+                q, k, v, block_mask=mask, scale=scale, enable_gqa=True
+            ).transpose(1, 2),
+        ),
+    }
+    if device.type == "cuda":
+        found["varlen"] = (lambda spans, length: varlen_plan(spans, device), varlen_attention)
+    return found
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def fwd_bwd(attend, inputs, plan, grad_out, scale):
+    q, k, v = (t.detach().requires_grad_() for t in inputs)
+    out = attend(q, k, v, plan, scale)
+    out.backward(grad_out)
+    return out.detach(), (q.grad, k.grad, v.grad)
+
+
+def timed_ms(fn, device, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def max_error(got, want) -> float:
+    out, grads = got
+    ref_out, ref_grads = want
+    pairs = [(out, ref_out), *zip(grads, ref_grads, strict=True)]
+    return max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
+
+
+def bench_row(name: str, positions: torch.Tensor, device, dtype, repeats: int) -> None:
+    spans = attention_spans(positions)
+    length = len(positions)
+    gen = torch.Generator().manual_seed(0)
+
+    def head_major(heads):  # [1, heads, T, d] over a [1, T, heads, d] buffer, as in the model
+        return torch.randn(1, length, heads, HEAD_DIM, generator=gen).transpose(1, 2)
+
+    base = [head_major(HEADS), head_major(KV_HEADS), head_major(KV_HEADS)]
+    grad_cpu = torch.randn(1, length, HEADS, HEAD_DIM, generator=gen)
+    scale = HEAD_DIM**-0.5
+    per_span = candidates(device)["per_span"][1]
+    reference = fwd_bwd(per_span, [t.to(device) for t in base], spans, grad_cpu.to(device), scale)
+    inputs = [t.to(device, dtype) for t in base]
+    grad_out = grad_cpu.to(device, dtype)
+    prompts = len({s[2] for s in spans if s[3]})
+    print(
+        f"\n{name}: T={length} tokens, {len(spans)} spans ({prompts} shared prompts), "
+        f"{device.type} {str(dtype).removeprefix('torch.')}"
+    )
+    print(f"{'attention':<10} {'fwd+bwd ms':>10} {'plan ms':>8} {'x30 + plan ms':>13} "
+          f"{'max err':>9} {'first call s':>12}")  # fmt: skip
+    floor = None
+    for label, (build, attend) in candidates(device).items():
+        try:
+            run_ms, plan_ms, error, first_s = measure(
+                build, attend, spans, inputs, grad_out, reference, device, repeats
+            )
+        except Exception as exc:  # a candidate this torch or device lacks is a row, not a stop
+            print(f"{label:<10} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+            continue
+        floor = error if label == "per_span" else floor
+        verdict = "" if error <= 2 * (floor or 0.0) + 1e-3 else "  MISMATCH"
+        print(
+            f"{label:<10} {run_ms:10.2f} {plan_ms:8.2f} {30 * run_ms + plan_ms:13.1f} "
+            f"{error:9.2e} {first_s:12.1f}{verdict}"
+        )
+
+
+def measure(build, attend, spans, inputs, grad_out, reference, device, repeats):
+    """(fwd+bwd ms, plan ms, max error against the fp32 reference, first call s)."""
+    scale, length = HEAD_DIM**-0.5, inputs[0].shape[2]
+    start = time.perf_counter()
+    plan = build(spans, length)
+    error = max_error(fwd_bwd(attend, inputs, plan, grad_out, scale), reference)
+    sync(device)
+    first_s = time.perf_counter() - start
+    run_ms = timed_ms(lambda: fwd_bwd(attend, inputs, plan, grad_out, scale), device, repeats)
+    plan_ms = timed_ms(lambda: build(spans, length), device, min(repeats, 5))
+    return run_ms, plan_ms, error, first_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else None)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    if args.device is None:
+        print("bench_gpu_attention: no CUDA device here; run it on a GPU machine (or --device cpu)")
+        return
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type == "cuda":
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for name, shape in (ROWS if device.type == "cuda" else CPU_ROWS).items():
+        bench_row(name, packed_row(*shape), device, dtype, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
