@@ -120,8 +120,11 @@ class _LookupRows(torch.autograd.Function):
             keep = ids != embedding.padding_idx
             ids, rows = ids[keep], rows[keep]
         if not _accumulates_into(ctx.weight_node):
-            indices = ids.unsqueeze(0)
-            return None, torch.sparse_coo_tensor(indices, rows, embedding.weight.shape), None
+            # the lookup in forward already bounds-checked these ids
+            sparse = torch.sparse_coo_tensor(
+                ids.unsqueeze(0), rows, embedding.weight.shape, check_invariants=False
+            )
+            return None, sparse, None
         if not embedding.pending:  # its rows, should the head's gradient never come
             torch.autograd.Variable._execution_engine.queue_callback(
                 lambda: embedding.add_pending(embedding.weight)
