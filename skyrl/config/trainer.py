@@ -96,7 +96,8 @@ class TrainerConfig:
     packed_attention: str = "per_sequence"
     """Attention over a packed micro batch in the workers: ``per_sequence`` attends each
     sequence to itself only (SDPA per sequence; on CPU short consecutive sequences share one
-    kernel call of at most 96 queries under a mask; the cost of a budget above one
+    kernel call of at most 96 queries under a mask; on a GPU in bf16/fp16 one
+    flash-attention varlen call per micro batch; the cost of a budget above one
     sequence's length grows with the sequences, not with the budget squared), ``masked`` is
     transformers' ``sdpa`` with a block-diagonal mask (every block computed)
     (``skyrl.workers.packed_attention``)."""

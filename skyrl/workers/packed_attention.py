@@ -16,16 +16,23 @@ several rows share, packed once (``trainer.share_prompts``): each row's continua
 to the prompt's keys and causally to its own. On CPU it calls torch's flash-attention kernels
 with a backward of its own (``_CpuSpanAttention``: SmolLM2 forward + backward of a
 ~600-token micro batch, best of 7 in two alternating rounds, 2.00/1.99 -> 1.86/1.89 s), once
-per block of consecutive short spans under a mask (``attention_blocks``); on other devices
-SDPA per span under autograd. ``masked`` keeps transformers' ``sdpa`` (no
-shared prompts: its block-diagonal mask cannot express them). ``trainer.packed_attention``
-picks one.
+per block of consecutive short spans under a mask (``attention_blocks``). On a GPU in bf16 or
+fp16 it is one call of flash-attention's varlen kernel per row (torch's ``varlen_attn``): a
+continuation's keys are its prompt's, gathered, then its own, causal aligned at the bottom
+right (``_varlen_per_span``). Otherwise (fp32 on a GPU, a torch without ``varlen_attn``)
+SDPA per span under autograd. Neither GPU path has run on a GPU yet;
+``tests/bench/bench_gpu_attention.py`` times them against a masked and a flex call there.
+``masked`` keeps transformers' ``sdpa`` (no shared prompts: its block-diagonal mask cannot
+express them). ``trainer.packed_attention`` picks one.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -94,8 +101,7 @@ def per_sequence_attention(
     packed_row = query.shape[0] == 1 and query.shape[2] == key.shape[2]  # no KV cache
     if attention_mask is not None or position_ids is None or not packed_row:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    spans = attention_spans(position_ids[0])
-    longest = int(position_ids.max()) + 1
+    spans, longest = _row_spans(position_ids)
     if sliding_window is not None and longest > sliding_window:
         raise ValueError(
             f"a sequence of {longest} tokens exceeds the model's sliding window "
@@ -104,7 +110,28 @@ def per_sequence_attention(
     if query.device.type == "cpu" and dropout == 0.0:
         out = _CpuSpanAttention.apply(query, key, value, spans, scaling)
         return out.transpose(1, 2).contiguous(), None
+    half = query.dtype in (torch.bfloat16, torch.float16)
+    if query.is_cuda and half and dropout == 0.0 and varlen_kernel() is not None:
+        return _varlen_per_span(query, key, value, spans, scaling), None
     return _sdpa_per_span(query, key, value, spans, dropout, scaling), None
+
+
+_last_row: tuple[weakref.ref, int, list[tuple[int, int, int, int]], int] | None = None
+"""The last packed row's position ids (by identity and version), spans and longest sequence."""
+
+
+def _row_spans(position_ids: torch.Tensor) -> tuple[list[tuple[int, int, int, int]], int]:
+    """``attention_spans`` of a packed row ``[1, T]`` and its longest sequence, read once per
+    forward: every layer is handed the same position-ids tensor, and on a GPU reading it
+    waits for the device."""
+    global _last_row
+    if _last_row is not None:
+        ref, version, spans, longest = _last_row
+        if ref() is position_ids and version == position_ids._version:
+            return spans, longest
+    spans, longest = attention_spans(position_ids[0]), int(position_ids.max()) + 1
+    _last_row = (weakref.ref(position_ids), position_ids._version, spans, longest)
+    return spans, longest
 
 
 def _sdpa_per_span(query, key, value, spans, dropout, scaling) -> torch.Tensor:
@@ -138,6 +165,90 @@ def _sdpa_per_span(query, key, value, spans, dropout, scaling) -> torch.Tensor:
             )
         )
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+
+
+@functools.cache
+def varlen_kernel() -> Callable | None:
+    """torch's flash-attention varlen call (``torch.nn.attention.varlen.varlen_attn``), causal
+    aligned at the bottom right, taking ``(query, key, value, cu_seq_q, cu_seq_k, max_q,
+    max_k, scale=)`` with fewer KV heads than query heads; None in a torch without it or
+    without its ``scale`` (torch 2.10). Its arguments moved between versions: torch 2.11 takes
+    ``window_size`` but has no ``enable_gqa`` (the KV heads are then repeated to the query
+    heads', a copy per call), 2.12 on both."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    options: dict[str, Any]
+    if "window_size" in params:  # (-1, 0): no limit to the left, nothing to the right
+        options = {"window_size": (-1, 0)}
+    elif "is_causal" in params:
+        options = {"is_causal": True}
+    else:
+        return None
+    if "scale" not in params:
+        return None
+    grouped = "enable_gqa" in params
+    if grouped:
+        options["enable_gqa"] = True
+
+    def kernel(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=None):
+        if not grouped and key.shape[1] != query.shape[1]:
+            groups = query.shape[1] // key.shape[1]
+            key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+        return varlen_attn(
+            query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=scale, **options
+        )
+
+    return kernel
+
+
+class VarlenPlan(NamedTuple):
+    """A packed row's spans as flash-attention's varlen kernel takes them."""
+
+    gather: torch.Tensor | None
+    """long ``[keys]``: the row positions of each span's keys, its prefix then its own; None
+    when that is the row itself (no span has a prefix)."""
+    cu_seq_q: torch.Tensor
+    """int32 ``[spans + 1]``: where each span's queries start in the row, then the end."""
+    cu_seq_k: torch.Tensor
+    """int32 ``[spans + 1]``: the same for the gathered keys."""
+    max_q: int
+    max_k: int
+
+
+@functools.lru_cache(maxsize=4)
+def varlen_plan(spans: tuple[tuple[int, int, int, int], ...], device: torch.device) -> VarlenPlan:
+    """The plan for ``attention_spans`` (cached: every layer of a forward asks for the same)."""
+    index: list[int] = []
+    cu_q, cu_k = [0], [0]
+    for start, end, prefix_start, prefix in spans:
+        index += [*range(prefix_start, prefix_start + prefix), *range(start, end)]
+        cu_q.append(cu_q[-1] + end - start)
+        cu_k.append(cu_k[-1] + prefix + end - start)
+    has_prefix = any(prefix for *_, prefix in spans)
+    return VarlenPlan(
+        gather=torch.tensor(index, device=device) if has_prefix else None,
+        cu_seq_q=torch.tensor(cu_q, dtype=torch.int32, device=device),
+        cu_seq_k=torch.tensor(cu_k, dtype=torch.int32, device=device),
+        max_q=max(end - start for start, end, _, _ in spans),
+        max_k=max(prefix + end - start for start, end, _, prefix in spans),
+    )
+
+
+def _varlen_per_span(query, key, value, spans, scaling) -> torch.Tensor:
+    """One varlen call over the row's ``[T, heads, d]`` views: ``[1, T, heads, d]``. A
+    continuation's keys are its prompt's then its own, and causal aligned at the bottom right
+    lets each of its queries see the whole prompt and its own keys up to itself."""
+    kernel = varlen_kernel()
+    assert kernel is not None, "no varlen_attn in this torch"
+    plan = varlen_plan(tuple(spans), query.device)
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if plan.gather is not None:
+        k, v = k.index_select(0, plan.gather), v.index_select(0, plan.gather)
+    out = kernel(q, k, v, plan.cu_seq_q, plan.cu_seq_k, plan.max_q, plan.max_k, scale=scaling)
+    return out[None]
 
 
 BLOCK_TOKENS = 96

@@ -8,14 +8,14 @@ a timing that means anything for the GPU).
 
 One layer of SmolLM2's attention (9 query heads, 3 KV heads, head dim 64) on one packed row
 ``[1, T]`` laid out by the workers' own packer (``plan_micro_batches``, prompts shared):
-- ``per_span``: what ``trainer.packed_attention=per_sequence`` runs on a GPU today
+- ``per_span``: what ``per_sequence`` runs on a GPU in fp32 or without ``varlen_attn``
   (``_sdpa_per_span``): one SDPA call per sequence, and per shared-prompt continuation with
   the prompt's keys joined before its own;
 - ``masked``: one SDPA call over the row with a ``[T, T]`` mask (what ``masked`` does; every
   block is computed);
-- ``varlen``: ``torch.nn.attention.varlen.varlen_attn``, flash-attention's varlen kernel, one
-  call per row: a continuation's keys are its prompt's (gathered) then its own, causal aligned
-  at the bottom right, so each of its queries sees the whole prompt;
+- ``varlen``: what ``per_sequence`` runs on a GPU in bf16 (``_varlen_per_span``): torch's
+  ``varlen_attn``, flash-attention's varlen kernel, one call per row; a continuation's keys
+  are its prompt's (gathered) then its own, causal aligned at the bottom right;
 - ``flex``: ``flex_attention`` under ``torch.compile`` with a block mask built from the spans
   (the first call's compile time is printed apart).
 
@@ -30,7 +30,6 @@ whose error exceeds twice that floor plus 1e-3 is marked MISMATCH and is not a r
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
 import time
 from collections.abc import Callable
@@ -40,7 +39,12 @@ import torch.nn.functional as F
 
 from skyrl.batch.packing import plan_micro_batches
 from skyrl.workers.fake_rollouts import fake_rollouts
-from skyrl.workers.packed_attention import _sdpa_per_span, attention_spans
+from skyrl.workers.packed_attention import (
+    _sdpa_per_span,
+    _varlen_per_span,
+    attention_spans,
+    varlen_plan,
+)
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 """SmolLM2-135M's attention shapes."""
@@ -76,42 +80,12 @@ def dense_mask(spans: Spans, length: int, device) -> torch.Tensor:
     return seen.to(device)[None, None]
 
 
-def varlen_plan(spans: Spans, device) -> dict:
-    """The key gather index (each span's prefix then its own keys) and cumulative lengths."""
-    index, cu_q, cu_k = [], [0], [0]
-    for start, end, prefix_start, prefix in spans:
-        index += [*range(prefix_start, prefix_start + prefix), *range(start, end)]
-        cu_q.append(cu_q[-1] + end - start)
-        cu_k.append(cu_k[-1] + prefix + end - start)
-    gather = None if index == list(range(cu_q[-1])) else torch.tensor(index, device=device)
-    max_q = max(end - start for start, end, _, _ in spans)
-    max_k = max(prefix + end - start for start, end, _, prefix in spans)
-    as_int32 = dict(dtype=torch.int32, device=device)
-    return dict(
-        gather=gather, cu_q=torch.tensor(cu_q, **as_int32), cu_k=torch.tensor(cu_k, **as_int32),
-        max_q=max_q, max_k=max_k,
-    )  # fmt: skip
-
-
-def varlen_attention(query, key, value, plan: dict, scale: float) -> torch.Tensor:
-    """``varlen_attn`` on ``[T, heads, d]`` views of the row (no copy of the queries)."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    params = inspect.signature(varlen_attn).parameters
-    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
-    if plan["gather"] is not None:
-        k, v = k.index_select(0, plan["gather"]), v.index_select(0, plan["gather"])
-    kwargs: dict = {"scale": scale}
-    if "enable_gqa" in params:
-        kwargs["enable_gqa"] = True
-    else:  # an older torch: expand the KV heads
-        k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=1) for t in (k, v))
-    if "window_size" in params:
-        kwargs["window_size"] = (-1, 0)
-    else:
-        kwargs["is_causal"] = True
-    out = varlen_attn(q, k, v, plan["cu_q"], plan["cu_k"], plan["max_q"], plan["max_k"], **kwargs)
-    return out[None]
+def fresh_varlen_plan(spans: Spans, device) -> Spans:
+    """Build the varlen plan anew (``_varlen_per_span`` then finds it in ``varlen_plan``'s
+    cache, as every layer after the first does) and hand on the spans."""
+    varlen_plan.cache_clear()
+    varlen_plan(tuple(spans), device)
+    return spans
 
 
 def flex_visibility(spans: Spans, length: int, device) -> Callable:
@@ -164,7 +138,7 @@ def candidates(device: torch.device) -> dict[str, tuple[Callable, Callable]]:
         ),
     }
     if device.type == "cuda":
-        found["varlen"] = (lambda spans, length: varlen_plan(spans, device), varlen_attention)
+        found["varlen"] = (lambda spans, length: fresh_varlen_plan(spans, device), _varlen_per_span)
     return found
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, for a machine with an NVIDIA GPU (issue 18's GPU part):
-#   1. the tests marked gpu (hf engine on CUDA, a DeepSpeed rank over NCCL in fp32 and bf16);
+#   1. the tests marked gpu (hf engine on CUDA, a DeepSpeed rank over NCCL in fp32 and bf16,
+#      the packed attention's varlen call in bf16 against SDPA per span);
 #   2. tests/bench/bench_gpu_attention.py (which packed attention is fastest on the GPU);
 #   3. tests/bench/bench_gpu.py (a SmolLM2-shaped training step, generation, weight sync).
 # Each part has its own time limit and log, and a failing part does not stop the next one;

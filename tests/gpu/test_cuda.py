@@ -73,3 +73,51 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
     assert worker.global_steps() == 1
     after = worker.state_dict_for_sync()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_packed_attention_in_bf16_is_one_varlen_call_equal_to_sdpa_per_span(monkeypatch):
+    """``per_sequence`` on a GPU in bf16 makes one flash-attention varlen call per row, whose
+    output and gradients are SDPA per span's in fp32 to bf16 rounding: at most twice the error
+    SDPA per span itself makes in bf16, plus 1e-3. SmolLM2's heads (9 query, 3 KV, dim 64)."""
+    from skyrl.workers import packed_attention
+    from skyrl.workers.packed_attention import _sdpa_per_span, attention_spans
+
+    kernel = packed_attention.varlen_kernel()
+    assert kernel is not None, f"torch {torch.__version__} has no varlen_attn with a scale (2.11+)"
+    calls = []
+    counted = lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs)  # noqa: E731
+    monkeypatch.setattr(packed_attention, "varlen_kernel", lambda: counted)
+    # a prompt of 40 with its first sample (30), two more samples of it (25, 50), then two
+    # sequences alone (100, 64): 309 tokens
+    positions = torch.cat(
+        [torch.arange(70), torch.arange(40, 65), torch.arange(40, 90), torch.arange(100)]
+        + [torch.arange(64)]
+    )[None].cuda()
+    spans = attention_spans(positions[0])
+    assert [prefix for *_, prefix in spans] == [0, 40, 40, 0, 0]
+    gen = torch.Generator().manual_seed(0)
+    length = positions.shape[1]
+    base = [torch.randn(1, heads, length, 64, generator=gen) for heads in (9, 3, 3)]
+    grad_out = torch.randn(1, length, 9, 64, generator=gen).cuda()
+
+    def run(dtype, attend):
+        tensors = [t.cuda().to(dtype).requires_grad_() for t in base]
+        out = attend(*tensors)
+        out.backward(grad_out.to(dtype))
+        return [out.detach().float(), *(t.grad.float() for t in tensors)]
+
+    def error(got, want):
+        return max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+
+    per_span = lambda q, k, v: _sdpa_per_span(q, k, v, spans, 0.0, None)  # noqa: E731
+    reference = run(torch.float32, per_span)
+    floor = error(run(torch.bfloat16, per_span), reference)
+    calls.clear()
+    got = run(
+        torch.bfloat16,
+        lambda q, k, v: packed_attention.per_sequence_attention(
+            None, q, k, v, None, position_ids=positions
+        )[0],
+    )
+    assert calls == [1]
+    assert error(got, reference) <= 2 * floor + 1e-3, (error(got, reference), floor)

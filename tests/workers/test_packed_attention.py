@@ -11,10 +11,14 @@ from skyrl.workers import packed_attention
 from skyrl.workers.models import attention_implementation, load_causal_lm
 from skyrl.workers.packed_attention import (
     PER_SEQUENCE,
+    _row_spans,
     _sdpa_per_span,
+    _varlen_per_span,
     attention_blocks,
     attention_spans,
     per_sequence_attention,
+    varlen_kernel,
+    varlen_plan,
 )
 
 LENGTHS = [10, 1, 7, 12]
@@ -147,7 +151,27 @@ def test_a_sequence_over_the_sliding_window_is_refused():
         )
 
 
-def dense_reference(query, key, value, positions: torch.Tensor):
+def emulated_varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=None):
+    """flash-attention's varlen kernel, span by span in SDPA: ``[T, heads, d]`` queries and
+    ``[keys, kv_heads, d]`` keys; causal aligned at the bottom right (query ``i`` of a span
+    with ``q`` queries and ``k`` keys sees keys up to ``i + k - q``)."""
+    cu_q, cu_k = cu_seq_q.tolist(), cu_seq_k.tolist()
+    assert cu_seq_q.dtype == cu_seq_k.dtype == torch.int32
+    pieces = []
+    for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:], strict=False):
+        assert q1 - q0 <= max_q and k1 - k0 <= max_k
+        causal = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril(k1 - k0 - (q1 - q0))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            *(t.transpose(0, 1)[None] for t in (query[q0:q1], key[k0:k1], value[k0:k1])),
+            attn_mask=causal,
+            scale=scale,
+            enable_gqa=True,
+        )
+        pieces.append(out[0].transpose(0, 1))
+    return torch.cat(pieces)
+
+
+def dense_reference(query, key, value, positions: torch.Tensor, scale: float | None = None):
     """SDPA over the whole row with the mask the spans describe: a query of span
     ``(start, end, prefix_start, prefix)`` sees the prefix keys and, causally, its own."""
     allowed = torch.zeros(query.shape[2], key.shape[2], dtype=torch.bool)
@@ -155,7 +179,7 @@ def dense_reference(query, key, value, positions: torch.Tensor):
         allowed[start:end, prefix_start : prefix_start + prefix] = True
         allowed[start:end, start:end] = torch.ones(end - start, end - start).tril().bool()
     return torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=allowed, enable_gqa=True
+        query, key, value, attn_mask=allowed, scale=scale, enable_gqa=True
     ).transpose(1, 2)
 
 
@@ -168,12 +192,21 @@ def dense_reference(query, key, value, positions: torch.Tensor):
     ],
 )
 @pytest.mark.parametrize(
-    "path", ["cpu_kernels", "cpu_kernels_span_by_span", "cpu_kernels_blocks_of_5", "sdpa_per_span"]
+    "path",
+    [
+        "cpu_kernels",
+        "cpu_kernels_span_by_span",
+        "cpu_kernels_blocks_of_5",
+        "sdpa_per_span",
+        "varlen_emulated",
+    ],
 )
 def test_per_sequence_attention_equals_the_dense_masked_reference(positions, path, monkeypatch):
-    """Both paths: on CPU torch's flash kernels with a backward of its own (one block, blocks
-    of at most 5 queries, every span alone), elsewhere (CUDA) SDPA per span with autograd
-    through the slices."""
+    """Every path: on CPU torch's flash kernels with a backward of its own (one block, blocks
+    of at most 5 queries, every span alone); on a GPU in fp32 SDPA per span with autograd
+    through the slices; on a GPU in bf16 the varlen plan (gathered keys, cumulative lengths)
+    through a kernel that computes here what flash-attention's varlen kernel computes there
+    (``emulated_varlen``): the gather and its gradients are what this checks."""
     block_tokens = {"cpu_kernels_span_by_span": 1, "cpu_kernels_blocks_of_5": 5}
     if path in block_tokens:
         monkeypatch.setattr(packed_attention, "BLOCK_TOKENS", block_tokens[path])
@@ -183,6 +216,9 @@ def test_per_sequence_attention_equals_the_dense_masked_reference(positions, pat
     pos = torch.tensor([positions])
     if path.startswith("cpu_kernels"):
         out, _ = per_sequence_attention(None, *tensors, None, position_ids=pos)
+    elif path == "varlen_emulated":
+        monkeypatch.setattr(packed_attention, "varlen_kernel", lambda: emulated_varlen)
+        out = _varlen_per_span(*tensors, attention_spans(pos[0]), None)
     else:
         out = _sdpa_per_span(*tensors, attention_spans(pos[0]), 0.0, None)
     ref = dense_reference(*tensors, pos[0])
@@ -222,3 +258,80 @@ def test_attention_blocks_by_hand():
     assert allowed[0].nonzero().flatten().tolist() == [0, 1, 2, 3]
     assert allowed[1].nonzero().flatten().tolist() == [0, 1, 2, 4]
     assert allowed[3].nonzero().flatten().tolist() == [0, 1, 2, 4, 5, 6]
+
+
+def test_varlen_plan_by_hand():
+    """Positions [0 1 2 | 2 3]: a 3-token sequence, then a continuation of its first 2 tokens
+    with 2 of its own. Keys per span: [0 1 2], then the prompt's [0 1] and its own [3 4]."""
+    spans = attention_spans(torch.tensor([0, 1, 2, 2, 3]))
+    assert spans == [(0, 3, 0, 0), (3, 5, 0, 2)]
+    plan = varlen_plan(tuple(spans), torch.device("cpu"))
+    assert plan.gather.tolist() == [0, 1, 2, 0, 1, 3, 4]
+    assert plan.cu_seq_q.tolist() == [0, 3, 5] and plan.cu_seq_k.tolist() == [0, 3, 7]
+    assert (plan.max_q, plan.max_k) == (3, 4)
+    # no prefix anywhere: the keys are the row itself, nothing to gather
+    alone = varlen_plan(tuple(attention_spans(torch.tensor([0, 1, 0, 1, 2]))), torch.device("cpu"))
+    assert alone.gather is None and alone.cu_seq_k.tolist() == [0, 2, 5] == alone.cu_seq_q.tolist()
+
+
+def varlen_2_12(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+                window_size=(-1, -1), enable_gqa=False):  # fmt: skip
+    """torch 2.12+'s signature: grouped-query heads and causal through ``window_size``."""
+    assert window_size == (-1, 0) and enable_gqa and k.shape[1] < q.shape[1]
+    return emulated_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale)
+
+
+def varlen_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
+                window_size=(-1, -1)):  # fmt: skip
+    """torch 2.11's: no grouped-query heads, so the KV heads come repeated."""
+    assert window_size == (-1, 0) and k.shape[1] == v.shape[1] == q.shape[1]
+    return emulated_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale)
+
+
+def varlen_2_10(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):
+    """torch 2.10's: no scale, so not used."""
+    raise AssertionError("not to be called")
+
+
+@pytest.mark.parametrize("signature", [varlen_2_12, varlen_2_11, varlen_2_10])
+def test_varlen_kernel_adapts_to_the_torch_versions_signature(signature, monkeypatch):
+    """``varlen_kernel`` reads ``varlen_attn``'s signature: with and without ``enable_gqa``
+    the row attends like the dense reference (KV heads repeated where it is missing); with
+    no ``scale`` there is no kernel (SDPA per span is used)."""
+    import torch.nn.attention.varlen as varlen
+
+    monkeypatch.setattr(varlen, "varlen_attn", signature)
+    varlen_kernel.cache_clear()
+    try:
+        kernel = varlen_kernel()
+        if signature is varlen_2_10:
+            assert kernel is None
+            return
+        positions = torch.tensor([0, 1, 2, 3, 2, 3, 4, 0, 1])
+        gen = torch.Generator().manual_seed(0)
+        tensors = [torch.randn(1, h, 9, 8, generator=gen) for h in (4, 2, 2)]
+        out = _varlen_per_span(*tensors, attention_spans(positions), 0.5)
+        want = dense_reference(*tensors, positions, scale=0.5)
+        torch.testing.assert_close(out, want)
+    finally:
+        varlen_kernel.cache_clear()
+
+
+def test_this_torchs_varlen_kernel_is_found():
+    assert varlen_kernel() is not None  # torch 2.13: varlen_attn with scale and enable_gqa
+
+
+def test_a_rows_spans_are_read_once_per_forward(monkeypatch):
+    """Every layer gets the same position-ids tensor: its spans are computed for the first and
+    reused after; a new tensor, or the same one changed in place, is read again."""
+    calls = []
+    real = packed_attention.attention_spans
+    monkeypatch.setattr(packed_attention, "attention_spans", lambda p: calls.append(1) or real(p))
+    positions = torch.tensor([[0, 1, 2, 0, 1]])
+    for _ in range(3):
+        assert _row_spans(positions) == ([(0, 3, 0, 0), (3, 5, 3, 0)], 3)
+    assert len(calls) == 1
+    positions[0, 3:] = torch.tensor([3, 4])  # in place: one sequence of 5 now
+    assert _row_spans(positions) == ([(0, 5, 0, 0)], 5)
+    assert _row_spans(positions.clone()) == ([(0, 5, 0, 0)], 5)
+    assert len(calls) == 3
