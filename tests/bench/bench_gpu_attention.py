@@ -48,6 +48,7 @@ from skyrl.workers.packed_attention import (
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 """SmolLM2-135M's attention shapes."""
+SCALE = HEAD_DIM**-0.5
 ROWS = {
     # name: (prompts, samples, prompt_len, response mean, max_seq_len, micro_batch_max_tokens)
     "bench-trl (4x4, <=108)": (4, 4, (30, 60), 30.0, 108, 2048),
@@ -114,16 +115,17 @@ def flex_plan(spans: Spans, length: int, device):
     return create_block_mask(visible, None, None, length, length, device=str(device))
 
 
+def per_span(q, k, v, spans: Spans, scale: float) -> torch.Tensor:
+    return _sdpa_per_span(q, k, v, spans, 0.0, scale)
+
+
 def candidates(device: torch.device) -> dict[str, tuple[Callable, Callable]]:
     """name -> (build the per-micro-batch plan from (spans, T), attend(q, k, v, plan, scale))."""
     from torch.nn.attention.flex_attention import flex_attention
 
     flex = torch.compile(flex_attention, dynamic=False)
     found = {
-        "per_span": (
-            lambda spans, length: spans,
-            lambda q, k, v, spans, scale: _sdpa_per_span(q, k, v, spans, 0.0, scale),
-        ),
+        "per_span": (lambda spans, length: spans, per_span),
         "masked": (
             lambda spans, length: dense_mask(spans, length, device),
             lambda q, k, v, mask, scale: F.scaled_dot_product_attention(
@@ -182,9 +184,7 @@ def bench_row(name: str, positions: torch.Tensor, device, dtype, repeats: int) -
 
     base = [head_major(HEADS), head_major(KV_HEADS), head_major(KV_HEADS)]
     grad_cpu = torch.randn(1, length, HEADS, HEAD_DIM, generator=gen)
-    scale = HEAD_DIM**-0.5
-    per_span = candidates(device)["per_span"][1]
-    reference = fwd_bwd(per_span, [t.to(device) for t in base], spans, grad_cpu.to(device), scale)
+    reference = fwd_bwd(per_span, [t.to(device) for t in base], spans, grad_cpu.to(device), SCALE)
     inputs = [t.to(device, dtype) for t in base]
     grad_out = grad_cpu.to(device, dtype)
     prompts = len({s[2] for s in spans if s[3]})
@@ -213,13 +213,13 @@ def bench_row(name: str, positions: torch.Tensor, device, dtype, repeats: int) -
 
 def measure(build, attend, spans, inputs, grad_out, reference, device, repeats):
     """(fwd+bwd ms, plan ms, max error against the fp32 reference, first call s)."""
-    scale, length = HEAD_DIM**-0.5, inputs[0].shape[2]
+    length = inputs[0].shape[2]
     start = time.perf_counter()
     plan = build(spans, length)
-    error = max_error(fwd_bwd(attend, inputs, plan, grad_out, scale), reference)
+    error = max_error(fwd_bwd(attend, inputs, plan, grad_out, SCALE), reference)
     sync(device)
     first_s = time.perf_counter() - start
-    run_ms = timed_ms(lambda: fwd_bwd(attend, inputs, plan, grad_out, scale), device, repeats)
+    run_ms = timed_ms(lambda: fwd_bwd(attend, inputs, plan, grad_out, SCALE), device, repeats)
     plan_ms = timed_ms(lambda: build(spans, length), device, min(repeats, 5))
     return run_ms, plan_ms, error, first_s
 
