@@ -13,11 +13,19 @@ One layer of SmolLM2's attention (9 query heads, 3 KV heads, head dim 64) on one
   the prompt's keys joined before its own;
 - ``masked``: one SDPA call over the row with a ``[T, T]`` mask (what ``masked`` does; every
   block is computed);
+- ``cpu_blocks`` (``--device cpu`` only): what ``per_sequence`` runs on CPU
+  (``_CpuSpanAttention``): torch's CPU flash kernels called once per block of short
+  consecutive spans, with a backward of its own;
 - ``varlen``: what ``per_sequence`` runs on a GPU in bf16 (``_varlen_per_span``): torch's
   ``varlen_attn``, flash-attention's varlen kernel, one call per row; a continuation's keys
   are its prompt's (gathered) then its own, causal aligned at the bottom right;
 - ``flex``: ``flex_attention`` under ``torch.compile`` with a block mask built from the spans
-  (the first call's compile time is printed apart).
+  (the first call's compile time is printed apart);
+- ``padded``: padded rows of similar-length sequences (the third way issue 18 names): the
+  spans sorted by key length into buckets of lengths within a factor of two, each bucket one
+  SDPA call over a ``[spans, heads, longest, d]`` batch (a continuation's keys its prompt's
+  then its own) with a mask of each row's real keys, causal at the bottom right. It pads only
+  inside attention: a model fed padded rows would also run its matmuls on the padding.
 
 Each figure is forward + backward (gradients of query, key and value), the median of
 ``--repeats`` after warm-up, per layer; ``plan ms`` is what a candidate builds once per micro
@@ -33,6 +41,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +49,7 @@ import torch.nn.functional as F
 from skyrl.batch.packing import plan_micro_batches
 from skyrl.workers.fake_rollouts import fake_rollouts
 from skyrl.workers.packed_attention import (
+    _CpuSpanAttention,
     _sdpa_per_span,
     _varlen_per_span,
     attention_spans,
@@ -115,8 +125,88 @@ def flex_plan(spans: Spans, length: int, device):
     return create_block_mask(visible, None, None, length, length, device=str(device))
 
 
+class PaddedBucket(NamedTuple):
+    """Spans of similar key length, as one padded SDPA batch."""
+
+    queries: torch.Tensor
+    """long ``[spans, longest query]``: each span's query positions in the row, padded with 0."""
+    keys: torch.Tensor
+    """long ``[spans, longest key list]``: its prefix's positions then its own, padded with 0."""
+    mask: torch.Tensor
+    """bool ``[spans, 1, longest query, longest key list]``: query i of a span with a prefix
+    of p sees its keys 0..p+i (its prompt, then its own up to itself); a padded query sees
+    key 0 only, so its row stays finite (its output is dropped)."""
+    real: torch.Tensor
+    """long: the real queries' places in the flattened ``[spans * longest query]`` output."""
+
+
+class PaddedPlan(NamedTuple):
+    buckets: list[PaddedBucket]
+    order: torch.Tensor
+    """long ``[T]``: where row position t sits in the buckets' real outputs, concatenated."""
+
+
+def padded_plan(spans: Spans, device) -> PaddedPlan:
+    """The ``padded`` candidate's buckets: spans sorted by key-list length (prefix + own),
+    a new bucket wherever the length exceeds twice the bucket's shortest."""
+    by_keys = sorted(spans, key=lambda span: span[3] + span[1] - span[0])
+    groups: list[Spans] = []
+    for span in by_keys:
+        keys = span[3] + span[1] - span[0]
+        if groups and keys <= 2 * (groups[-1][0][3] + groups[-1][0][1] - groups[-1][0][0]):
+            groups[-1].append(span)
+        else:
+            groups.append([span])
+    buckets, placed = [], []
+    for group in groups:
+        longest_q = max(end - start for start, end, _, _ in group)
+        longest_k = max(prefix + end - start for start, end, _, prefix in group)
+        queries = torch.zeros(len(group), longest_q, dtype=torch.long)
+        keys = torch.zeros(len(group), longest_k, dtype=torch.long)
+        mask = torch.zeros(len(group), 1, longest_q, longest_k, dtype=torch.bool)
+        mask[:, :, :, 0] = True
+        real = []
+        for row, (start, end, prefix_start, prefix) in enumerate(group):
+            own = torch.arange(start, end)
+            queries[row, : end - start] = own
+            keys[row, : prefix + end - start] = torch.cat(
+                [torch.arange(prefix_start, prefix_start + prefix), own]
+            )
+            sees = torch.arange(longest_k)[None, :] <= prefix + torch.arange(end - start)[:, None]
+            mask[row, 0, : end - start] = sees
+            real.append(row * longest_q + torch.arange(end - start))
+            placed.append(own)
+        buckets.append(
+            PaddedBucket(
+                queries.to(device), keys.to(device), mask.to(device), torch.cat(real).to(device)
+            )
+        )
+    order = torch.empty(sum(len(p) for p in placed), dtype=torch.long)
+    order[torch.cat(placed)] = torch.arange(len(order))
+    return PaddedPlan(buckets, order.to(device))
+
+
+def padded(q, k, v, plan: PaddedPlan, scale: float) -> torch.Tensor:
+    """One SDPA call per bucket; the real queries' outputs put back in row order:
+    ``[1, T, heads, d]``."""
+    outputs = []
+    for bucket in plan.buckets:
+        qb = q[0][:, bucket.queries].transpose(0, 1)  # [spans, heads, longest query, d]
+        kb, vb = (t[0][:, bucket.keys].transpose(0, 1) for t in (k, v))
+        out = F.scaled_dot_product_attention(
+            qb, kb, vb, attn_mask=bucket.mask, scale=scale, enable_gqa=True
+        )
+        outputs.append(out.transpose(1, 2).flatten(0, 1)[bucket.real])
+    return torch.cat(outputs)[plan.order][None]
+
+
 def per_span(q, k, v, spans: Spans, scale: float) -> torch.Tensor:
     return _sdpa_per_span(q, k, v, spans, 0.0, scale)
+
+
+def cpu_blocks(q, k, v, spans: Spans, scale: float) -> torch.Tensor:
+    """What ``per_sequence`` runs on CPU: flash calls per block of short spans."""
+    return _CpuSpanAttention.apply(q, k, v, spans, scale).transpose(1, 2)
 
 
 def candidates(device: torch.device) -> dict[str, tuple[Callable, Callable]]:
@@ -138,9 +228,12 @@ def candidates(device: torch.device) -> dict[str, tuple[Callable, Callable]]:
                 q, k, v, block_mask=mask, scale=scale, enable_gqa=True
             ).transpose(1, 2),
         ),
+        "padded": (lambda spans, length: padded_plan(spans, device), padded),
     }
     if device.type == "cuda":
         found["varlen"] = (lambda spans, length: fresh_varlen_plan(spans, device), _varlen_per_span)
+    else:
+        found["cpu_blocks"] = (lambda spans, length: spans, cpu_blocks)
     return found
 
 
