@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from skyrl.batch.budget import micro_batch_tokens
+from skyrl.batch.budget import GPU_MAX_DEFAULT_TOKENS, micro_batch_tokens
 from skyrl.config.root import SkyRLConfig
 from skyrl.trainer.on_policy import describe, separate_forward_reason
 
@@ -25,6 +25,8 @@ class RunPlan:
     mini_batches_per_step: int
     optimizer_steps_per_step: int
     micro_batch_max_tokens: int
+    gpu_grows_budget: bool
+    """Unset on GPU ranks: each grows it from ``micro_batch_max_tokens`` by its free memory."""
     max_seq_len: int
     old_logprobs: str
     total_steps: int | None
@@ -54,6 +56,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         mini_batches_per_step=mini_batches,
         optimizer_steps_per_step=mini_batches * t.update_epochs_per_batch,
         micro_batch_max_tokens=micro_batch_tokens(cfg),
+        gpu_grows_budget=t.num_gpus_per_worker > 0 and t.micro_batch_max_tokens is None,
         max_seq_len=g.max_seq_len,
         old_logprobs=describe(separate_forward_reason(cfg)),
         total_steps=_total_steps(cfg),
@@ -62,6 +65,16 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         engines=f"{g.num_engines} x {g.backend}",
         overlap_cpus=_overlap_cpus(cfg, _cores()),
     )
+
+
+def _budget(plan: RunPlan) -> str:
+    """The micro batch budget row: fixed, or grown by each GPU rank."""
+    if plan.gpu_grows_budget and plan.micro_batch_max_tokens < GPU_MAX_DEFAULT_TOKENS:
+        return (
+            f"{plan.micro_batch_max_tokens}-{GPU_MAX_DEFAULT_TOKENS} tokens, by each GPU "
+            f"rank's free memory (max sequence {plan.max_seq_len})"
+        )
+    return f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})"
 
 
 def _cores() -> int:
@@ -112,10 +125,7 @@ def format_plan(plan: RunPlan) -> str:
         ("training sequences", sequences),
         ("mini-batches / step", f"{plan.mini_batches_per_step} (in prompt units)"),
         ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
-        (
-            "micro batch budget",
-            f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})",
-        ),
+        ("micro batch budget", _budget(plan)),
         ("old logprobs", plan.old_logprobs),
         (
             "total steps",

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from skyrl.batch import TrainingInputBatch
-from skyrl.batch.budget import micro_batch_tokens
+from skyrl.batch.budget import gpu_micro_batch_tokens, micro_batch_tokens, text_config
 from skyrl.batch.packing import (
     PackedMicroBatch,
     micro_batch_metrics,
@@ -84,13 +84,24 @@ class TrainingWorker:
         _seed_everything(trainer.seed)
         self.engine = self._build_engine(total_optimizer_steps)
         self.device = torch.device(self.engine.device)
-        self.max_tokens = micro_batch_tokens(cfg)
+        self.max_tokens = self._micro_batch_budget()
+        """Tokens per packed micro batch (``skyrl.batch.budget``)."""
         self.share_prompts = trainer.share_prompts and trainer.packed_attention == "per_sequence"
         """Pack a prompt several rows share once (``trainer.share_prompts``)."""
         # the engines' logprob convention (skyrl.inference.base): tempered, untruncated
         self.temperature = logprob_temperature(cfg.generator.sampling.temperature)
         self.logits_to_keep = role != "critic" and accepts_logits_to_keep(self.engine)
         """The LM projects only the positions that predict loss tokens (``packed_logprobs``)."""
+
+    def _micro_batch_budget(self) -> int:
+        """``trainer.micro_batch_max_tokens``, or unset: the CPU default, or on a GPU what
+        fits its free memory now that the model and optimizer state are on it."""
+        if self.device.type != "cuda":
+            return micro_batch_tokens(self.cfg)
+        t, m = self.cfg.trainer, self.cfg.model
+        path = (t.critic_model_path or m.path) if self.role == "critic" else m.path
+        free_bytes, _ = torch.cuda.mem_get_info(self.device)
+        return gpu_micro_batch_tokens(self.cfg, text_config(path, m.trust_remote_code), free_bytes)
 
     def _build_engine(self, total_optimizer_steps: int):
         from skyrl.workers.deepspeed_setup import build_engine

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import skyrl
-from skyrl.batch.budget import DEFAULT_MICRO_BATCH_TOKENS, micro_batch_tokens
+from skyrl.batch.budget import (
+    DEFAULT_MICRO_BATCH_TOKENS,
+    GPU_MAX_DEFAULT_TOKENS,
+    gpu_micro_batch_tokens,
+    micro_batch_tokens,
+)
 from skyrl.config.validate import validate
 from skyrl.trainer.plan import format_plan, make_plan
 
@@ -23,3 +30,53 @@ def test_unset_budget_is_the_default_or_the_longest_sequence():
 def test_the_plan_shows_the_budget_in_use():
     plan = format_plan(make_plan(validate(skyrl.compose(["experiment=smoke"]))))
     assert "micro batch budget      2048 tokens (max sequence 152)" in plan
+
+
+SMOLLM2_SHAPE = SimpleNamespace(
+    hidden_size=576, num_hidden_layers=30, vocab_size=49152, max_position_embeddings=131072
+)
+# activation estimate per token in bf16: 34 x 576 x 2 B x 30 layers = 1,175,040
+# + logits 3 x 49152 x 4 B = 589,824 -> 1,764,864 B
+GIB = 2**30
+
+
+def gpu_budget(free_bytes: int, *overrides: str, model=SMOLLM2_SHAPE) -> int:
+    cfg = validate(skyrl.compose(["trainer.precision=bf16", *overrides]))
+    return gpu_micro_batch_tokens(cfg, model, free_bytes)
+
+
+def test_unset_budget_on_a_gpu_grows_to_the_ceiling_when_memory_allows():
+    assert GPU_MAX_DEFAULT_TOKENS == 32768
+    # half of 139 GiB = 74.6e9 B; 32768 x 1,764,864 = 57.8e9 fits
+    assert gpu_budget(139 * GIB) == 32768
+
+
+def test_unset_budget_on_a_gpu_is_the_largest_power_of_two_that_fits_half_the_free_memory():
+    # half of 16 GiB = 8.59e9 B: 4096 x 1,764,864 = 7.23e9 fits, 8192 -> 14.46e9 does not
+    assert gpu_budget(16 * GIB) == 4096
+    # fp32 doubles the layers' part: 34 x 576 x 4 x 30 + 589,824 = 2,939,904 B per token;
+    # 2048 -> 6.02e9 fits 8.59e9, 4096 -> 12.04e9 does not
+    assert gpu_budget(16 * GIB, "trainer.precision=fp32") == 2048
+
+
+def test_unset_budget_on_a_gpu_stays_within_the_models_context():
+    smollm2 = SimpleNamespace(**{**vars(SMOLLM2_SHAPE), "max_position_embeddings": 8192})
+    assert gpu_budget(139 * GIB, model=smollm2) == 8192
+
+
+def test_unset_budget_on_a_gpu_never_drops_below_the_cpu_default_or_the_longest_sequence():
+    assert gpu_budget(1 * GIB) == 2048  # 2048 x 1,764,864 = 3.6e9 > 0.54e9, kept anyway
+    long = ["generator.max_prompt_length=1024", "generator.max_generate_length=1536"]
+    assert gpu_budget(1 * GIB, *long) == 2560
+    # 2560-token sequences: 4096 x 1,764,864 = 7.23e9 fits 8.59e9, the next power of two up
+    assert gpu_budget(16 * GIB, *long) == 4096
+
+
+def test_a_set_budget_is_used_as_it_is_on_a_gpu_too():
+    assert gpu_budget(139 * GIB, "trainer.micro_batch_max_tokens=96") == 96
+
+
+def test_the_plan_says_gpu_ranks_choose_an_unset_budget():
+    cfg = validate(skyrl.compose(["experiment=smoke", "trainer.num_gpus_per_worker=1"]))
+    plan = format_plan(make_plan(cfg))
+    assert "micro batch budget      2048-32768 tokens, by each GPU rank's free memory" in plan

@@ -12,6 +12,9 @@ the weights. Rows:
   (DeepSpeed ZeRO-0 bf16, one rank over NCCL, packed micro batches of <= 16384 tokens) on
   256 fake rollouts (mean response 256 tokens, at most 1024 per sequence), one optimizer step.
 - ``weight sync``: ``state_dict_for_sync`` (gather to CPU) + ``HFEngine.update_weights``.
+- ``train at budget B``: the same optimizer step with packed micro batches of <= B tokens
+  (``TRAIN_BUDGETS``), and the peak GPU memory of that step: the curve the GPU default of
+  ``trainer.micro_batch_max_tokens`` is chosen from.
 Figures are the fastest of 3 runs after a warm-up.
 """
 
@@ -29,6 +32,7 @@ SMOLLM2 = dict(
     rope_theta=100000.0, max_position_embeddings=8192, rms_norm_eps=1e-5,
 )  # fmt: skip
 PROMPTS, SAMPLES, MAX_SEQ_LEN, BUDGET = 32, 8, 1024, 16384
+TRAIN_BUDGETS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 def timed(fn, steps: int = 3) -> float:
@@ -133,6 +137,15 @@ def main() -> None:
     sync = timed(lambda: engine.update_weights(worker.state_dict_for_sync()))
     print(f"{'weight sync to hf engine':<28} {sync:8.2f}")
     print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    print(f"{'row':<28} {'seconds':>8} {'tokens':>8} {'tokens/s':>10} {'peak GiB':>9}")
+    for budget in TRAIN_BUDGETS:
+        worker.max_tokens = budget
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        train = timed(lambda: worker.train_mini_batch(rollouts))
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        row = f"train at budget {budget}"
+        print(f"{row:<28} {train:8.2f} {tokens:8d} {tokens / train:10.0f} {peak:9.1f}")
 
 
 if __name__ == "__main__":

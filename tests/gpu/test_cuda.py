@@ -55,6 +55,7 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
         policy_mini_batch_size=2,
     )  # fmt: skip
     worker = TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
+    assert worker.max_tokens == 2048  # unset: the GPU default, held to the model's context
     batch = make_batch(tiny_model_path, ["a", "a", "b", "b"], [16, 9, 13, 6])
     got = worker.forward(batch)["logprobs"].cpu()  # at the loss tokens, 0 elsewhere
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
@@ -73,6 +74,32 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
     assert worker.global_steps() == 1
     after = worker.state_dict_for_sync()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_an_unset_budget_on_a_gpu_grows_to_the_ceiling_that_fits_its_free_memory(tmp_path):
+    """A tiny model with a 64k context: the activation estimate of 32768 tokens (~0.1 GB) fits
+    any GPU's free memory, so an unset budget is ``GPU_MAX_DEFAULT_TOKENS``, and the step's
+    packing stats report it; a set budget is used as it is."""
+    from worker_helpers import make_batch, make_config
+
+    from skyrl.algorithms.reductions import compute_loss_weights
+    from skyrl.batch.budget import GPU_MAX_DEFAULT_TOKENS
+    from skyrl.models.tiny import build_tiny_model
+    from skyrl.workers.worker import TrainingWorker
+
+    path = build_tiny_model(tmp_path / "long", max_position_embeddings=65536)
+    common = dict(dp_size=1, precision="bf16", num_gpus_per_worker=1, policy_mini_batch_size=2)
+    worker = TrainingWorker(
+        "policy", 0, 1, "127.0.0.1", find_free_port(), make_config(path, **common), 10
+    )
+    assert worker.max_tokens == GPU_MAX_DEFAULT_TOKENS == 32768
+    batch = make_batch(path, ["a", "a", "b", "b"], [16, 9, 13, 6])
+    weights = compute_loss_weights("token_mean", batch.loss_mask, batch.metadata["uids"], 16)
+    stats = worker.train_mini_batch(batch.replace(loss_weights=weights))
+    assert stats.packing.micro_batch_max_tokens == 32768
+    assert stats.packing.local_micro_batches == 1
+    cfg = make_config(path, micro_batch_max_tokens=96, **common)
+    assert TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10).max_tokens == 96
 
 
 def test_packed_attention_in_bf16_is_one_varlen_call_equal_to_sdpa_per_span(monkeypatch):
