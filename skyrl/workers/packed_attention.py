@@ -20,8 +20,10 @@ per block of consecutive short spans under a mask (``attention_blocks``). On a G
 fp16 it is one call of flash-attention's varlen kernel per row (torch's ``varlen_attn``): a
 continuation's keys are its prompt's, gathered, then its own, causal aligned at the bottom
 right (``_varlen_per_span``). Otherwise (fp32 on a GPU, a torch without ``varlen_attn``)
-SDPA per span under autograd. Neither GPU path has run on a GPU yet;
-``tests/bench/bench_gpu_attention.py`` times them against a masked and a flex call there.
+SDPA per span under autograd. ``tests/bench/bench_gpu_attention.py`` times them against a
+masked, a flex and a padded call; on an H200 (SmolLM2's attention layer, bf16, forward +
+backward of a 16k-token row) varlen took 1.26 ms, flex 1.96, masked 10.92, padded 12.12 and
+SDPA per span 28.82 (README, GPUs).
 ``masked`` keeps transformers' ``sdpa`` (no shared prompts: its block-diagonal mask cannot
 express them). ``trainer.packed_attention`` picks one.
 """
