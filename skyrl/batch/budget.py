@@ -1,25 +1,27 @@
-"""What bounds ``trainer.micro_batch_max_tokens``: the model's context and the memory one
-packed micro batch needs.
+"""What bounds ``trainer.micro_batch_max_tokens`` (the memory one packed micro batch needs)
+and the sequences in it (the model's context).
 
-A packed micro batch is one row of several sequences, each with its own position ids; each
-attends only to itself (``skyrl.workers.packed_attention``), so the budget may
-exceed one sample's length (bigger matmuls run closer to the machine's peak),
-bounded by:
+A packed micro batch is one row of several sequences, each with its own position ids
+restarting at 0; each attends only to itself (``skyrl.workers.packed_attention``), so the
+budget may exceed one sample's length (bigger matmuls run closer to the machine's peak) and
+the model's context too: what the model attends over is one sequence, never the row. So:
 
-- the model's context (``max_position_embeddings``): the packed row goes through the model
-  as one row of that many tokens;
-- memory: an estimate of the activations one micro batch keeps for the backward pass, on
-  every rank at once, must fit in half of this machine's memory (CPU ranks; on GPU the
-  device's own limit applies at run time).
+- the model's context (``max_position_embeddings``) bounds the longest sequence,
+  ``generator.max_prompt_length + generator.max_generate_length`` (a packed row longer than
+  the context computes exactly what its sequences compute alone:
+  ``tests/workers/test_packed_attention.py``);
+- memory bounds the budget: an estimate of the activations one micro batch keeps for the
+  backward pass, on every rank at once, must fit in half of this machine's memory (CPU
+  ranks; on GPU the device's own limit applies at run time).
 
 Unset, the budget is ``DEFAULT_MICRO_BATCH_TOKENS`` (or the longest sequence) on CPU ranks;
-a GPU rank grows it by powers of two up to ``GPU_MAX_DEFAULT_TOKENS`` while it fits the
-model's context and the estimate fits half of that GPU's free memory once the model and its
-optimizer state are on it (``gpu_micro_batch_tokens``). The estimate (fp32 or bf16 by
-  ``trainer.precision``): per token, per layer ``34 x hidden`` values (Korthikanti et al.
-  2022, memory-efficient attention: no ``T^2`` term), or ``2 x hidden`` with gradient
-  checkpointing plus one layer's full set; plus the logits, their log-softmax and its
-  gradient, ``3 x vocab`` fp32 values per token.
+a GPU rank grows it by powers of two up to ``GPU_MAX_DEFAULT_TOKENS`` while the estimate
+fits half of that GPU's free memory once the model and its optimizer state are on it
+(``gpu_micro_batch_tokens``). The estimate (fp32 or bf16 by ``trainer.precision``): per
+token, per layer ``34 x hidden`` values (Korthikanti et al. 2022, memory-efficient
+attention: no ``T^2`` term), or ``2 x hidden`` with gradient checkpointing plus one layer's
+full set; plus the logits, their log-softmax and its gradient, ``3 x vocab`` fp32 values per
+token.
 """
 
 from __future__ import annotations
@@ -56,18 +58,18 @@ def micro_batch_tokens(cfg: SkyRLConfig) -> int:
 
 def gpu_micro_batch_tokens(cfg: SkyRLConfig, model_config, free_bytes: int) -> int:
     """The budget of a GPU rank with ``free_bytes`` of its memory free: the set one, or the
-    largest power of two up to ``GPU_MAX_DEFAULT_TOKENS`` within the model's context whose
-    activation estimate fits ``MEMORY_SHARE`` of ``free_bytes``; never below the CPU
-    default (``micro_batch_tokens``), which holds the longest sequence."""
+    largest power of two up to ``GPU_MAX_DEFAULT_TOKENS`` whose activation estimate fits
+    ``MEMORY_SHARE`` of ``free_bytes``; never below the CPU default (``micro_batch_tokens``),
+    which holds the longest sequence. The model's context bounds each sequence, not the
+    budget (the pre-flight checks the sequences)."""
     floor = micro_batch_tokens(cfg)
     t = cfg.trainer
     if t.micro_batch_max_tokens:
         return floor
-    context = getattr(model_config, "max_position_embeddings", None) or GPU_MAX_DEFAULT_TOKENS
     budget = GPU_MAX_DEFAULT_TOKENS
-    while budget > floor and (
-        budget > context
-        or activation_bytes(model_config, budget, t.precision, t.gradient_checkpointing)
+    while (
+        budget > floor
+        and activation_bytes(model_config, budget, t.precision, t.gradient_checkpointing)
         > MEMORY_SHARE * free_bytes
     ):
         budget //= 2
@@ -102,17 +104,19 @@ def machine_memory_bytes() -> int:
 
 
 def check_micro_batch_budget(cfg: SkyRLConfig, model_dir: str) -> None:
-    """``trainer.micro_batch_max_tokens`` within the model's context (when set: the default
-    only packs sequences that fit the model anyway) and, on CPU ranks, the memory estimate;
-    a ``ConfigError`` naming the key otherwise."""
-    t = cfg.trainer
+    """The longest sequence within the model's context and, on CPU ranks,
+    ``trainer.micro_batch_max_tokens`` within the memory estimate; a ``ConfigError`` naming
+    the key otherwise."""
+    t, g = cfg.trainer, cfg.generator
     budget = micro_batch_tokens(cfg)
     model_config = text_config(model_dir, cfg.model.trust_remote_code)
     context = getattr(model_config, "max_position_embeddings", None)
     require(
-        context is None or budget <= context or t.micro_batch_max_tokens is None,
-        "trainer.micro_batch_max_tokens",
-        f"{budget} exceeds the model's context, max_position_embeddings = {context}",
+        context is None or g.max_seq_len <= context,
+        "generator.max_generate_length",
+        f"a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+        f"{g.max_prompt_length} + {g.max_generate_length} = {g.max_seq_len} tokens exceeds the "
+        f"model's context, max_position_embeddings = {context}",
     )
     if t.num_gpus_per_worker > 0:
         return

@@ -16,7 +16,8 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
   the meta device);
-- ``trainer.micro_batch_max_tokens`` fits the model's context and the memory estimate of
+- the longest sequence (``generator.max_prompt_length + generator.max_generate_length``)
+  fits the model's context, and ``trainer.micro_batch_max_tokens`` the memory estimate of
   ``skyrl.batch.budget`` (the model's config only).
 
 Only the tokenizer (and, for LoRA or a micro-batch budget, the model's config) is loaded, never the weights. ``data.source=fake`` has no prompts, env or
@@ -114,8 +115,8 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
 
 
 def _check_micro_batch_budget(cfg: SkyRLConfig, for_run: bool) -> None:
-    """``trainer.micro_batch_max_tokens`` within the model's context and the memory estimate
-    (``skyrl.batch.budget``; the model's config only; a dry run of a model not on disk yet
+    """The longest sequence within the model's context, ``trainer.micro_batch_max_tokens``
+    within the memory estimate (``skyrl.batch.budget``; the model's config only; a dry run of a model not on disk yet
     skips this, the run checks it)."""
     from skyrl.batch.budget import check_micro_batch_budget
     from skyrl.models.resolve import locate_model_path

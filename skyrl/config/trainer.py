@@ -91,10 +91,10 @@ class TrainerConfig:
     micro_batch_max_tokens: int | None = None
     """Token budget of one packed micro batch; None = 2048 or the maximum sequence length
     (generator.max_prompt_length + generator.max_generate_length), whichever is longer, on
-    CPU ranks; on a GPU rank, grown from that by powers of two up to 32768 while the model's
-    context and half of the GPU's free memory allow. It packs several sequences, each
-    attending only to itself, up to the model's context and a memory estimate checked before
-    the run (``skyrl.batch.budget``)."""
+    CPU ranks; on a GPU rank, grown from that by powers of two up to 32768 while half of the
+    GPU's free memory allows. It packs several sequences, each attending only to itself, so
+    it may exceed the model's context (which bounds each sequence); a memory estimate is
+    checked before the run (``skyrl.batch.budget``)."""
     packed_attention: str = "per_sequence"
     """Attention over a packed micro batch in the workers: ``per_sequence`` attends each
     sequence to itself only (SDPA per sequence; on CPU short consecutive sequences share one

@@ -204,13 +204,18 @@ def test_lora_target_modules_that_exist_pass():
         preflight(cfg_for("model.lora.rank=8", f"model.lora.target_modules={targets}"), False)
 
 
-def test_micro_batch_budget_beyond_the_models_context_is_refused():
-    # the tiny model: max_position_embeddings 2048; smoke's longest sequence 128 + 24 = 152
-    preflight(cfg_for("trainer.micro_batch_max_tokens=2048"), for_run=False)  # 13 sequences
+def test_a_budget_beyond_the_models_context_passes_but_a_sequence_beyond_it_is_refused():
+    # the tiny model: max_position_embeddings 2048; smoke's longest sequence 128 + 24 = 152.
+    # A packed row's sequences attend only to themselves: the context bounds a sequence.
+    preflight(cfg_for("trainer.micro_batch_max_tokens=4096"), for_run=False)  # 26 sequences
+    preflight(cfg_for("generator.max_prompt_length=2024"), for_run=False)  # 2024 + 24 = 2048
     for for_run in (False, True):
-        error = refused(cfg_for("trainer.micro_batch_max_tokens=2049"), for_run=for_run)
-        assert error.key == "trainer.micro_batch_max_tokens"
-        assert "exceeds the model's context, max_position_embeddings = 2048" in error.message
+        error = refused(cfg_for("generator.max_prompt_length=2025"), for_run=for_run)
+        assert error.key == "generator.max_generate_length"
+        assert error.message.endswith(
+            "a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+            "2025 + 24 = 2049 tokens exceeds the model's context, max_position_embeddings = 2048"
+        )
 
 
 def test_micro_batch_budget_over_the_memory_estimate_is_refused(monkeypatch):

@@ -55,7 +55,7 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
         policy_mini_batch_size=2,
     )  # fmt: skip
     worker = TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
-    assert worker.max_tokens == 2048  # unset: the GPU default, held to the model's context
+    assert worker.max_tokens == 32768  # unset: grown to the GPU ceiling past the 2048 context
     batch = make_batch(tiny_model_path, ["a", "a", "b", "b"], [16, 9, 13, 6])
     got = worker.forward(batch)["logprobs"].cpu()  # at the loss tokens, 0 elsewhere
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
@@ -77,9 +77,11 @@ def test_deepspeed_worker_on_cuda_trains_and_matches_forward(tiny_model_path, pr
 
 
 def test_an_unset_budget_on_a_gpu_grows_to_the_ceiling_that_fits_its_free_memory(tmp_path):
-    """A tiny model with a 64k context: the activation estimate of 32768 tokens (~0.1 GB) fits
-    any GPU's free memory, so an unset budget is ``GPU_MAX_DEFAULT_TOKENS``, and the step's
-    packing stats report it; a set budget is used as it is."""
+    """A tiny model whose context (16) is its longest sequence: the activation estimate of
+    32768 tokens (~0.1 GB) fits any GPU's free memory, so an unset budget is
+    ``GPU_MAX_DEFAULT_TOKENS``, past the context (it bounds each sequence, not the row), and
+    the step packs all four sequences (36 tokens with shared prompts) into one micro batch;
+    a set budget is used as it is."""
     from worker_helpers import make_batch, make_config
 
     from skyrl.algorithms.reductions import compute_loss_weights
@@ -87,7 +89,7 @@ def test_an_unset_budget_on_a_gpu_grows_to_the_ceiling_that_fits_its_free_memory
     from skyrl.models.tiny import build_tiny_model
     from skyrl.workers.worker import TrainingWorker
 
-    path = build_tiny_model(tmp_path / "long", max_position_embeddings=65536)
+    path = build_tiny_model(tmp_path / "short", max_position_embeddings=16)
     common = dict(dp_size=1, precision="bf16", num_gpus_per_worker=1, policy_mini_batch_size=2)
     worker = TrainingWorker(
         "policy", 0, 1, "127.0.0.1", find_free_port(), make_config(path, **common), 10
