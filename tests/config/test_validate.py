@@ -110,7 +110,7 @@ def test_step_wise_relaxes_dp_divisibility():
 
 def test_micro_batch_budget_may_exceed_one_sequence():
     # the default job's longest sequence: max_prompt_length 128 + max_generate_length 64 = 192
-    # tokens; a budget packs several (the model's context and memory bound it: preflight)
+    # tokens; a budget packs several (memory bounds it, the context each sequence: preflight)
     assert _validate("trainer.micro_batch_max_tokens=1024").trainer.micro_batch_max_tokens == 1024
 
 
