@@ -116,8 +116,8 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
 
 def _check_micro_batch_budget(cfg: SkyRLConfig, for_run: bool) -> None:
     """The longest sequence within the model's context, ``trainer.micro_batch_max_tokens``
-    within the memory estimate (``skyrl.batch.budget``; the model's config only; a dry run of a model not on disk yet
-    skips this, the run checks it)."""
+    within the memory estimate (``skyrl.batch.budget``; the model's config only; a dry run
+    of a model not on disk yet skips this, the run checks it)."""
     from skyrl.batch.budget import check_micro_batch_budget
     from skyrl.models.resolve import locate_model_path
 
