@@ -32,7 +32,9 @@ the start and after each skyrl run; the share uses the best of them (these hosts
 drifts within a run: one run's first reading was 319 GFLOP/s where others gave 367).
 Peak memory: the largest sum of the proportional set sizes (PSS) of a run's process and all
 it starts (skyrl: the driver, Ray, the training ranks, the engine), sampled each second
-(``process_memory.py``); the table gives the largest over rounds.
+(``process_memory.py``, which reads the PSS in full only when a resident size moved: read in
+full every second it slowed skyrl's train phase by about 12%); the table gives the largest over
+rounds.
 The last line is ``speedup: <TRL s/step without gradient checkpointing / skyrl s/step>``.
 """
 

@@ -7,6 +7,19 @@ store) once per process. So each sample sums the proportional set size (PSS: a s
 counts 1/n in each of its n processes) from ``/proc/<pid>/smaps_rollup``, and the peak is the
 largest such sum over the samples. Memory held for less than ``interval`` seconds can fall
 between two samples.
+
+Reading ``smaps_rollup`` walks the process's page tables: ~100 ms for a 2.5 GB process, ~80 ms
+a tick over a skyrl run's 12 processes. Read every second, that slowed the train phase it was
+measuring by about 12% on 2 cores (bench-trl's skyrl run, train phase of steps 3-5: 3.23, 3.32,
+3.59 s with it, 2.90, 3.13 s without; with this sampler 3.01, 3.04 s against 2.96, 2.97). A
+tick reads each process's resident size (``statm``, a kernel counter, <1 ms for the tree), and
+reads every process's PSS again only when a process came or went or some resident size moved
+by more than its slack (``resident_slack``) since the last full read. Between full reads a
+process counts its last PSS plus its resident growth since. The estimate is off by at most a
+slack per process: a change within the slack is a private page (counted whole, as PSS counts
+it) or a page shared with another process (counted whole where PSS counts a share). The whole
+tree is read again, not just the process that moved, because a process that maps another's
+pages moves that one's PSS without moving its resident size.
 """
 
 from __future__ import annotations
@@ -16,6 +29,8 @@ import threading
 from pathlib import Path
 
 PROC = Path("/proc")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+SLACK_FLOOR = 4 << 20
 
 
 def children_of(root: int) -> list[int]:
@@ -49,13 +64,50 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
-def tree_pss_bytes(root: int) -> int:
-    return sum(pss_bytes(pid) for pid in children_of(root))
+def resident_bytes(pid: int) -> int | None:
+    """Resident set size of ``pid`` (``/proc/<pid>/statm``: counters, no page-table walk);
+    None once it is gone."""
+    try:
+        return int(Path(PROC, str(pid), "statm").read_text().split()[1]) * PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def resident_slack(resident: int) -> int:
+    """How far a process's resident size may move before the tree is read in full again:
+    1% of it, at least ``SLACK_FLOOR``."""
+    return max(SLACK_FLOOR, resident // 100)
+
+
+class TreePss:
+    """The PSS of a process tree, read in full only when some resident size moved (module
+    docstring). ``total_bytes()`` per tick; ``full_reads`` counts the full reads."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.full_reads = 0
+        self._read: dict[int, tuple[int, int]] = {}
+        """pid -> (PSS, resident size) at the last full read."""
+
+    def total_bytes(self) -> int:
+        resident = {}
+        for pid in children_of(self.root):
+            size = resident_bytes(pid)
+            if size is not None:
+                resident[pid] = size
+        # a process that came or went moves the PSS of those it shared pages with
+        if resident.keys() != self._read.keys() or any(
+            abs(size - self._read[pid][1]) > resident_slack(self._read[pid][1])
+            for pid, size in resident.items()
+        ):
+            self.full_reads += 1
+            self._read = {pid: (pss_bytes(pid), size) for pid, size in resident.items()}
+        return sum(self._read[pid][0] + size - self._read[pid][1] for pid, size in resident.items())
 
 
 class PeakTreeMemory:
-    """Samples ``tree_pss_bytes(pid)`` every ``interval`` seconds in a thread until the
-    ``with`` block ends.
+    """Samples ``TreePss(pid).total_bytes()`` every ``interval`` seconds in a thread until the
+    ``with`` block ends; ``ticks`` and ``full_reads`` say how often it sampled and read in full.
 
     ``with PeakTreeMemory(proc.pid) as mem: proc.wait()`` then ``mem.peak_bytes``.
     """
@@ -64,14 +116,21 @@ class PeakTreeMemory:
         self.pid = pid
         self.interval = interval
         self.peak_bytes = 0
+        self.ticks = 0
+        self._tree = TreePss(pid)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="peak-tree-memory", daemon=True)
 
     def _sample(self) -> None:
         while True:
-            self.peak_bytes = max(self.peak_bytes, tree_pss_bytes(self.pid))
+            self.peak_bytes = max(self.peak_bytes, self._tree.total_bytes())
+            self.ticks += 1
             if self._done.wait(self.interval):
                 return
+
+    @property
+    def full_reads(self) -> int:
+        return self._tree.full_reads
 
     def __enter__(self) -> PeakTreeMemory:
         self._thread.start()

@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from process_memory import PeakTreeMemory, available, children_of
+from process_memory import PeakTreeMemory, TreePss, available, children_of, resident_slack
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs Linux /proc/<pid>/smaps_rollup")
 
@@ -51,3 +51,54 @@ def test_children_of_walks_the_whole_tree():
         for pid in children_of(proc.pid)[::-1]:
             os.kill(pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def _holder(stages: list[tuple[int, float]]) -> str:
+    """A child that holds ``MiB`` of written (resident) bytes for ``seconds``, stage by stage."""
+    return textwrap.dedent(f"""
+        import time
+        held = []
+        for mib, seconds in {stages!r}:
+            held.append(b"x" * (mib << 20))
+            time.sleep(seconds)
+    """)
+
+
+def test_a_steady_tree_is_read_in_full_once_and_growth_is_read_again():
+    # one child holding 50 MiB for 1.5 s, then 250 MiB more for 1.5 s; ticks every 0.1 s, so
+    # ~30 ticks. Reading smaps_rollup walks a process's page tables (~100 ms a tick for a
+    # skyrl run's 12 processes); reading its resident size is a counter (<1 ms). A steady
+    # process is read in full once; each stage's growth (50 and 250 MiB, far above the
+    # 4 MiB slack) makes one more full read. The first read, the two stages, and a tick that
+    # lands in the interpreter's start-up or in the middle of filling a buffer (each read
+    # again once it has grown by the slack): 2-8 full reads, where a read a tick makes ~30.
+    proc = subprocess.Popen([sys.executable, "-c", _holder([(50, 1.5), (250, 1.5)])])
+    with PeakTreeMemory(proc.pid, interval=0.1) as mem:
+        assert proc.wait(timeout=60) == 0
+    assert mem.ticks >= 20
+    assert 2 <= mem.full_reads <= 8
+    # 300 MiB held at the end plus a bare interpreter (~10 MiB)
+    assert 300 * MIB <= mem.peak_bytes < 330 * MIB
+
+
+def test_growth_below_the_slack_counts_without_a_full_read():
+    # after its first full read, a process grows by 2 MiB (under the 4 MiB slack): the
+    # estimate is the first PSS plus the 2 MiB of resident growth, with no second read
+    proc = subprocess.Popen([sys.executable, "-c", _holder([(40, 1.0), (2, 1.5)])])
+    try:
+        tree = TreePss(proc.pid)
+        time.sleep(0.6)  # the 40 MiB stage is up
+        first = tree.total_bytes()
+        reads = tree.full_reads
+        time.sleep(1.0)  # the 2 MiB stage is up
+        second = tree.total_bytes()
+        assert tree.full_reads == reads
+        # 2 MiB of bytes plus at most a few pages of the interpreter's own
+        assert 2 * MIB <= second - first < 3 * MIB
+    finally:
+        proc.wait(timeout=60)
+
+
+def test_slack_is_4_mib_or_1_percent():
+    assert resident_slack(100 * MIB) == 4 * MIB  # 1% is 1 MiB: the floor
+    assert resident_slack(1000 * MIB) == 10 * MIB  # 1% of 1000 MiB
