@@ -17,6 +17,15 @@ pytestmark = pytest.mark.skipif(not available(), reason="needs Linux /proc/<pid>
 MIB = 1 << 20
 
 
+def _wait_for(read, done, timeout: float = 20.0):
+    """``read()`` every 50 ms until ``done`` holds for it; that value."""
+    deadline = time.monotonic() + timeout
+    while not done(value := read()):
+        assert time.monotonic() < deadline, f"still {value} after {timeout} s"
+        time.sleep(0.05)
+    return value
+
+
 def test_peak_counts_a_grandchild_that_holds_memory():
     # the child starts a grandchild that fills 300 MiB (every page written, so resident) and
     # holds it for 1.5 s; the child itself allocates nothing
@@ -39,12 +48,9 @@ def test_children_of_walks_the_whole_tree():
     child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"
     proc = subprocess.Popen([sys.executable, "-c", child])
     try:
-        for _ in range(200):  # until the grandchild is up (at most 10 s)
-            tree = children_of(proc.pid)
-            if len(tree) == 2:
-                break
-            time.sleep(0.05)
-        assert len(tree) == 2 and tree[0] == proc.pid
+        # until the grandchild is up (at most 10 s)
+        tree = _wait_for(lambda: children_of(proc.pid), lambda tree: len(tree) == 2, timeout=10.0)
+        assert tree[0] == proc.pid
         grandchild_pid = tree[1]
         assert children_of(grandchild_pid) == [grandchild_pid]
     finally:
@@ -66,7 +72,7 @@ def _holder(stages: list[tuple[int, float]]) -> str:
     """)
 
 
-def test_a_steady_tree_is_read_in_full_once_and_growth_is_read_again():
+def test_a_tree_is_read_in_full_as_it_grows_not_every_tick():
     # one child holding 50 MiB for 1.5 s, then 250 MiB more for 1.5 s; ticks every 0.1 s, so
     # ~30 ticks. Reading smaps_rollup walks a process's page tables (~100 ms a tick for a
     # skyrl run's 12 processes); reading its resident size is a counter (<1 ms). A steady
@@ -138,12 +144,3 @@ def test_a_process_that_goes_makes_a_full_read_and_leaves_the_total():
         assert 100 * MIB <= both - after < 125 * MIB
     finally:
         proc.wait(timeout=60)
-
-
-def _wait_for(read, done, timeout: float = 20.0):
-    """``read()`` every 50 ms until ``done`` holds for it; that value."""
-    deadline = time.monotonic() + timeout
-    while not done(value := read()):
-        assert time.monotonic() < deadline, f"still {value} after {timeout} s"
-        time.sleep(0.05)
-    return value
