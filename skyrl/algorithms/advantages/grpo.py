@@ -31,8 +31,8 @@ GRPO_STD_EPS = 1e-6
 def group_relative(scores: torch.Tensor, uids: list[str], norm_by_std: bool) -> torch.Tensor:
     """``[B]``: ``score - group mean``, divided by ``group std + 1e-6`` when ``norm_by_std``."""
     mean, std, _ = group_mean_std(scores, group_index(uids, device=scores.device))
-    centered = scores - mean
-    return centered / (std + GRPO_STD_EPS) if norm_by_std else centered
+    centered = scores - mean  # float64 (group_mean_std): equal scores centre to exactly 0
+    return (centered / (std + GRPO_STD_EPS) if norm_by_std else centered).to(scores.dtype)
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")

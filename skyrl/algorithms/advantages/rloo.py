@@ -26,6 +26,6 @@ def rloo(inputs: AdvantageInputs, cfg: AlgorithmConfig) -> tuple[torch.Tensor, t
     scores = inputs.sequence_rewards()
     sums, counts = group_sum_count(scores, group_index(inputs.uids, device=scores.device))
     baseline = (sums - scores) / (counts - 1).clamp(min=1)
-    per_seq = torch.where(counts > 1, scores - baseline, 0.0)
+    per_seq = torch.where(counts > 1, scores - baseline, 0.0).to(scores.dtype)  # float64 above
     adv = broadcast_to_tokens(per_seq, inputs.loss_mask)
     return adv, adv
