@@ -1,5 +1,7 @@
 """Step-wise advantages: last step's scalar broadcast to every turn (skyrl/algorithms/advantages/step_wise.py)."""
 
+import math
+
 import pytest
 import torch
 
@@ -58,3 +60,41 @@ def test_bad_trajectories_raise():
         broadcast_last_step_advantages(inputs, CFG, IS_LAST, trajectory_ids=[0, 0, 0, 1, 1, 1, 2])
     with pytest.raises(ValueError, match="without a last step"):
         broadcast_last_step_advantages(inputs, CFG, IS_LAST, trajectory_ids=[0, 0, 1, 2, 9, 2, 3])
+
+
+def test_kl_in_reward_of_every_turn_counts():
+    # Two 2-turn trajectories of prompt p, outcome 1 each. A's first turn carries a KL penalty
+    # of -0.25 on each of its 2 tokens (-0.5 in all), B none: scores A 0.5, B 1.0, mean 0.75,
+    # so dr_grpo gives A -0.25 and B +0.25 on every turn (only the last turn's penalty counted
+    # before: both 1.0, both 0).
+    token_rewards = torch.zeros(4, 2)
+    token_rewards[0] = -0.25
+    inputs = AdvantageInputs(
+        torch.tensor([NAN, 1.0, NAN, 1.0]), torch.ones(4, 2), ["p"] * 4, token_rewards=token_rewards
+    )
+    adv, _ = broadcast_last_step_advantages(inputs, CFG, [False, True, False, True])
+    expected = torch.tensor([-0.25, -0.25, 0.25, 0.25]).unsqueeze(1).expand(4, 2)
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AlgorithmConfig(advantage_estimator="dr_grpo", advantage_whitening=True),
+        AlgorithmConfig(advantage_estimator="reinforce_pp_baseline"),
+    ],
+    ids=["dr_grpo+whitening", "reinforce_pp_baseline"],
+)
+def test_whitening_covers_every_turns_tokens(cfg):
+    # T0 = rows 0,1 (p, reward 1), T1 = row 2 (p, reward 0): centred scalars 0.5, 0.5, -0.5.
+    # Trained tokens: row 0 has 3, row 1 has 1, row 2 has 2 -> values 0.5 x4, -0.5 x2,
+    # mean 1/6, unbiased var (4 (1/3)^2 + 2 (2/3)^2) / 5 = (4/9 + 8/9) / 5 = 4/15.
+    # Whitened over the last steps' tokens only (before), the trained tokens were not mean 0.
+    mask = torch.tensor([[1.0, 1, 1], [1, 0, 0], [1, 1, 0]])
+    inputs = AdvantageInputs(torch.tensor([NAN, 1.0, 0.0]), mask, ["p"] * 3)
+    adv, _ = broadcast_last_step_advantages(inputs, cfg, [False, True, True])
+    std = math.sqrt(4 / 15) + 1e-8
+    expected = mask * ((torch.tensor([0.5, 0.5, -0.5]) - 1 / 6) / std).unsqueeze(1)
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+    trained = adv[mask > 0]
+    assert abs(trained.mean().item()) < 1e-6 and abs(trained.std().item() - 1) < 1e-6

@@ -6,16 +6,28 @@ estimators (grpo, rloo, ...) are run on the last step of each trajectory only
 that step's scalar advantage is copied to the loss tokens of every turn of the
 same trajectory. Per-token estimators (gae, reinforce_pp) are refused for
 step-wise by ``skyrl/config/validate.py``.
+
+Two things span every turn, not only the last: the ``token_rewards`` (KL in reward) of all
+of a trajectory's turns add to its score, and batch whitening (``advantage_whitening``, and
+the one ``reinforce_pp_baseline`` does) runs over every trained token of the batch, as it
+does when a whole trajectory is one row.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from skyrl.algorithms.advantages.compute import compute_advantages
-from skyrl.algorithms.advantages.groups import broadcast_to_tokens
+from skyrl.algorithms.advantages.groups import broadcast_to_tokens, masked_whiten
 from skyrl.algorithms.advantages.inputs import AdvantageInputs
 from skyrl.config.algorithm import AlgorithmConfig
+
+WHITENED_ESTIMATORS = {"reinforce_pp_baseline": "dr_grpo"}
+"""Outcome estimators that are another one followed by batch whitening (REINFORCE++-baseline
+is the group-mean baseline, whitened): step-wise runs the other one on the last steps and
+whitens after broadcasting, over every turn's tokens."""
 
 
 def trajectory_ids_from_last_steps(is_last_step: list[bool]) -> list[int]:
@@ -65,15 +77,41 @@ def broadcast_last_step_advantages(
 
     device = inputs.loss_mask.device
     last_rows = torch.tensor(sorted(last_row.values()), dtype=torch.long, device=device)
-    adv_last, ret_last = compute_advantages(inputs.select(last_rows), cfg)
+    # each row's trajectory's last row
+    source = torch.tensor([last_row[t] for t in trajectory_ids], dtype=torch.long, device=device)
+    whitened = cfg.advantage_estimator in WHITENED_ESTIMATORS
+    whiten = cfg.advantage_whitening or whitened
+    last_cfg = dataclasses.replace(
+        cfg,
+        advantage_estimator=WHITENED_ESTIMATORS.get(
+            cfg.advantage_estimator, cfg.advantage_estimator
+        ),
+        advantage_whitening=False,
+    )
+    adv_last, ret_last = compute_advantages(_last_steps(inputs, last_rows, source), last_cfg)
     mask_last = inputs.loss_mask[last_rows] > 0
     n_tokens = mask_last.sum(dim=1).clamp(min=1)
     scalar_adv = torch.zeros(batch, device=device)
     scalar_ret = torch.zeros(batch, device=device)
     scalar_adv[last_rows] = adv_last.sum(dim=1) / n_tokens
     scalar_ret[last_rows] = ret_last.sum(dim=1) / n_tokens
-    source = torch.tensor([last_row[t] for t in trajectory_ids], dtype=torch.long, device=device)
     mask = inputs.loss_mask
-    return broadcast_to_tokens(scalar_adv[source], mask), broadcast_to_tokens(
-        scalar_ret[source], mask
-    )
+    adv = broadcast_to_tokens(scalar_adv[source], mask)
+    ret = broadcast_to_tokens(scalar_ret[source], mask)
+    if whiten:
+        adv = masked_whiten(adv, mask)
+    return adv, adv if whitened else ret
+
+
+def _last_steps(
+    inputs: AdvantageInputs, last_rows: torch.Tensor, source: torch.Tensor
+) -> AdvantageInputs:
+    """The last-step rows, each carrying its whole trajectory's ``token_rewards``: their masked
+    sum over every turn is added to the outcome reward (all an outcome estimator reads)."""
+    last = inputs.select(last_rows)
+    if inputs.token_rewards is None:
+        return last
+    per_row = torch.where(inputs.mask, inputs.token_rewards, 0.0).sum(dim=1).to(torch.float64)
+    per_trajectory = torch.zeros_like(per_row).index_add_(0, source, per_row)
+    rewards = last.rewards.to(torch.float64) + per_trajectory[last_rows]
+    return dataclasses.replace(last, rewards=rewards.to(torch.float32), token_rewards=None)
