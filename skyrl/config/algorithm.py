@@ -107,6 +107,7 @@ class AlgorithmConfig:
         require(self.kl_loss_coef >= 0, "kl_loss_coef", f"must be >= 0, got {self.kl_loss_coef}")
         require(self.init_kl_coef >= 0, "init_kl_coef", f"must be >= 0, got {self.init_kl_coef}")
         require_choice(self.kl_ctrl, ("fixed", "adaptive"), "kl_ctrl")
+        require(self.kl_target > 0, "kl_target", f"must be > 0, got {self.kl_target}")
         require(self.kl_horizon >= 1, "kl_horizon", f"must be >= 1, got {self.kl_horizon}")
         require(self.entropy_coef >= 0, "entropy_coef", f"must be >= 0, got {self.entropy_coef}")
         require(self.value_clip >= 0, "value_clip", f"must be >= 0, got {self.value_clip}")

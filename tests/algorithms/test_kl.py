@@ -14,6 +14,7 @@ from skyrl.algorithms import (
     kl_loss,
     masked_kl,
 )
+from skyrl.config import ConfigError
 from skyrl.config.algorithm import AlgorithmConfig
 
 NAN = float("nan")
@@ -80,3 +81,10 @@ def test_fixed_controller_and_builder():
         AlgorithmConfig(kl_ctrl="adaptive", init_kl_coef=0.2, kl_target=0.05, kl_horizon=7)
     )
     assert (adaptive.value, adaptive.target, adaptive.horizon) == (0.2, 0.05, 7)
+
+
+@pytest.mark.parametrize("target", [0.0, -0.1])
+def test_kl_target_must_be_positive(target):
+    # 0 divided by zero at the first adaptive update; a negative target moved beta the wrong way
+    with pytest.raises(ConfigError, match="kl_target"):
+        AlgorithmConfig(kl_ctrl="adaptive", kl_target=target)
