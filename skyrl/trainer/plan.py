@@ -24,6 +24,9 @@ class RunPlan:
     max_turns: int
     mini_batches_per_step: int
     optimizer_steps_per_step: int
+    """The policy's, on a step it trains."""
+    critic_optimizer_steps_per_step: int
+    """The critic's (its own mini-batch size), every step; 0 without a critic."""
     micro_batch_max_tokens: int
     gpu_grows_budget: bool
     """Unset on GPU ranks: each grows it from ``micro_batch_max_tokens`` by its free memory."""
@@ -55,6 +58,11 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         max_turns=g.max_turns,
         mini_batches_per_step=mini_batches,
         optimizer_steps_per_step=mini_batches * t.update_epochs_per_batch,
+        critic_optimizer_steps_per_step=(
+            t.train_batch_size // t.critic_mini_batch_size * t.update_epochs_per_batch
+            if a.uses_critic
+            else 0
+        ),
         micro_batch_max_tokens=micro_batch_tokens(cfg),
         gpu_grows_budget=t.num_gpus_per_worker > 0 and t.micro_batch_max_tokens is None,
         max_seq_len=g.max_seq_len,
@@ -67,6 +75,17 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
     )
 
 
+def optimizer_steps(cfg: SkyRLConfig, plan: RunPlan, total_steps: int) -> dict[str, int]:
+    """Optimizer steps each trained role takes over ``total_steps`` steps: the length of its LR
+    schedule. The policy waits the first ``critic_only_steps``; the critic steps every step,
+    by its own mini-batch size."""
+    policy_steps = max(0, total_steps - cfg.trainer.critic_only_steps)
+    steps = {"policy": policy_steps * plan.optimizer_steps_per_step}
+    if plan.critic_optimizer_steps_per_step:
+        steps["critic"] = total_steps * plan.critic_optimizer_steps_per_step
+    return steps
+
+
 def _budget(plan: RunPlan) -> str:
     """The micro batch budget row: fixed, or grown by each GPU rank."""
     if plan.gpu_grows_budget and plan.micro_batch_max_tokens < GPU_MAX_DEFAULT_TOKENS:
@@ -75,6 +94,11 @@ def _budget(plan: RunPlan) -> str:
             f"rank's free memory (max sequence {plan.max_seq_len})"
         )
     return f"{plan.micro_batch_max_tokens} tokens (max sequence {plan.max_seq_len})"
+
+
+def _optimizer_steps(plan: RunPlan) -> str:
+    critic = plan.critic_optimizer_steps_per_step
+    return f"{plan.optimizer_steps_per_step}" + (f" (critic {critic})" if critic else "")
 
 
 def _cores() -> int:
@@ -124,7 +148,7 @@ def format_plan(plan: RunPlan) -> str:
         ("prompts / step", f"{plan.prompts_per_step} ({plan.trajectories_per_step} trajectories)"),
         ("training sequences", sequences),
         ("mini-batches / step", f"{plan.mini_batches_per_step} (in prompt units)"),
-        ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
+        ("optimizer steps / step", _optimizer_steps(plan)),
         ("micro batch budget", _budget(plan)),
         ("old logprobs", plan.old_logprobs),
         (

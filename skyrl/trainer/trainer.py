@@ -36,7 +36,7 @@ from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
 from skyrl.trainer.on_policy import describe, separate_forward_reason
-from skyrl.trainer.plan import make_plan
+from skyrl.trainer.plan import make_plan, optimizer_steps
 from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
@@ -79,17 +79,17 @@ class RLTrainer:
         )
         self.engine: EngineClient | None = self.rollouts.engine
         self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
-        optimizer_steps = self.total_steps * self.plan.optimizer_steps_per_step
-        self.policy = WorkerGroup("policy", cfg, optimizer_steps)
+        schedule = optimizer_steps(cfg, self.plan, self.total_steps)  # each LR schedule's length
+        self.policy = WorkerGroup("policy", cfg, schedule["policy"])
         colocate = self.policy if t.colocate_policy_ref else None
         # with LoRA the reference is the policy with its adapters off (``reference_forward``)
         self.reference = (
-            WorkerGroup("reference", cfg, optimizer_steps, colocate)
+            WorkerGroup("reference", cfg, 0, colocate)  # it takes no optimizer step
             if cfg.algorithm.uses_reference and not cfg.model.lora.enabled
             else None
         )
         self.critic = (
-            WorkerGroup("critic", cfg, optimizer_steps) if cfg.algorithm.uses_critic else None
+            WorkerGroup("critic", cfg, schedule["critic"]) if cfg.algorithm.uses_critic else None
         )
         sync_path = weight_sync_path(cfg) if self.engine is not None else None
         self.weight_sync = (
