@@ -12,7 +12,9 @@ the model's context too: what the model attends over is one sequence, never the 
   ``tests/workers/test_packed_attention.py``);
 - memory bounds the budget: an estimate of the activations one micro batch keeps for the
   backward pass, on every rank at once, must fit in half of this machine's memory (CPU
-  ranks; on GPU the device's own limit applies at run time).
+  ranks; on GPU the device's own limit applies at run time). A sequence longer than the
+  budget is packed alone, so the estimate is of the budget or the longest sequence,
+  whichever is longer.
 
 Unset, the budget is ``DEFAULT_MICRO_BATCH_TOKENS`` (or the longest sequence) on CPU ranks;
 a GPU rank grows it by powers of two up to ``GPU_MAX_DEFAULT_TOKENS`` while the estimate
@@ -120,13 +122,29 @@ def check_micro_batch_budget(cfg: SkyRLConfig, model_dir: str) -> None:
     )
     if t.num_gpus_per_worker > 0:
         return
-    need = t.dp_size * activation_bytes(model_config, budget, t.precision, t.gradient_checkpointing)
+    # a sequence longer than the budget is packed alone: the largest micro batch holds it
+    largest = max(budget, g.max_seq_len)
+    need = t.dp_size * activation_bytes(
+        model_config, largest, t.precision, t.gradient_checkpointing
+    )
     total = machine_memory_bytes()
+    over = (
+        f"need about {need / 2**30:.1f} GiB of activations on {t.dp_size} rank(s), over "
+        f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB"
+    )
+    if largest > budget:
+        require(
+            need <= MEMORY_SHARE * total,
+            "generator.max_generate_length",
+            f"a sequence of up to {largest} tokens (longer than trainer.micro_batch_max_tokens = "
+            f"{budget}) is a micro batch of its own, and such micro batches {over}; shorten "
+            "generator.max_prompt_length + generator.max_generate_length or set "
+            "trainer.gradient_checkpointing=true",
+        )
     require(
         need <= MEMORY_SHARE * total,
         "trainer.micro_batch_max_tokens",
-        f"{budget} tokens per micro batch need about {need / 2**30:.1f} GiB of activations on "
-        f"{t.dp_size} rank(s), over {MEMORY_SHARE:.0%} of this machine's "
-        f"{total / 2**30:.1f} GiB; {'lower it' if t.micro_batch_max_tokens else 'set it lower'} "
+        f"{budget} tokens per micro batch {over}; "
+        f"{'lower it' if t.micro_batch_max_tokens else 'set it lower'} "
         "or set trainer.gradient_checkpointing=true",
     )

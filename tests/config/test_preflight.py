@@ -235,3 +235,24 @@ def test_micro_batch_budget_over_the_memory_estimate_is_refused(monkeypatch):
     assert "need about 0.1 GiB of activations on 2 rank(s)" in error.message
     assert "trainer.gradient_checkpointing=true" in error.message
     preflight(cfg_for("trainer.micro_batch_max_tokens=1000"), for_run=False)  # 47.1 MB fits
+
+
+def test_a_sequence_longer_than_the_budget_is_checked_against_memory_too(monkeypatch):
+    from skyrl.batch import budget
+
+    # A sequence longer than the budget gets a micro batch of its own, so the largest micro
+    # batch holds max(budget, longest sequence) tokens. Longest 1976 + 24 = 2000 tokens:
+    # 2 ranks x 2000 x 23552 bytes = 94.2 MB > half of a 100 MB machine, whatever the budget
+    # (a budget of 100 passed before: 2 x 100 x 23552 = 4.7 MB).
+    monkeypatch.setattr(budget, "machine_memory_bytes", lambda: 100_000_000)
+    long = "generator.max_prompt_length=1976"
+    error = refused(cfg_for(long, "trainer.micro_batch_max_tokens=100"))
+    assert error.key == "generator.max_generate_length"
+    assert "a sequence of up to 2000 tokens (longer than trainer.micro_batch_max_tokens = 100)" in (
+        error.message
+    )
+    assert "need about 0.1 GiB of activations on 2 rank(s)" in error.message
+    # 1000 + 24 = 1024 tokens: 2 x 1024 x 23552 = 48.2 MB fits
+    preflight(
+        cfg_for("generator.max_prompt_length=1000", "trainer.micro_batch_max_tokens=100"), False
+    )
