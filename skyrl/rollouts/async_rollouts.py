@@ -20,13 +20,17 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   at finish; each batch reports the staleness it holds (``async/...``). A group
   whose oldest turn is older than the bound (impossible under the admission
   rule; the check guards it) is counted in ``async/stale_groups`` and its prompt
-  generated again.
+  generated again. A group with no turn at all (its environment failed before the first
+  request) holds no policy's tokens and is never stale: it trains as masked rows, as in
+  synchronous training.
 - **Weight syncs** (``updating_weights``): new requests wait while the weights
   load; requests in flight finish first, under the old weights, unless
   ``trainer.partial_rollouts`` lets them continue under the new ones.
 - **Dynamic sampling** (``algorithm.dynamic_sampling=filter``) is a filter on the
   stream: a group ``algorithm.dynamic_filter`` rejects is dropped, counted, and
-  another prompt admitted in its place.
+  another prompt admitted in its place; as many as the synchronous source's extra rounds
+  hold, ``(max_sample_batches - 1) * train_batch_size`` per batch. Past that the groups it
+  rejects are kept (their advantages are 0), so a stream of flat groups still makes batches.
 - **Resume**: a checkpoint holds the loader and every prompt drawn but not yet
   trained on (running or finished at save time); after a resume those are
   generated again first, so no prompt is trained twice or skipped.
@@ -37,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
@@ -125,10 +130,10 @@ class Group:
     done: bool = False
 
     @property
-    def oldest_version(self) -> int:
-        """Policy version at dispatch of the group's first request."""
+    def oldest_version(self) -> int | None:
+        """Policy version at dispatch of the group's first request; None when it made none."""
         versions = [t.version_dispatched for tr in self.trajectories for t in tr.turns]
-        return min(versions) if versions else 0
+        return min(versions) if versions else None
 
     def pending(self) -> dict[str, Any]:
         """What a checkpoint keeps of a group not trained on yet (it is generated again)."""
@@ -242,7 +247,9 @@ class AsyncRollouts:
         self.chunks = 0
         """Loader batches drawn so far (chunk ``c`` has uids ``s<c+1>r0p...``, as step ``c + 1``
         of the synchronous source)."""
-        self.counts = {"filtered": 0, "stale": 0}
+        self.counts = {"filtered": 0, "stale": 0, "flat_kept": 0}
+        self.rejects_left = self._reject_allowance()
+        """Groups the dynamic filter may still drop before the next batch is taken."""
         self.failure: BaseException | None = None
         self.hold_deadline: float | None = None
         """When the weight sync holding the requests must be done (None: none holds them)."""
@@ -358,6 +365,7 @@ class AsyncRollouts:
             self.progress.clear()
             await self._wait_for_progress()
         self.admission.take(len(groups))
+        self.rejects_left = self._reject_allowance()
         self.admit_wake.set()
         return groups, self._metrics(groups)
 
@@ -381,7 +389,8 @@ class AsyncRollouts:
         for group in list(self.line)[: self.batch_size]:
             if not group.done:
                 return None
-            if group.oldest_version < version - self.max_staleness:
+            oldest = group.oldest_version
+            if oldest is not None and oldest < version - self.max_staleness:
                 self.line.remove(group)
                 self.counts["stale"] += 1
                 self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
@@ -424,16 +433,30 @@ class AsyncRollouts:
             group.output, group.shaping = shape_rewards(self.cfg, out)
             group.done = True
             if self.keep is not None and not self.keep(group.output):
-                self.line.remove(group)
-                self.counts["filtered"] += 1
-                self.admission.drop()
-                self.admit_wake.set()
+                self._reject(group)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # re-raised on the trainer's thread by next_batch
             self.failure = self.failure or exc
         finally:
             self.progress.set()
+
+    def _reject_allowance(self) -> int:
+        """The groups the dynamic filter may drop per batch: the synchronous source's extra
+        sampling rounds, ``(max_sample_batches - 1) * train_batch_size``."""
+        return (self.cfg.algorithm.max_sample_batches - 1) * self.batch_size
+
+    def _reject(self, group: Group) -> None:
+        """The dynamic filter rejected ``group``: dropped while the batch's allowance lasts,
+        kept past it (counted in ``flat_kept``)."""
+        if self.rejects_left <= 0:
+            self.counts["flat_kept"] += 1
+            return
+        self.rejects_left -= 1
+        self.line.remove(group)
+        self.counts["filtered"] += 1
+        self.admission.drop()
+        self.admit_wake.set()
 
     async def _hold(self, deadline: float | None, version: int) -> None:
         """A sync starts: new requests wait for the new weights, so groups admitted from now on
@@ -503,10 +526,17 @@ class AsyncRollouts:
                 names.ASYNC_STALE_GROUPS: float(self.counts["stale"]),
             }
         )
+        flat_kept = self.counts["flat_kept"]
         self.counts = dict.fromkeys(self.counts, 0)
         if self.keep is not None:
-            metrics[names.KEPT_GROUP_FRAC] = len(groups) / (
+            metrics[names.KEPT_GROUP_FRAC] = max(0, len(groups) - flat_kept) / (
                 len(groups) + metrics[names.ASYNC_FILTERED_GROUPS]
+            )
+        if flat_kept:
+            warnings.warn(
+                f"dynamic sampling: {flat_kept} group(s) the filter rejected were kept after "
+                f"it dropped {self._reject_allowance()} (algorithm.max_sample_batches)",
+                stacklevel=1,
             )
         return metrics
 

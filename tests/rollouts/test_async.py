@@ -312,3 +312,117 @@ def test_the_dynamic_filter_drops_groups_from_the_stream_and_admits_others(actor
     assert seen == ["s1r0p0", "s2r0p2", "s3r0p4", "s4r0p6", "s5r0p8", "s6r0p10"]
     # p1, p3, p5, p7, p9 were dropped before the third batch (p9 stands in line before p10)
     assert filtered >= 5
+
+
+# -- the stream against an in-process engine (no actor) ---------------------------------
+
+
+class EchoEngine:
+    """Answers every request with "7" and EOS at once, in-process."""
+
+    def __init__(self, tok):
+        self.ids = tok.encode("7", add_special_tokens=False) + [tok.eos_token_id]
+        self.calls = 0
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        from skyrl.inference.base import Completion
+
+        self.calls += 1
+        return Completion(list(self.ids), [-0.1] * len(self.ids), "stop")
+
+    def serve(self, done) -> None:
+        pass
+
+
+class FailingInit:
+    """An environment whose episodes fail to start once ``failing`` is set (after the prompts'
+    load-time check), as a sandbox that cannot start would."""
+
+    failing = False
+
+    def __new__(cls, **kwargs):
+        from skyrl.envs.base import StepResult, TextEnv
+
+        class Env(TextEnv):
+            def init(self, prompt, extras):
+                if FailingInit.failing:
+                    raise RuntimeError("sandbox did not start")
+                return super().init(prompt, extras)
+
+            def step(self, action_text):
+                return StepResult([], 1.0, True)
+
+        return Env(**kwargs)
+
+
+def _next_batch_within(source, step: int, seconds: float = 20.0):
+    """``source.next_batch(step)``, or fail when it does not return within ``seconds``."""
+    import threading
+
+    result: dict = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault("out", source.next_batch(step)), daemon=True
+    )
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"next_batch({step}) did not return in {seconds} s"
+    return result["out"]
+
+
+def test_groups_whose_episodes_fail_to_start_are_trained_masked_not_regenerated(tmp_path):
+    # No turn, no policy version: such a group counted as dispatched at version 0, so from
+    # step 3 (trained version 2, bound 1) it was "stale", regenerated, failed again: forever.
+    cfg = _cfg("trainer.max_staleness=1", f"environment._target_={__name__}.FailingInit")
+    tok = _tokenizer(cfg)
+    source = AsyncRollouts(cfg, EchoEngine(tok), tok, tmp_path)
+    FailingInit.failing = True
+    try:
+        for step in (1, 2, 3, 4):
+            batch, metrics = _next_batch_within(source, step)
+            assert len(set(batch.metadata["uids"])) == cfg.trainer.train_batch_size
+            assert metrics[names.ASYNC_STALE_GROUPS] == 0
+            assert float(batch.loss_mask.sum()) == 0  # env errors: nothing to train on
+            with source.updating_weights(step, timeout_s=10):
+                pass
+    finally:
+        FailingInit.failing = False
+        source.close()
+
+
+class AlwaysRight:
+    """Every reply earns 1: every group is flat (zero reward variance)."""
+
+    def __new__(cls, **kwargs):
+        from skyrl.envs.base import StepResult, TextEnv
+
+        class Env(TextEnv):
+            def step(self, action_text):
+                return StepResult([], 1.0, True)
+
+        return Env(**kwargs)
+
+
+def test_the_dynamic_filter_stops_dropping_after_the_synchronous_rounds(tmp_path):
+    # Every group flat, max_sample_batches 3, batch 2: the synchronous source samples 3 rounds
+    # of 2 and tops up with flat groups. The stream drops (3 - 1) x 2 = 4 groups per batch,
+    # then keeps what the filter rejects; it never returned before.
+    cfg = _cfg(
+        "trainer.max_staleness=1", f"environment._target_={__name__}.AlwaysRight",
+        "algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=3",
+    )  # fmt: skip
+    tok = _tokenizer(cfg)
+    engine = EchoEngine(tok)
+    source = AsyncRollouts(cfg, engine, tok, tmp_path)
+    try:
+        with pytest.warns(UserWarning, match="algorithm.max_sample_batches"):
+            batch, metrics = _next_batch_within(source, 1)
+        assert sorted(set(batch.metadata["uids"])) == ["s3r0p4", "s3r0p5"]  # p0-p3 dropped
+        assert metrics[names.ASYNC_FILTERED_GROUPS] == 4
+        assert metrics[names.KEPT_GROUP_FRAC] == 0.0  # none of the 6 was informative
+        with source.updating_weights(1, timeout_s=10):
+            pass
+        with pytest.warns(UserWarning, match="algorithm.max_sample_batches"):
+            batch, _ = _next_batch_within(source, 2)
+        assert len(set(batch.metadata["uids"])) == 2
+    finally:
+        source.close()
