@@ -148,13 +148,14 @@ class AgentLoop:
             if err is not None:
                 return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
             reward = float(result.reward)
-            if result.done:
-                stop = "length" if turn.finish_reason == "length" else "stop"
+            if result.done or turn_idx + 1 == s.max_turns:
+                if turn.finish_reason == "length":  # a cut-off last reply: overlong filtering
+                    stop = "length"
+                elif result.done:
+                    stop = "stop"
                 break
-            if turn_idx + 1 == s.max_turns:
-                break
-            ended_eos = bool(turn.response_ids) and turn.response_ids[-1] == self.chat.eos_id
-            appended = self.chat.observation_ids(result.observations, ended_eos, tools)
+            ended = self.chat.ends_turn(turn.response_ids)
+            appended = self.chat.observation_ids(result.observations, ended, tools)
             used = len(context) - prompt_len + len(turn.response_ids) + len(appended)
             if used >= s.max_generate_length:  # no room for the observation and a reply
                 stop = "budget"

@@ -2,10 +2,13 @@
 
 The first prompt is rendered with the tokenizer's chat template. After each
 assistant turn the conversation is EXTENDED, never re-rendered: the exact
-sampled tokens stay, then the template's own text after an assistant message
-(e.g. ``"\\n"`` after ``<|im_end|>`` in ChatML) plus the observation messages
-and the next generation prompt are tokenized and appended. Those appended
-tokens are the toolkit's, so their loss mask is 0.
+sampled tokens stay, then the template's own text closing an assistant message
+(ChatML: ``<|im_end|>\\n``, or only its ``"\\n"`` when the reply already ended on
+``<|im_end|>``) plus the observation messages and the next generation prompt
+are tokenized and appended. Those appended tokens are the toolkit's, so their
+loss mask is 0. The turn end is read from the template, not from the
+tokenizer's EOS: Qwen2.5 base models have EOS ``<|endoftext|>`` but a ChatML
+template whose turns end with ``<|im_end|>``.
 """
 
 from __future__ import annotations
@@ -38,12 +41,32 @@ class ChatTokens:
         self.supports_tools = renders_tools(tokenizer)
         """Whether the chat template renders ``tools=``."""
         self.eos_id: int = tokenizer.eos_token_id
+        self.turn_end, self.turn_end_id, self.assistant_tail = self._turn_end()
+
+    def _turn_end(self) -> tuple[str, int | None, str]:
+        """``(turn_end, turn_end_id, assistant_tail)``: the template's text after an assistant
+        message's content (ChatML: ``"<|im_end|>\\n"``), the token in it a reply stops on
+        (EOS if the text holds it, else its first token when that is a special token:
+        ``<|im_end|>``), and the text after that token (``"\\n"``). Read once from a probe
+        render: dates and tools only ever appear before the turn end."""
         base = self.render_text(_PROBE)
-        eos = tokenizer.eos_token or ""
-        cut = base.rfind(eos) if eos else -1
-        # Template text following the assistant's EOS (ChatML: "\n").
-        self.assistant_tail = base[cut + len(eos) :] if cut >= 0 else ""
-        self._probe_text = base
+        reply, eos = _PROBE[-1]["content"], self.tokenizer.eos_token or ""
+        cut = base.rfind(reply)
+        if cut >= 0:
+            turn_end = base[cut + len(reply) :]
+        else:  # the template rewrites the content: assume the turn ends at the last EOS
+            turn_end = base[base.rfind(eos) :] if eos and eos in base else ""
+        if eos and eos in turn_end:
+            return turn_end, self.eos_id, turn_end[turn_end.index(eos) + len(eos) :]
+        first = self.encode(turn_end)[:1]
+        stop = self.tokenizer.added_tokens_decoder.get(first[0]) if first else None
+        if stop is None or not stop.special or not turn_end.startswith(stop.content):
+            return turn_end, None, turn_end  # plain text ("\n\n"): a reply never ends it
+        return turn_end, first[0], turn_end[len(stop.content) :]
+
+    def ends_turn(self, response_ids: list[int]) -> bool:
+        """Whether a reply stopped on the turn-end token or on EOS (else it was cut off)."""
+        return bool(response_ids) and response_ids[-1] in (self.turn_end_id, self.eos_id)
 
     def render_text(
         self,
@@ -67,19 +90,21 @@ class ChatTokens:
     def observation_ids(
         self,
         observations: list[Message],
-        response_ended_with_eos: bool,
+        response_ended: bool,
         tools: list[dict] | None = None,
     ) -> list[int]:
-        """Tokens to append after an assistant turn: [EOS], template tail, observations, generation prompt."""
-        probe = self.render_text(_PROBE, tools=tools) if tools else self._probe_text
+        """Tokens to append after an assistant turn: the turn end (only its tail when the
+        reply ended, ``ends_turn``), observations, generation prompt."""
+        # rendered together: a template that prints today's date renders both the same day
+        probe = self.render_text(_PROBE, tools=tools)
         full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
         if not full.startswith(probe):
             raise ValueError(
                 "the chat template re-renders earlier turns when messages are added; "
                 "token-level multi-turn needs an append-only template"
             )
-        ids = [] if response_ended_with_eos else [self.eos_id]
-        return ids + self.encode(self.assistant_tail + full[len(probe) :])
+        close = self.assistant_tail if response_ended else self.turn_end
+        return self.encode(close + full[len(probe) :])
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

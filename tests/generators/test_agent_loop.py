@@ -116,6 +116,25 @@ def test_step_wise_and_whole_trajectory_agree(tok, eos):
     assert whole.metrics["generate/pass@2/toy"] == 1.0 and whole.metrics["env/errors"] == 0
 
 
+def test_context_is_the_template_rendering_when_eos_is_not_the_turn_end():
+    """A Qwen2.5-base-like tokenizer (EOS ``<|endoftext|>``; turns end ``<|im_end|>\\n``) and
+    an engine that stops on ``<|im_end|>``: every turn's context is the chat template's
+    rendering of the conversation so far, token for token."""
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+    tok.eos_token = "<|endoftext|>"
+    engine = FakeEngine(tok, eos=False)
+    engine.ids += [tok.convert_tokens_to_ids("<|im_end|>")]
+    out = make(tok, engine, TwoToolTurns, True).generate(ROWS[:1], 1, SamplingParams())
+    messages = [{"role": "user", "content": ROWS[0].prompt}]
+    for turn in range(3):
+        want = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert out.prompt_token_ids[turn] == tok.encode(want, add_special_tokens=False)
+        messages += [
+            {"role": "assistant", "content": "ok 7"},
+            {"role": "tool", "content": f"result {turn + 1}"},
+        ]
+
+
 def test_training_batch_alignment(tok):
     out = make(tok, FakeEngine(tok), TwoToolTurns, True).generate(ROWS[:1], 2, SamplingParams())
     batch = to_training_batch(out, pad_token_id=tok.pad_token_id)
@@ -146,6 +165,28 @@ def test_max_turns_stops(tok):
         ROWS[:1], 1, SamplingParams()
     )
     assert len(out) == 2 and out.stop_reasons == ["max_turns"] * 2 and out.rewards == [0.0, 0.0]
+
+
+class NeverDone(TextEnv):
+    """A multi-turn chat that only ``max_turns`` ends."""
+
+    def step(self, action_text):
+        return StepResult([{"role": "user", "content": "go on"}], 0.5, False)
+
+
+@pytest.mark.parametrize("max_turns", [1, 2])
+def test_a_cut_off_last_turn_is_length_even_at_max_turns(tok, max_turns):
+    """Every reply is cut at ``max_tokens_per_turn``: ending on ``max_turns`` does not hide
+    that the last reply is truncated, so the overlong filter masks the trajectory."""
+    from skyrl.rollouts.dynamic_sampling import mask_truncated
+
+    engine = FakeEngine(tok, text="a long reply " * 4)
+    settings = LoopSettings(256, 64, max_turns, max_tokens_per_turn=5)
+    out = Generator(AgentLoop(engine, tok, NeverDone, settings), engine).generate(
+        ROWS[:1], 1, SamplingParams()
+    )
+    assert out.stop_reasons == ["length"]
+    assert mask_truncated(out) == 1 and sum(out.loss_masks[0]) == 0
 
 
 def test_env_faults_give_zero_reward_and_count(tok):
