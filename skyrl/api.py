@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl.config.preflight import Preflight, preflight
+from skyrl.config.preflight import Preflight, check_run_dir, preflight
 from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
 
@@ -73,12 +73,18 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
     ``outputs/<date>/<time>``."""
     typed = validate(cfg)
-    checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
+    check_run_dir(typed, out)
+    checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(with_resolved_values(cfg, typed), out / "resolved_config.yaml", resolve=True)
+    saved = out / "resolved_config.yaml"
+    rows = [*checked.plan_rows(), ("output dir", str(out))]
+    if typed.trainer.dry_run and saved.exists():  # an earlier run's: skyrl-eval reads it
+        rows.append(("saved config", f"{saved.name} kept as it is (dry run)"))
+    else:
+        OmegaConf.save(with_resolved_values(cfg, typed), saved, resolve=True)
     print(format_plan(make_plan(typed)))
-    for name, value in [*checked.plan_rows(), ("output dir", str(out))]:
+    for name, value in rows:
         print(f"  {name:<22}  {value}", flush=True)
     if typed.trainer.dry_run:
         return TrainResult(out)

@@ -31,6 +31,7 @@ test reads context raised in skyrl's code as a bug).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from skyrl.config.errors import ConfigError, require
 from skyrl.config.root import SkyRLConfig
@@ -73,6 +74,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         _check_files_exist(cfg)
         check_env_and_agent(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
+    _check_model_config(resolved, for_run)
     _check_lora_modules(resolved, for_run)
     _check_micro_batch_budget(resolved, for_run)
     if fake:
@@ -87,6 +89,65 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     return Preflight(resolved, splits, reports)
 
 
+def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
+    """The run directory ``out`` before anything is written to it: not a file (nor under
+    one); the checkpoint ``trainer.resume`` names is complete (its ``trainer_state.json``
+    parses and has a step, its policy weights are there); a fresh run
+    (``trainer.resume=none``) is not pointed at an earlier run's checkpoints, which it would
+    overwrite and prune as it goes. Returns the checkpoint to resume from (None: fresh)."""
+    from skyrl.trainer.checkpoint import TRAINER_STATE, CheckpointManager, resolve_resume
+
+    for folder in (out, *out.parents):
+        require(
+            not folder.exists() or folder.is_dir(),
+            "trainer.output_dir",
+            f"{folder} is a file, not a directory",
+        )
+    t = cfg.trainer
+    manager = CheckpointManager(out / "checkpoints", t.max_ckpts_to_keep)
+    if t.resume == "none":
+        earlier = ", ".join(f"global_step_{s}" for s in manager.steps())
+        require(
+            not earlier,
+            "trainer.resume",
+            f"trainer.resume=none, but {out} holds checkpoints of an earlier run ({earlier}) "
+            "that a fresh run would overwrite and prune: set trainer.resume=auto to continue "
+            "it, or another trainer.output_dir",
+        )
+        return None
+    try:
+        ckpt = resolve_resume(t.resume, manager)
+    except ValueError as exc:  # not a checkpoint, or `latest` naming an incomplete one
+        problem = str(exc)
+    else:
+        if ckpt is not None:
+            _check_checkpoint(ckpt, TRAINER_STATE)
+        return ckpt
+    raise ConfigError("trainer.resume", problem)
+
+
+def _check_checkpoint(ckpt: Path, state_name: str) -> None:
+    """A checkpoint to resume from: its trainer state parses and has a step; its policy
+    weights are there."""
+    import json
+
+    state_file = ckpt / state_name
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problem = f"{state_file} is not valid JSON ({_one_line(exc)})"
+    else:
+        problem = (
+            "" if isinstance(state, dict) and "step" in state else f"{state_file} has no 'step'"
+        )
+    require(not problem, "trainer.resume", problem)
+    require(
+        (ckpt / "policy").is_dir(),
+        "trainer.resume",
+        f"{ckpt} has no policy weights (no {ckpt / 'policy'})",
+    )
+
+
 def check_env_and_agent(cfg: SkyRLConfig) -> None:
     """The environment (``name`` or ``_target_``) imports and builds; ``generator.agent``
     imports (``skyrl-eval`` checks these too)."""
@@ -98,6 +159,23 @@ def check_env_and_agent(cfg: SkyRLConfig) -> None:
 
     if is_external_agent(cfg.generator.agent):
         check_external_agent(cfg)
+
+
+def _check_model_config(cfg: SkyRLConfig, for_run: bool) -> None:
+    """``model.path`` on disk holds a model's config (a dry run of a model not on disk yet
+    skips this, the run checks it)."""
+    from skyrl.batch.budget import text_config
+    from skyrl.models.resolve import locate_model_path
+
+    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
+    if not model_dir:
+        return
+    try:
+        text_config(model_dir, cfg.model.trust_remote_code)
+        return
+    except Exception as exc:  # no config.json, a broken one, an unknown model type, a file
+        problem = f"{model_dir} is not a model folder: {_one_line(exc)}"
+    raise ConfigError("model.path", problem)
 
 
 def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
@@ -134,8 +212,6 @@ def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
 
 def _check_files_exist(cfg: SkyRLConfig) -> None:
     """Every prompt file exists (a stat each: before the slower checks)."""
-    from pathlib import Path
-
     if cfg.data.source != "files":
         return
     for split in SPLITS:

@@ -145,7 +145,8 @@ class TrainerConfig:
     max_ckpts_to_keep: int = 2
     """Older checkpoints beyond this count are deleted; 0 keeps all."""
     resume: str = "auto"
-    """``auto`` (latest checkpoint of this output dir, if any), ``none``, or a checkpoint path."""
+    """``auto`` (latest checkpoint of this output dir, if any), ``none`` (fresh; refused in an
+    output dir holding checkpoints), or a checkpoint path."""
     export_hf: bool = True
     """Write a from_pretrained-loadable copy of the final policy."""
     eval_interval: int = 0

@@ -51,7 +51,9 @@ class CheckpointManager:
         """Point ``latest`` (what ``trainer.resume=auto`` resumes from) at ``checkpoint``, then
         prune the oldest beyond ``max_to_keep`` (after: the pointer never names a pruned one)."""
         _write_atomic(self.root / "latest", checkpoint.name + "\n")
-        self._prune()
+        step = STEP_DIR.match(checkpoint.name)
+        assert step is not None, checkpoint  # commit names it global_step_N
+        self._prune(up_to=int(step.group(1)))
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints, ascending."""
@@ -70,10 +72,13 @@ class CheckpointManager:
             raise ValueError(f"{pointer} names {path}, which is not a complete checkpoint")
         return path
 
-    def _prune(self) -> None:
+    def _prune(self, up_to: int) -> None:
+        """Keep the newest ``max_to_keep`` checkpoints up to step ``up_to`` (the one just
+        published). Later ones are a rewound run's abandoned steps: a re-run of their step
+        replaces them (``commit``); counting them would prune the checkpoint ``latest`` names."""
         if self.max_to_keep <= 0:
             return
-        for step in self.steps()[: -self.max_to_keep]:
+        for step in [s for s in self.steps() if s <= up_to][: -self.max_to_keep]:
             shutil.rmtree(self.root / f"global_step_{step}", ignore_errors=True)
 
 

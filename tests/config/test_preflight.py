@@ -256,3 +256,18 @@ def test_a_sequence_longer_than_the_budget_is_checked_against_memory_too(monkeyp
     preflight(
         cfg_for("generator.max_prompt_length=1000", "trainer.micro_batch_max_tokens=100"), False
     )
+
+
+@pytest.mark.parametrize("kind", ["empty folder", "broken config.json", "a file"])
+def test_a_model_path_that_is_not_a_model_is_refused(tmp_path, kind):
+    path = tmp_path / "model"
+    if kind == "a file":
+        path.write_text("x")
+    else:
+        path.mkdir()
+        if kind == "broken config.json":
+            (path / "config.json").write_text("{bad")
+    for for_run in (False, True):
+        error = refused(cfg_for(f"model.path={path}"), for_run=for_run)
+        assert error.key == "model.path"
+        assert f"{path} is not a model folder: " in error.message and "\n" not in error.message

@@ -71,3 +71,21 @@ def test_an_unpublished_commit_moves_neither_latest_nor_pruning(tmp_path):
     manager.publish(final)
     assert manager.latest() == final
     assert manager.steps() == [2]
+
+
+def test_a_rewound_run_never_prunes_the_checkpoint_it_just_published(tmp_path):
+    # Steps 8 and 16 on disk (keep 2); the run resumed from step 2 saves step 4. Pruning by
+    # step kept the two highest (8, 16) and deleted step 4 right after `latest` named it.
+    # Checkpoints past the one published belong to the abandoned timeline: left alone (a
+    # re-run of their step replaces them); pruning counts only those up to the published one.
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=2)
+    for step in (2, 8, 16):
+        _save(manager, step)
+    assert manager.steps() == [8, 16]
+    _save(manager, 4)
+    assert manager.latest() == tmp_path / "checkpoints" / "global_step_4"
+    assert manager.steps() == [4, 8, 16]
+    _save(manager, 6)  # keep 2 among those up to 6: 4 and 6
+    assert manager.steps() == [4, 6, 8, 16]
+    _save(manager, 8)  # the re-run of step 8 replaces the old one: 6 and 8 kept
+    assert manager.steps() == [6, 8, 16] and read_trainer_state(manager.latest()) == {"step": 8}

@@ -1,0 +1,95 @@
+"""The run directory, checked before anything is written to it or started: an output dir that
+is a file, a resume target that is not a checkpoint, a fresh run over an earlier run's
+checkpoints, a dry run over an earlier run's saved config (``skyrl.api.train``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import skyrl
+from skyrl.config import ConfigError
+
+
+def dry_run(out: Path, *overrides: str):
+    cfg = skyrl.compose(["experiment=smoke", "trainer.dry_run=true", *overrides])
+    return skyrl.train(cfg, output_dir=out)
+
+
+def refused(out: Path, *overrides: str) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        dry_run(out, *overrides)
+    return err.value
+
+
+def checkpoint(run: Path, step: int, state: str | None = None) -> Path:
+    """A complete checkpoint of ``run`` at ``step`` (as the trainer leaves it) and ``latest``."""
+    ckpt = run / "checkpoints" / f"global_step_{step}"
+    (ckpt / "policy").mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(state or json.dumps({"step": step}))
+    (run / "checkpoints" / "latest").write_text(f"global_step_{step}\n")
+    return ckpt
+
+
+def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        error = refused(out)
+        assert error.key == "trainer.output_dir"
+        assert f"{tmp_path / 'afile'} is a file, not a directory" in error.message
+
+
+def test_a_resume_target_that_is_not_a_checkpoint_is_refused_before_the_run(tmp_path):
+    error = refused(tmp_path / "run", f"trainer.resume={tmp_path / 'nowhere'}")
+    assert error.key == "trainer.resume" and "not a checkpoint" in error.message
+    # `latest` naming a step that is not there (resume=auto, the default)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest").write_text("global_step_9\n")
+    error = refused(run)
+    assert error.key == "trainer.resume"
+    assert "global_step_9, which is not a complete checkpoint" in error.message
+
+
+@pytest.mark.parametrize(
+    ("state", "fragment"),
+    [("{not json", "is not valid JSON"), ('{"kl_coef": 0.1}', "has no 'step'")],
+)
+def test_a_corrupt_trainer_state_is_refused_naming_the_file(tmp_path, state, fragment):
+    ckpt = checkpoint(tmp_path / "run", 4, state)
+    error = refused(tmp_path / "run", f"trainer.resume={ckpt}")
+    assert error.key == "trainer.resume"
+    assert str(ckpt / "trainer_state.json") in error.message and fragment in error.message
+
+
+def test_a_checkpoint_without_weights_is_refused(tmp_path):
+    ckpt = checkpoint(tmp_path / "run", 4)
+    (ckpt / "policy").rmdir()
+    error = refused(tmp_path / "run")
+    assert error.key == "trainer.resume" and "no policy weights" in error.message
+
+
+def test_a_fresh_run_over_an_earlier_runs_checkpoints_is_refused(tmp_path):
+    # resume=none there would save step 4 among steps 8 and 16, prune by step and overwrite
+    # theirs as it went: it names the checkpoints and the way out, and writes nothing
+    run = tmp_path / "run"
+    checkpoint(run, 8)
+    checkpoint(run, 16)
+    error = refused(run, "trainer.resume=none")
+    assert error.key == "trainer.resume"
+    assert "holds checkpoints of an earlier run (global_step_8, global_step_16)" in error.message
+    assert "trainer.resume=auto" in error.message and "trainer.output_dir" in error.message
+    assert not (run / "resolved_config.yaml").exists()
+    dry_run(run, "trainer.resume=auto")  # continuing it is fine
+
+
+def test_a_dry_run_leaves_an_earlier_runs_saved_config_alone(tmp_path, capsys):
+    # skyrl-eval reads a run's resolved_config.yaml to rebuild its model
+    run = tmp_path / "run"
+    dry_run(run)
+    saved = (run / "resolved_config.yaml").read_text()
+    dry_run(run, "trainer.policy_optimizer.lr=3e-4")
+    assert (run / "resolved_config.yaml").read_text() == saved
+    assert "resolved_config.yaml kept as it is (dry run)" in capsys.readouterr().out
