@@ -123,6 +123,11 @@ class AlgorithmConfig:
             f"must be >= 0, got {self.overlong_buffer_len}",
         )
         require(
+            self.overlong_penalty_factor >= 0,
+            "overlong_penalty_factor",
+            f"must be >= 0 (a penalty), got {self.overlong_penalty_factor}",
+        )
+        require(
             not (self.use_kl_loss and self.use_kl_in_reward),
             "use_kl_loss",
             "use_kl_loss and use_kl_in_reward are mutually exclusive; pick one",

@@ -24,6 +24,9 @@ GROUPS = ("trainer", "generator", "algorithm", "environment", "data", "model")
 STEP_WISE_INCOMPATIBLE_ESTIMATORS = ("gae", "reinforce_pp")
 """Estimators that need per-token credit along one sequence, which step-wise splits apart."""
 
+GROUP_BASELINE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
+"""Estimators whose baseline is the other samples of the prompt: a group of one gets 0."""
+
 
 def validate(cfg: DictConfig) -> SkyRLConfig:
     """Check ``cfg`` and return it as typed dataclasses; raise ``ConfigError`` on the first problem."""
@@ -37,6 +40,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     typed.trainer.precision = resolve_precision(typed)
     _check_batch_sizes(typed)
     _check_algorithm(typed)
+    _check_something_trains(typed)
     _check_weight_sync(typed)
     _check_async(typed)
     _check_lora(typed)
@@ -236,6 +240,61 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
     from skyrl.rollouts.dynamic_sampling import check_dynamic_filter  # imports the rollout side
 
     check_dynamic_filter(cfg)
+
+
+def known_total_steps(cfg: SkyRLConfig) -> int | None:
+    """``trainer.total_steps``, else epochs x batches of a generated source; None when it
+    depends on a prompt file's length."""
+    t, d = cfg.trainer, cfg.data
+    if t.total_steps is not None:
+        return t.total_steps
+    if d.source == "files":
+        return None
+    return t.epochs * (d.num_train_prompts // t.train_batch_size)
+
+
+def _check_something_trains(cfg: SkyRLConfig) -> None:
+    """Settings under which the policy would never change, or data named and never read."""
+    t, g, a, d = cfg.trainer, cfg.generator, cfg.algorithm, cfg.data
+    if d.source != "files":
+        for key in ("train_files", "eval_files"):
+            require(
+                not getattr(d, key),
+                f"data.{key}",
+                f"is only read with data.source=files (source is {d.source!r}): set "
+                "data.source=files to train on these files",
+            )
+    if t.critic_only_steps > 0:
+        require(
+            a.uses_critic,
+            "trainer.critic_only_steps",
+            f"counts only with a critic (algorithm.advantage_estimator=gae); with "
+            f"{a.advantage_estimator!r} the policy would not train for the first "
+            f"{t.critic_only_steps} steps: set it to 0",
+        )
+        total = known_total_steps(cfg)
+        require(
+            total is None or t.critic_only_steps < total,
+            "trainer.critic_only_steps",
+            f"the policy would never train: {t.critic_only_steps} critic-only steps of {total}",
+        )
+    require(
+        not (
+            g.n_samples_per_prompt == 1
+            and a.advantage_estimator in GROUP_BASELINE_ESTIMATORS
+            and g.agent == "agent_loop"
+            and d.source != "fake"
+        ),
+        "generator.n_samples_per_prompt",
+        f"{a.advantage_estimator!r} compares the samples of a prompt: with 1 sample every "
+        "advantage is 0 and nothing trains; set it >= 2 (or use reinforce_pp or gae)",
+    )
+    require(
+        a.overlong_buffer_len < g.max_generate_length,
+        "algorithm.overlong_buffer_len",
+        f"must be < generator.max_generate_length ({g.max_generate_length}), got "
+        f"{a.overlong_buffer_len}: the penalty ramps over the last overlong_buffer_len tokens",
+    )
 
 
 def _check_registered_names(a) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from skyrl.batch.budget import GPU_MAX_DEFAULT_TOKENS, micro_batch_tokens
 from skyrl.config.root import SkyRLConfig
+from skyrl.config.validate import known_total_steps
 from skyrl.trainer.on_policy import describe, separate_forward_reason
 
 
@@ -67,7 +68,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         gpu_grows_budget=t.num_gpus_per_worker > 0 and t.micro_batch_max_tokens is None,
         max_seq_len=g.max_seq_len,
         old_logprobs=describe(separate_forward_reason(cfg)),
-        total_steps=_total_steps(cfg),
+        total_steps=known_total_steps(cfg),
         dp_size=t.dp_size,
         roles=roles,
         engines=f"{g.num_engines} x {g.backend}",
@@ -126,15 +127,6 @@ def _overlap_cpus(cfg: SkyRLConfig, cores: int) -> str | None:
         f"{g.num_engines} engine x {g.num_cpus_per_engine:g}) on {cores} cores: threads will "
         f"share cores; set trainer.num_cpus_per_worker={fits}"
     )
-
-
-def _total_steps(cfg: SkyRLConfig) -> int | None:
-    t, d = cfg.trainer, cfg.data
-    if t.total_steps is not None:
-        return t.total_steps
-    if d.source == "files":
-        return None
-    return t.epochs * (d.num_train_prompts // t.train_batch_size)
 
 
 def format_plan(plan: RunPlan) -> str:

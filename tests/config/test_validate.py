@@ -90,6 +90,35 @@ def _validate(*overrides: str):
             "trainer.partial_rollouts",
             "keeps the LoRA adapter it started with",
         ),
+        # settings under which nothing trains, or the data named is never read
+        (
+            ["data.train_files=[my/train.jsonl]"],
+            "data.train_files",
+            "only read with data.source=files (source is 'arithmetic')",
+        ),
+        (["data.eval_files=[my/eval.jsonl]"], "data.eval_files", "only read with data.source"),
+        (
+            ["trainer.critic_only_steps=3"],
+            "trainer.critic_only_steps",
+            "only with a critic (algorithm.advantage_estimator=gae); with 'grpo' the policy "
+            "would not train for the first 3 steps",
+        ),
+        (
+            ["algorithm=ppo", "trainer.total_steps=5", "trainer.critic_only_steps=5"],
+            "trainer.critic_only_steps",
+            "the policy would never train: 5 critic-only steps of 5",
+        ),
+        (
+            ["generator.n_samples_per_prompt=1"],
+            "generator.n_samples_per_prompt",
+            "'grpo' compares the samples of a prompt: with 1 sample every advantage is 0",
+        ),
+        (
+            ["algorithm.overlong_buffer_len=64"],
+            "algorithm.overlong_buffer_len",
+            "must be < generator.max_generate_length (64)",
+        ),
+        (["algorithm.overlong_penalty_factor=-5"], "algorithm.overlong_penalty_factor", ">= 0"),
     ],
 )
 def test_bad_values_name_the_key(overrides, key, fragment):
