@@ -2,19 +2,24 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET
 /v1/models``, ``GET /health``. A body that is not JSON is a 400; every error is
-an OpenAI error object (``APIError``); streaming responses are server-sent
-events. ``HTTPServer`` runs uvicorn on a daemon thread with its own event loop
-and knows its base URL once listening (``port=0`` picks a free port).
+an OpenAI error object (``APIError``), an unexpected exception included (a 500
+``server_error``; its traceback goes to the server's log, not to the client);
+streaming responses are server-sent events. ``HTTPServer`` runs uvicorn on a
+daemon thread with its own event loop and knows its base URL once listening
+(``port=0`` picks a free port).
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' annotations at runtime.
 
 import json
+import logging
 import threading
 import time
 from typing import Optional
 
 from skyrl.serve.backend import APIError, OpenAIBackend
+
+logger = logging.getLogger(__name__)
 
 
 def build_app(backend: OpenAIBackend):
@@ -43,6 +48,10 @@ def build_app(backend: OpenAIBackend):
             result = await call(await read(request), key_of(request))
         except APIError as exc:
             return error(exc)
+        except Exception:
+            logger.exception("%s %s failed", request.method, request.url.path)
+            failed = "the server failed on this request; its log has the traceback"
+            return error(APIError(500, failed, type="server_error"))
         if isinstance(result, dict):
             return JSONResponse(result)
         return StreamingResponse(result, media_type="text/event-stream")

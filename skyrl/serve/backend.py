@@ -3,7 +3,9 @@
 ``OpenAIBackend`` turns a request body into engine calls and an OpenAI
 response: ``chat`` (``/v1/chat/completions``), ``completion``
 (``/v1/completions``) and ``models`` (``/v1/models``). Errors are ``APIError``
-(HTTP status + OpenAI error object).
+(HTTP status + OpenAI error object). A request is checked whole (a 400 naming the
+bad field) before the engine or its session sees it: a refused request samples
+nothing and records nothing.
 
 Sessions. A training run opens one ``Session`` per trajectory and gives its key
 to the agent as the API key (the ``Authorization: Bearer`` value every OpenAI
@@ -44,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl.data.prompts import PromptRow
-from skyrl.generators.tool_calls import ToolParserUnavailable
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
 from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
@@ -218,23 +219,11 @@ class OpenAIBackend:
     async def chat(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
         session = self._session(key)
-        try:
-            messages = normalize_messages(body.get("messages"))
-            tools = check_tools(body.get("tools"))
-        except FormatError as exc:
-            raise APIError(400, f"{exc.param}: {exc}", param=exc.param) from None
-        if body.get("tool_choice") == "none":
-            tools = None
-        if tools and not self.format.supports_tools:
-            raise APIError(400, "this model's chat template does not render tools", param="tools")
-        rendered = self.format.prompt_ids(messages, tools)
+        messages, tools, rendered = self._chat_request(body)
         choices, prompt_ids = await self._sample(body, session, rendered, messages)
         out = []
         for k, (completion, record) in enumerate(choices):
-            try:
-                content, calls = self.format.parse_reply(completion.token_ids, tools, messages)
-            except ToolParserUnavailable as exc:
-                raise APIError(500, str(exc), type="server_error", param="tools") from None
+            content, calls = self.format.parse_reply(completion.token_ids, tools, messages)
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
@@ -252,13 +241,7 @@ class OpenAIBackend:
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            rendered = self.tokenizer.encode(prompt, add_special_tokens=False)
-        elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-            rendered = list(prompt)
-        else:
-            raise APIError(400, "prompt must be a string or a list of token ids", param="prompt")
+        rendered = self._prompt_ids(body.get("prompt"))
         choices, prompt_ids = await self._sample(body, session, rendered, [])
         out = []
         for k, (completion, _record) in enumerate(choices):
@@ -272,6 +255,50 @@ class OpenAIBackend:
             out.append(self._with_ids(body, choice, completion))
         response = self._response("text_completion", "cmpl", body, out, prompt_ids, choices)
         return self._completion_stream(response) if body.get("stream") else response
+
+    # -- request checks: all made before the engine or the session sees the request ----
+
+    def _chat_request(self, body: dict) -> tuple[list[dict], list[dict] | None, list[int]]:
+        """``(messages, tools, prompt ids)`` of a chat request (a 400 naming the bad field)."""
+        from jinja2 import TemplateError, TemplateSyntaxError  # what chat templates render with
+
+        try:
+            messages = normalize_messages(body.get("messages"))
+            tools = check_tools(body.get("tools"))
+        except FormatError as exc:
+            raise APIError(400, f"{exc.param}: {exc}", param=exc.param) from None
+        if body.get("tool_choice") == "none":
+            tools = None
+        if tools and not self.format.supports_tools:
+            raise APIError(400, "this model's chat template does not render tools", param="tools")
+        problem = self.format.parser.unavailable() if tools else None
+        if problem is not None:
+            raise APIError(500, problem, type="server_error", param="tools")
+        try:
+            return messages, tools, self.format.prompt_ids(messages, tools)
+        except TemplateSyntaxError:
+            raise  # the template itself is broken: a server error
+        except TemplateError as exc:  # its raise_exception(): e.g. roles must alternate
+            message = f"messages: the chat template refuses them: {exc}"
+            raise APIError(400, message, param="messages") from None
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        """A completion request's prompt as token ids (text is encoded)."""
+        if isinstance(prompt, str) and prompt:
+            return self.tokenizer.encode(prompt, add_special_tokens=False)
+        if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
+            raise APIError(
+                400, "prompt must be a non-empty string or list of token ids", param="prompt"
+            )
+        vocab_size = len(self.tokenizer)
+        for k, t in enumerate(prompt):
+            if not 0 <= t < vocab_size:
+                raise APIError(
+                    400,
+                    f"prompt[{k}]: token id {t} is not in the vocabulary (0 to {vocab_size - 1})",
+                    param=f"prompt[{k}]",
+                )
+        return list(prompt)
 
     # -- the common path ---------------------------------------------------------------
 
@@ -325,6 +352,8 @@ class OpenAIBackend:
                 param="max_tokens",
             )
         seed = _number(body, "seed", int, None)
+        if seed is not None and not -(2**63) <= seed < 2**63:
+            raise APIError(400, f"seed must fit in 64 bits (signed), got {seed}", param="seed")
         base = SamplingParams(
             temperature=_number(body, "temperature", float, 1.0, low=0),
             top_p=_number(body, "top_p", float, 1.0),

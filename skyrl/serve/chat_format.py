@@ -61,11 +61,16 @@ def normalize_messages(messages: Any) -> list[dict]:
             "role": "system" if role == "developer" else role,
             "content": _text(m.get("content"), f"{where}.content"),
         }
-        if role == "assistant" and m.get("tool_calls"):
+        calls = m.get("tool_calls") if role == "assistant" else None
+        if calls is not None and not isinstance(calls, list):
+            raise FormatError(f"{where}.tool_calls", f"must be a list of tool calls, got {calls!r}")
+        if calls:
             msg["tool_calls"] = [
-                _template_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(m["tool_calls"])
+                _template_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(calls)
             ]
         if role == "tool" and "tool_call_id" in m:
+            if not isinstance(m["tool_call_id"], str):
+                raise FormatError(f"{where}.tool_call_id", "must be a string")
             msg["tool_call_id"] = m["tool_call_id"]
         out.append(msg)
     return out
@@ -75,7 +80,9 @@ def _template_call(call: Any, where: str) -> dict:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise FormatError(where, "a tool call needs function.name")
-    args = fn.get("arguments", {})
+    args = {} if fn.get("arguments") is None else fn["arguments"]
+    if not isinstance(args, (str, dict)):
+        raise FormatError(f"{where}.function.arguments", "must be a JSON string or an object")
     if isinstance(args, str):  # OpenAI sends arguments as a JSON string; templates want objects
         try:
             args = json.loads(args) if args.strip() else {}
@@ -88,8 +95,18 @@ def _template_call(call: Any, where: str) -> dict:
     }
 
 
+TOOL_FIELDS = {
+    "description": (str, "a string"),
+    "parameters": (dict, "a JSON schema object"),
+    "strict": (bool, "true or false"),
+}
+"""A tool function's optional fields and the type each must have (as the tool parser's
+request model reads them), with how the error says it."""
+
+
 def check_tools(tools: Any) -> list[dict] | None:
-    """The request's ``tools`` (None when absent or empty)."""
+    """The request's ``tools`` (None when absent or empty), checked as far as the chat
+    template and the tool parser read them, so a bad tool is refused before sampling."""
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list):
@@ -100,6 +117,13 @@ def check_tools(tools: Any) -> list[dict] | None:
             raise FormatError(
                 f"tools[{k}]", 'must be {"type": "function", "function": {"name": ...}}'
             )
+        if tool.get("type", "function") != "function":
+            raise FormatError(f"tools[{k}].type", f'must be "function", got {tool["type"]!r}')
+        for name, (kind, said) in TOOL_FIELDS.items():
+            if fn.get(name) is not None and not isinstance(fn[name], kind):
+                raise FormatError(
+                    f"tools[{k}].function.{name}", f"must be {said}, got {fn[name]!r}"
+                )
     return tools
 
 

@@ -1,11 +1,13 @@
 """Tool calls in the model's own format (Qwen2.5/hermes `<tool_call>` JSON, parsed by vLLM's
-parser), a dead engine (503), and training sessions: the API key picks the session, the
+parser), a dead engine (503), malformed requests (400 before the engine) and unexpected
+failures (a JSON 500), and training sessions: the API key picks the session, the
 sampling-drift rule, the token budget, and what is recorded. The engine is scripted
 (``scripted_engine``) so replies are known."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import httpx
 import openai
@@ -172,3 +174,98 @@ def test_n_above_one_is_refused_in_a_session(scripted):
         client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}], n=2
         )
+
+
+X = {"role": "user", "content": "x"}
+CHAT = "chat/completions"
+
+
+def after(message: dict) -> dict:
+    """A chat request whose second message is ``message``."""
+    return {"messages": [X, message]}
+
+
+def declaring(tool_type: str = "function", **function) -> dict:
+    """A chat request declaring one tool with these ``function`` fields."""
+    tool = {"type": tool_type, "function": {"name": "calculator", **function}}
+    return {"messages": [X], "tools": [tool]}
+
+
+ARGS_5 = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}
+
+
+@pytest.mark.parametrize(
+    "route, body, param",
+    [
+        (CHAT, after({"role": "assistant", "tool_calls": 5}), "messages[1].tool_calls"),
+        (CHAT, after(ARGS_5), "messages[1].tool_calls[0].function.arguments"),
+        (
+            CHAT,
+            after({"role": "tool", "tool_call_id": 7, "content": "4"}),
+            "messages[1].tool_call_id",
+        ),
+        (CHAT, declaring(parameters="not-a-schema"), "tools[0].function.parameters"),
+        (CHAT, declaring(description=5), "tools[0].function.description"),
+        (CHAT, declaring(strict="yes"), "tools[0].function.strict"),
+        (CHAT, declaring("retrieval"), "tools[0].type"),
+        ("completions", {"prompt": ""}, "prompt"),
+        ("completions", {"prompt": [5, -1]}, "prompt[1]"),
+        ("completions", {"prompt": [5, 10**9]}, "prompt[1]"),
+    ],
+)
+def test_a_malformed_request_is_a_400_before_the_engine_and_the_session(
+    scripted, route, body, param
+):
+    """The error object names the field, and nothing ran: no engine call, no recorded turn,
+    no chain (a session's chain is made by its first sampled request)."""
+    engine, url, backend = scripted
+    session = open_session(backend, engine)
+    r = httpx.post(
+        f"{url}/{route}", json={"model": "tiny", **body},
+        headers={"Authorization": f"Bearer {session.key}"},
+    )  # fmt: skip
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, None)
+    assert param in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert engine.prompts == [] and session.records == [] and session.chain is None
+
+
+def test_a_seed_beyond_64_bits_is_a_400_without_a_session(scripted):
+    engine, url, _ = scripted
+    r = httpx.post(f"{url}/{CHAT}", json={"model": "tiny", "messages": [X], "seed": 2**64})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+    assert engine.prompts == []
+
+
+def test_an_unexpected_failure_is_a_json_500_with_the_traceback_kept_in_the_log(
+    scripted, monkeypatch, caplog
+):
+    _, url, backend = scripted
+
+    def broken(*args):
+        raise RuntimeError("internal detail")
+
+    monkeypatch.setattr(backend.format, "parse_reply", broken)
+    with caplog.at_level(logging.ERROR, logger="skyrl.serve.app"):
+        r = httpx.post(f"{url}/{CHAT}", json={"model": "tiny", "messages": [X]})
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text
+    error = r.json()["error"]
+    assert error["type"] == "server_error" and set(error) == {"message", "type", "param", "code"}
+    assert "internal detail" not in r.text
+    (logged,) = [rec for rec in caplog.records if rec.name == "skyrl.serve.app"]
+    assert logged.exc_info and "internal detail" in str(logged.exc_info[1])
+
+
+def test_a_conversation_the_chat_template_refuses_is_a_400(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)  # own copy: its template changes
+    tokenizer.chat_template = "{{ raise_exception('Conversation roles must alternate') }}"
+    engine = ScriptedEngine(tokenizer)
+    with endpoint(engine, tokenizer) as (url, _):
+        r = httpx.post(f"{url}/{CHAT}", json={"model": "tiny", "messages": [X]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "messages" and "roles must alternate" in error["message"]
+    assert engine.prompts == []
