@@ -73,6 +73,8 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     if not fake:
         _check_files_exist(cfg)
         check_env_and_agent(cfg)
+    if for_run:
+        _check_gpus(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     _check_model_config(resolved, for_run)
     _check_lora_modules(resolved, for_run)
@@ -159,6 +161,32 @@ def check_env_and_agent(cfg: SkyRLConfig) -> None:
 
     if is_external_agent(cfg.generator.agent):
         check_external_agent(cfg)
+
+
+def visible_gpus() -> int:
+    """GPUs this machine's CUDA sees."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _check_gpus(cfg: SkyRLConfig) -> None:
+    """A run that asks for GPUs has some: on a machine without any, Ray would wait for the
+    bundle and time out naming no key. On a cluster (``RAY_ADDRESS``) they are Ray's to place."""
+    import os
+
+    if os.environ.get("RAY_ADDRESS"):
+        return
+    for key, value in (
+        ("trainer.num_gpus_per_worker", cfg.trainer.num_gpus_per_worker),
+        ("generator.num_gpus_per_engine", cfg.generator.num_gpus_per_engine),
+    ):
+        require(
+            value <= 0 or visible_gpus() > 0,
+            key,
+            f"{key}={value:g} asks for GPUs, but this machine has none (and RAY_ADDRESS "
+            "names no cluster)",
+        )
 
 
 def _check_model_config(cfg: SkyRLConfig, for_run: bool) -> None:

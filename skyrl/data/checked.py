@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, require
 from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ def check_prompts(
     try:
         for key, where, row in source_rows(cfg, split):
             total += 1
+            _check_extras(env, cfg.environment, row, key, where)
             num_tokens = _prompt_tokens(chat, env, row, key, where, tools)
             if num_tokens > limit:
                 num_overlong += 1
@@ -180,6 +181,17 @@ def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
         key = "environment._target_" if cfg.environment._target_ else "environment.tool_format"
         problem = str(exc)
     raise ConfigError(key, problem)
+
+
+def _check_extras(env, env_cfg, row: PromptRow, key: str, where: str) -> None:
+    """``row`` carries every field the env reads (``TextEnv.required_extras``), not null."""
+    for name in getattr(env, "required_extras", ()):
+        label = env_cfg._target_ or env_cfg.name
+        require(
+            row.extras.get(name) is not None,
+            key,
+            f"{where}: no {name!r} (environment {label!r} grades against it)",
+        )
 
 
 def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str, tools=None) -> int:

@@ -37,6 +37,10 @@ class StepResult:
 class TextEnv:
     """Base class: override ``init`` (optional) and ``step``."""
 
+    required_extras: tuple[str, ...] = ()
+    """Row fields (``PromptRow.extras``) the env reads, e.g. the answer it grades against: a
+    row without one, or with null, is refused when the prompts load."""
+
     def __init__(self, max_observation_chars: int = 2048, **kwargs: Any):
         self.max_observation_chars = max_observation_chars
 

@@ -10,6 +10,8 @@ from skyrl.envs.grading import extract_answer, grade
 class MathEnv(TextEnv):
     """Reward 1 when the answer equals ``extras["answer"]``; one turn."""
 
+    required_extras = ("answer",)
+
     def step(self, action_text: str) -> StepResult:
         gold = self.extras["answer"]
         reward = grade(action_text, gold)

@@ -72,6 +72,8 @@ _ARGUMENT = {"calculator": "expression", "python": "code"}
 class ToolEnv(TextEnv):
     """Calculator + Python tools; reward on the final answer."""
 
+    required_extras = ("answer",)
+
     def __init__(
         self,
         tool_timeout_s: float = 5.0,

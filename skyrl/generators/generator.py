@@ -61,8 +61,32 @@ def driver_factory(name: str) -> DriverFactory:
             from skyrl.serve.harness import HarnessDriver
 
             return functools.partial(HarnessDriver.from_context, rollout=target)
-        return cast(DriverFactory, target)
+        problem = _not_a_factory(name, target)
+        if not problem:
+            return cast(DriverFactory, target)
     raise ConfigError("generator.agent", problem)  # outside the handler: no exception context
+
+
+def _not_a_factory(name: str, target: object) -> str:
+    """Why ``target`` cannot be called as a driver factory, ``factory(context)`` ("" if it
+    can; a signature Python cannot read is given the benefit of the doubt)."""
+    if not callable(target):
+        return f"{name} is not callable: name a driver factory or an async external agent"
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(None)
+        return ""
+    except TypeError:
+        listed = ", ".join(signature.parameters)
+    if len(signature.parameters) == 2:
+        return (
+            f"{name} takes ({listed}): an external agent must be `async def {name.rsplit('.', 1)[-1]}"
+            "(client, row)`; a driver factory takes one argument, the DriverContext"
+        )
+    return f"{name} takes ({listed}): a driver factory takes one argument, the DriverContext"
 
 
 class Generator:

@@ -271,3 +271,35 @@ def test_a_model_path_that_is_not_a_model_is_refused(tmp_path, kind):
         error = refused(cfg_for(f"model.path={path}"), for_run=for_run)
         assert error.key == "model.path"
         assert f"{path} is not a model folder: " in error.message and "\n" not in error.message
+
+
+@pytest.mark.parametrize("key", ["trainer.num_gpus_per_worker", "generator.num_gpus_per_engine"])
+def test_a_run_asking_for_gpus_on_a_machine_without_any_is_refused(monkeypatch, key):
+    # it waited 120 s for Ray to place the GPU bundle, then a GetTimeoutError naming no key
+    from skyrl.config import preflight as module
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(module, "visible_gpus", lambda: 0)
+    extra = ["generator.num_cpus_per_engine=0"] if key.startswith("generator") else []
+    cfg = cfg_for(f"{key}=1", *extra)
+    preflight(cfg, for_run=False)  # a dry run may check a GPU config on a laptop
+    error = refused(cfg, for_run=True)
+    assert error.key == key
+    assert (
+        error.message
+        == f"{key}=1 asks for GPUs, but this machine has none (and RAY_ADDRESS names no cluster)"
+    )
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster's GPUs are Ray's to place
+    preflight(cfg, for_run=True)
+
+
+@pytest.mark.parametrize("row", [{"prompt": "q"}, {"prompt": "q", "answer": None}])
+def test_a_row_without_what_the_env_grades_against_is_refused(tmp_path, row):
+    # the math env grades against extras["answer"]: a row without one raised KeyError in
+    # every step (reward 0 and an env error each time); a null answer was graded as "None"
+    path = tmp_path / "d.jsonl"
+    good = json.dumps({"prompt": "q", "answer": "1"})
+    path.write_text(f"{good}\n{json.dumps(row)}\n")
+    error = refused(cfg_for("data.source=files", f"data.train_files=[{path}]"))
+    assert error.key == "data.train_files[0]"
+    assert error.message == (f"{path}: row 2: no 'answer' (environment 'math' grades against it)")

@@ -73,19 +73,19 @@ def test_rows_pass_through_in_order(tmp_path, tok):
     ("content", "message"),
     [
         (
-            '{"prompt": "ok"}\n{"question": "x"}\n',
+            '{"prompt": "ok", "answer": "1"}\n{"question": "x"}\n',
             "row 2: missing column 'prompt' (has ['question'])",
         ),
         (  # a blank line is skipped but keeps its number: rows are line numbers
-            '{"prompt": "ok"}\n\n{oops\n',
+            '{"prompt": "ok", "answer": "1"}\n\n{oops\n',
             "row 3: invalid JSON (Expecting property name enclosed in double quotes)",
         ),
-        ('{"prompt": "ok"}\n[1, 2]\n', "row 2: expected an object, got list"),
-        ('{"prompt": "ok"}\n{"prompt": ""}\n', "row 2: empty prompt"),
+        ('{"prompt": "ok", "answer": "1"}\n[1, 2]\n', "row 2: expected an object, got list"),
+        ('{"prompt": "ok", "answer": "1"}\n{"prompt": ""}\n', "row 2: empty prompt"),
     ],
 )
 def test_bad_row_names_key_file_and_row(tmp_path, tok, content, message):
-    (tmp_path / "ok.jsonl").write_text('{"prompt": "fine"}\n')
+    (tmp_path / "ok.jsonl").write_text('{"prompt": "fine", "answer": "1"}\n')
     (tmp_path / "bad.jsonl").write_text(content)
     cfg = files_cfg([str(tmp_path / "ok.jsonl"), str(tmp_path / "bad.jsonl")])
     with pytest.raises(ConfigError) as err:

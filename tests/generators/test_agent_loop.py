@@ -341,3 +341,27 @@ def test_real_hf_engine_single_turn_math(tok):
         assert key in out.metrics
     batch = to_training_batch(out, tok.pad_token_id)
     assert batch["loss_mask"].sum() == sum(len(r) for r in out.response_token_ids)
+
+
+def rollout_without_async(client, row):
+    """An external agent written without ``async``."""
+
+
+NOT_CALLABLE = 3
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("rollout_without_async", "takes (client, row): an external agent must be `async def"),
+        ("NOT_CALLABLE", "is not callable"),
+    ],
+)
+def test_an_agent_that_is_neither_a_factory_nor_async_is_refused(name, fragment):
+    # a plain `def rollout(client, row)` was taken for a driver factory and called with one
+    # argument once Ray was up: a TypeError traceback
+    from skyrl.generators import driver_factory
+
+    with pytest.raises(ValueError, match="generator.agent: ") as info:
+        driver_factory(f"{__name__}.{name}")
+    assert fragment in str(info.value)
