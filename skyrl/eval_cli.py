@@ -12,13 +12,20 @@ go through ``skyrl.rollouts.evaluation.evaluate_prompts``, the pass the trainer'
 eval runs, from the same seed. No training worker starts; a checkpoint's weights are
 read from its files. The table is printed and the results written as JSON
 (``eval.output_file``, default ``eval_results.json`` in the eval's run directory), with
-every sample beside it in ``eval_samples.jsonl`` (the format of ``trainer.dump_rollouts``).
+every sample beside it in a file named after it (``a.json`` -> ``a.samples.jsonl``, the
+format of ``trainer.dump_rollouts``).
+
+Bad input (an output file that cannot be written, a checkpoint without weights, a data
+source without eval prompts) is a ``ConfigError`` raised before any weights are read or
+any prompt is generated. ``data.source=files`` needs no ``data.train_files`` here.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -33,7 +40,10 @@ from skyrl.config.root import SkyRLConfig
 EVAL_RUN_DIR = "hydra.run.dir=outputs/eval/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 """Where an eval's Hydra run directory goes unless the command line says otherwise."""
 RESULTS_FILE = "eval_results.json"
-SAMPLES_FILE = "eval_samples.jsonl"
+TRAIN_FILES_RULE = "error: data.train_files: source=files needs"
+"""The start of the error line of the data schema's rule that an eval has no use for."""
+SAMPLES_SUFFIX = ".samples.jsonl"
+"""The samples file is the output file's name with this in place of its suffix."""
 
 
 @dataclass
@@ -57,11 +67,13 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     prompts; print the table and write the JSON file."""
     from skyrl.config.validate import validate
 
-    typed = validate(cfg)
+    typed = validate(_without_train_files_rule(cfg))
+    _check_eval_prompts(typed)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = Path(typed.eval.output_file or out / RESULTS_FILE)
-    samples = path.with_name(SAMPLES_FILE)
+    path = Path(typed.eval.output_file or out / RESULTS_FILE).expanduser()
+    samples = samples_file_for(path)
+    _check_output_files(path, samples)
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
         typed, label = _weights_to_evaluate(typed, Path(scratch))
         metrics, num_prompts = _run_eval(typed, samples)
@@ -69,6 +81,57 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     _write_results(result, typed)
     print(format_eval_table(result, typed), flush=True)
     return result
+
+
+def samples_file_for(output_file: Path) -> Path:
+    """Where the samples of the eval whose results go to ``output_file`` are written."""
+    return output_file.with_name(output_file.stem + SAMPLES_SUFFIX)
+
+
+def _without_train_files_rule(cfg: DictConfig) -> DictConfig:
+    """``cfg``, or for ``data.source=files`` without ``data.train_files`` a copy whose
+    ``train_files`` are the ``eval_files``: the data schema requires training files, which
+    an eval never reads."""
+    data = cfg.get("data")
+    if not isinstance(data, DictConfig) or data.get("source") != "files" or data.get("train_files"):
+        return cfg
+    if not data.get("eval_files"):
+        raise ConfigError("data.eval_files", "source=files needs at least one eval file")
+    relaxed = copy.deepcopy(cfg)
+    relaxed.data.train_files = relaxed.data.eval_files
+    return relaxed
+
+
+def _check_eval_prompts(cfg: SkyRLConfig) -> None:
+    """The data source has eval prompts, and each eval file exists (a stat each)."""
+    if cfg.data.source == "fake":
+        raise ConfigError(
+            "data.source", "fake has no prompts to evaluate on (files, arithmetic, reasoning_gym)"
+        )
+    if cfg.data.source == "files":
+        for i, name in enumerate(cfg.data.eval_files):
+            if not Path(name).exists():
+                raise ConfigError(f"data.eval_files[{i}]", f"{name}: file not found")
+
+
+def _check_output_files(path: Path, samples: Path) -> None:
+    """The results file and its samples file can be written: neither is a directory and
+    their directory exists or can be made (nothing is created here)."""
+    problem = None
+    if path.is_dir():
+        problem = f"{path}: is a directory; name a file, e.g. {path / RESULTS_FILE}"
+    elif samples.is_dir():
+        problem = f"{path}: its samples file {samples} is a directory"
+    else:
+        existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+        if not existing.is_dir():
+            problem = f"{path}: {existing} is a file, not a directory"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"{path}: {existing} is not writable"
+        elif any(f.exists() and not os.access(f, os.W_OK) for f in (path, samples)):
+            problem = f"{path}: not writable (the file or its samples file {samples})"
+    if problem:
+        raise ConfigError("eval.output_file", problem)
 
 
 def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, str]:
@@ -82,18 +145,38 @@ def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, 
     path = Path(target).expanduser()
     if (path / "final_hf" / "config.json").is_file():
         return _with_model(cfg, path / "final_hf"), str(path / "final_hf")
-    from skyrl.trainer.checkpoint import export_checkpoint_hf, find_checkpoint
+    from skyrl.trainer.checkpoint import export_checkpoint_hf
 
-    ckpt = find_checkpoint(path) if path.is_dir() else None
-    if ckpt is None:
-        raise ConfigError(
-            "eval.checkpoint",
-            f"{target}: neither a run directory (with final_hf or checkpoints/) nor a checkpoint",
-        )
+    ckpt = _checkpoint_with_weights(target, path)
     base = local_model_paths(_run_model(cfg, ckpt))
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
     hf_dir = export_checkpoint_hf(ckpt, base.model.path, base.model.tokenizer_path, scratch)
     return _with_model(cfg, hf_dir), str(ckpt)
+
+
+def _checkpoint_with_weights(target: str, path: Path) -> Path:
+    """The checkpoint ``eval.checkpoint`` (``target``, at ``path``) names, its policy weights
+    on disk (the files ``policy_state_dict`` reads; checked, not read)."""
+    from skyrl.trainer.checkpoint import TRAINER_STATE, find_checkpoint
+
+    problem = f"{target}: neither a run directory (with final_hf or checkpoints/) nor a checkpoint"
+    try:
+        ckpt = find_checkpoint(path) if path.is_dir() else None
+    except ValueError as exc:  # its ``latest`` names a missing or half-written checkpoint
+        ckpt, problem = None, f"{target}: {exc} (no {TRAINER_STATE})"
+    if ckpt is None:
+        raise ConfigError("eval.checkpoint", problem)  # outside the handler: no context
+    state = ckpt / "policy" / "state"
+    if (state / "mp_rank_00_model_states.pt").is_file():  # ZeRO 0-2: every weight
+        return ckpt
+    if not any(state.glob("*_model_states.pt")):
+        raise ConfigError("eval.checkpoint", f"{target}: no policy weights in {state}")
+    if not any(state.glob("*_optim_states.pt")):  # ZeRO-3's fp32 weights are in these
+        raise ConfigError(
+            "eval.checkpoint",
+            f"{target}: {state} holds ZeRO-3 partitions without their *_optim_states.pt",
+        )
+    return ckpt
 
 
 def _run_model(cfg: SkyRLConfig, ckpt: Path) -> SkyRLConfig:
@@ -213,11 +296,37 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(EXIT_RUN_FAILED)
 
 
+def _check_command_line() -> None:
+    """Compose and validate ``sys.argv`` once, as ``skyrl-train`` does (one line, exit 2),
+    except that ``data.source=files`` needs no training files: a command line failing only
+    on that rule is checked again with ``data.train_files`` set to the eval files."""
+    from skyrl.cli import EXIT_CONFIG_ERROR
+    from skyrl.config import register_configs
+    from skyrl.config.cli_errors import one_line_error
+    from skyrl.config.precheck import command_line_problem
+
+    register_configs()
+    argv = sys.argv[1:]
+    problem = command_line_problem(argv)
+    if _is_train_files_rule(problem):
+        problem = command_line_problem([*argv, "data.train_files=${data.eval_files}"])
+        if _is_train_files_rule(problem):  # no eval files either
+            problem = ConfigError("data.eval_files", "source=files needs at least one eval file")
+    if problem is not None:
+        print(one_line_error(problem), file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+
+
+def _is_train_files_rule(problem: Exception | None) -> bool:
+    """Whether ``problem`` is the data schema's "source=files needs a training file" rule."""
+    from skyrl.config.cli_errors import one_line_error
+
+    return problem is not None and one_line_error(problem).startswith(TRAIN_FILES_RULE)
+
+
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then evaluate."""
-    from skyrl.cli import check_command_line
-
-    check_command_line()
+    _check_command_line()
     if not any(a.startswith(("hydra.run.dir=", "hydra/")) for a in sys.argv[1:]):
         sys.argv.insert(1, EVAL_RUN_DIR)
     _hydra_main()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import skyrl
+from skyrl import eval_cli
+from skyrl.config import ConfigError
 from skyrl.eval_cli import evaluate
 
 SKYRL_EVAL = str(Path(sys.executable).parent / "skyrl-eval")
@@ -21,6 +23,25 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=dict(os.environ)
     )
+
+
+def assert_one_line(result: subprocess.CompletedProcess, expected: str) -> None:
+    """Exit 2 with one line on stderr that starts with ``expected``, and no traceback."""
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def make(root: Path, layout: dict[str, str | None]) -> None:
+    """Under ``root``: a directory for each None, else a file holding the text."""
+    for name, text in layout.items():
+        path = root / name
+        if text is None:
+            path.mkdir(parents=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
 
 
 def train_smoke(out: Path, *overrides: str) -> Path:
@@ -96,6 +117,43 @@ def test_model_path_is_evaluated_on_the_composed_eval_prompts(tmp_path):
     assert json.loads(result.output_file.read_text())["metrics"] == result.metrics
 
 
+def test_samples_are_named_after_the_output_file(tmp_path):
+    """Two evals writing a.json and b.json into one directory keep their own samples."""
+    small = ["experiment=smoke", "data.num_eval_prompts=2", "generator.eval_n_samples_per_prompt=1"]
+    results = {}
+    for name in ("a", "b"):
+        cfg = skyrl.compose([*small, f"eval.output_file={tmp_path / 'res' / name}.json"])
+        results[name] = evaluate(cfg, tmp_path / "run" / name)
+    for name, result in results.items():
+        assert result.samples_file == tmp_path / "res" / f"{name}.samples.jsonl"
+        assert len(result.samples_file.read_text().splitlines()) == 2  # 2 prompts x 1 sample
+        record = json.loads(result.output_file.read_text())
+        assert record["samples_file"] == str(result.samples_file)
+    assert not list((tmp_path / "run").rglob("*.jsonl"))
+
+
+def test_files_source_needs_no_training_files(tmp_path, monkeypatch):
+    """``data.source=files`` with only ``data.eval_files``: eval never reads training files
+    (the command line's check and ``skyrl.evaluate`` alike)."""
+    (tmp_path / "good.jsonl").write_text(
+        "".join(json.dumps({"prompt": p, "answer": "1"}) + "\n" for p in "xy")
+    )
+    overrides = [
+        "experiment=smoke",
+        "data.source=files",
+        "data.eval_files=[good.jsonl]",
+        "generator.eval_n_samples_per_prompt=1",
+        "eval.output_file=res.json",
+    ]
+    result = run([SKYRL_EVAL, *overrides], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "res.json").read_text())["num_prompts"] == {"good": 2}
+    monkeypatch.chdir(tmp_path)
+    cfg = skyrl.compose(overrides)
+    assert evaluate(cfg, tmp_path / "run").num_prompts == {"good": 2}
+    assert list(cfg.data.train_files) == []  # the caller's config is left as it was
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
@@ -113,8 +171,74 @@ def test_model_path_is_evaluated_on_the_composed_eval_prompts(tmp_path):
     ],
 )
 def test_bad_input_is_one_line(tmp_path, overrides, expected):
-    result = run([SKYRL_EVAL, "experiment=smoke", *overrides], tmp_path)
-    assert result.returncode == 2, result.stderr[-2000:]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
+    assert_one_line(run([SKYRL_EVAL, "experiment=smoke", *overrides], tmp_path), expected)
+
+
+Z3_STATE = "z3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
+
+
+@pytest.mark.parametrize(
+    ("layout", "override", "expected"),
+    [
+        (
+            {"resdir": None},
+            "eval.output_file=resdir",
+            "error: eval.output_file: resdir: is a directory",
+        ),
+        (
+            {"afile": ""},
+            "eval.output_file=afile/out.json",
+            "error: eval.output_file: afile/out.json: afile is a file, not a directory",
+        ),
+        (
+            {"out.samples.jsonl": None},
+            "eval.output_file=out.json",
+            "error: eval.output_file: out.json: its samples file out.samples.jsonl is a directory",
+        ),
+        (
+            {"badrun/checkpoints/latest": "global_step_5\n"},
+            "eval.checkpoint=badrun",
+            "error: eval.checkpoint: badrun: badrun/checkpoints/latest names "
+            "badrun/checkpoints/global_step_5, which is not a complete checkpoint",
+        ),
+        (
+            {"corrupt/trainer_state.json": "{}"},
+            "eval.checkpoint=corrupt",
+            "error: eval.checkpoint: corrupt: no policy weights in corrupt/policy/state",
+        ),
+        (
+            {"z3/trainer_state.json": "{}", Z3_STATE: ""},
+            "eval.checkpoint=z3",
+            "error: eval.checkpoint: z3: z3/policy/state holds ZeRO-3 partitions without",
+        ),
+        ({}, "data=fake", "error: data.source: fake has no prompts"),
+        ({}, "data.source=files", "error: data.eval_files: source=files needs at least one"),
+        (
+            {},
+            "data.source=files data.eval_files=[nope.jsonl]",
+            "error: data.eval_files[0]: nope.jsonl: file not found",
+        ),
+    ],
+)
+def test_bad_files_are_refused_before_any_work(tmp_path, monkeypatch, layout, override, expected):
+    """One line naming the key, exit 2; in-process: raised before any weights are read or
+    any prompt is loaded or generated, so nothing is written."""
+    make(tmp_path, layout)
+    overrides = ["experiment=smoke", *override.split()]
+    assert_one_line(run([SKYRL_EVAL, *overrides], tmp_path), expected)
+    assert not [
+        p for p in tmp_path.rglob("*.json*") if p.is_file() and p.name != "trainer_state.json"
+    ]
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("ran before the bad input was reported")
+
+    from skyrl.trainer import checkpoint
+
+    monkeypatch.setattr(checkpoint, "policy_state_dict", must_not_run)
+    monkeypatch.setattr(checkpoint, "export_checkpoint_hf", must_not_run)
+    monkeypatch.setattr(eval_cli, "_run_eval", must_not_run)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        evaluate(skyrl.compose(overrides), tmp_path / "run")
+    assert expected.startswith(f"error: {err.value.key}: ")
