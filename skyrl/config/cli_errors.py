@@ -77,8 +77,11 @@ def _raised_in_skyrl(exc: BaseException) -> bool:
 def _omegaconf_error(exc: OmegaConfBaseException) -> str:
     key = exc.full_key or ""  # one_line_error only calls this when it is set
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
-        leaf = key.rsplit(".", 1)[-1]
-        hint = did_you_mean(leaf, _field_names(getattr(exc, "object_type", None)))
+        parent, _, leaf = key.rpartition(".")
+        object_type = getattr(exc, "object_type", None)
+        hint = did_you_mean(leaf, _field_names(object_type))
+        if object_type is dict and parent:  # a free-form mapping: new keys take a +
+            hint = f" ({parent} is a free-form mapping: add a key with +{key}=...)"
         return f"error: {key}: unknown key{hint}"
     return f"error: {key}: {_first_line(exc.msg or '')}"
 

@@ -16,6 +16,11 @@ from skyrl.config.trainer import OptimizerConfig
     ("argv", "line"),
     [
         (["+trainer.lrx=1"], "error: trainer.lrx: unknown key"),
+        (
+            ["environment.kwargs.foo=1"],
+            "error: environment.kwargs.foo: unknown key (environment.kwargs is a free-form "
+            "mapping: add a key with +environment.kwargs.foo=...)",
+        ),
         (["trainer.seed=[1"], "error: cannot parse override: no viable alternative at input '[1'"),
         # Hydra refuses a null group option with a ValueError of its own
         (["trainer=null"], "error: Config group override must be a string or a list. Got NoneType"),
