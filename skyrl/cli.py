@@ -7,22 +7,29 @@ typo, a wrong type, an unknown option or a violated rule ends with ONE line
 naming the key instead of a traceback. Then ``skyrl.train`` runs the pre-flight check
 (``skyrl.config.preflight``: data files and rows, prompt lengths, model paths, the env,
 the rollout driver), for a dry run too; what it finds is a ``ConfigError`` as well: one
-``error:`` line naming the key, exit 2, before Ray or any engine starts.
+``error:`` line naming the key, exit 2, before Ray or any engine starts. A sweep is
+checked whole (every job) before its first job starts; a job that fails anyway ends the
+sweep with the line and exit code a single run would give, after Hydra's line naming the
+job's overrides.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
+from typing import NoReturn
 
 import hydra
+from hydra._internal.utils import get_args_parser
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig
 
 from skyrl.api import TrainResult, train
 from skyrl.config import register_configs
 from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError
-from skyrl.config.precheck import precheck_command_line
+from skyrl.config.precheck import needs_objective, precheck_command_line
 from skyrl.models.resolve import ModelNotFoundError
 from skyrl.tracking import metric_names as names
 
@@ -39,12 +46,25 @@ def run(cfg: DictConfig) -> TrainResult:
     return train(cfg, configured or HydraConfig.get().runtime.output_dir)
 
 
+class JobFailed(CompactHydraException):
+    """A sweep job that failed as a single run would, with its one ``error:`` line and exit
+    code. The job still fails in Hydra's sense (recorded, marked in the sweep summary, the
+    sweeper decides what follows); when it ends the sweep, ``main`` prints the line alone."""
+
+    def __init__(self, line: str, exit_code: int):
+        super().__init__(line, exit_code)  # both in args: it pickles back from a joblib worker
+        self.line, self.exit_code = line, exit_code
+
+    def __str__(self) -> str:
+        return self.line
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
     """Returns the final held-out pass@1 (a sweeper's objective), if the run evaluated.
 
-    In a multirun a failed job raises (Hydra records it as failed and the sweep goes on);
-    a single run ends with one error line and an exit code instead."""
+    A single run ends with one error line and an exit code; in a multirun the job raises
+    ``JobFailed`` with that line and code instead (Hydra records the job as failed)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -56,27 +76,42 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     try:
         result = run(cfg)
     except ConfigError as exc:
-        if multirun:
-            raise
-        print(one_line_error(exc), file=sys.stderr)
-        sys.exit(EXIT_CONFIG_ERROR)
+        _fail(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
     except ModelNotFoundError as exc:  # a config value naming nothing: its key, then what was tried
-        if multirun:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_CONFIG_ERROR)
+        _fail(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
     except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
-        if multirun:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_RUN_FAILED)
+        _fail(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
+    if multirun and needs_objective(str(HydraConfig.get().sweeper.get("_target_", ""))):
+        return sweep_objective(cfg, result, HydraConfig.get().sweeper.get("direction"))
     objective = result.final(names.EVAL_PASS_AT_1)
-    if math.isnan(objective):
-        if multirun and "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")):
-            raise ValueError(
-                "no eval/pass@1 to return as the sweep objective: set data.num_eval_prompts > 0"
-            )
-        return None
+    return None if math.isnan(objective) else objective
+
+
+def _fail(line: str, exit_code: int, multirun: bool, cause: Exception) -> NoReturn:
+    """End a single run with ``line`` on stderr and ``exit_code``; fail a sweep job with both."""
+    if multirun:
+        raise JobFailed(line, exit_code) from cause
+    print(line, file=sys.stderr)
+    sys.exit(exit_code)
+
+
+def sweep_objective(cfg: DictConfig, result: TrainResult, direction: object) -> float:
+    """What a job tells a search sweeper (Optuna): the final eval/pass@1. A dry run has none;
+    Optuna needs a number to end the trial (it fails a trial without one, then the study
+    without a completed trial), so it gets the worst value there is, which never counts as the
+    best (the precheck refuses a dry run into a persistent ``hydra.sweeper.storage``)."""
+    if cfg.trainer.dry_run:
+        worst = math.inf if "minimize" in str(direction) else -math.inf
+        print(f"dry run: no objective; the sweeper is told {worst} for this trial", flush=True)
+        return worst
+    objective = result.final(names.EVAL_PASS_AT_1)
+    if math.isnan(objective):  # the precheck makes sure there are eval prompts to begin with
+        key = "data.eval_files" if cfg.data.source == "files" else "data.num_eval_prompts"
+        raise JobFailed(
+            f"error: {key}: the run logged no eval/pass@1 to return as the sweep objective "
+            "(were all eval prompts dropped as over-long?)",
+            EXIT_CONFIG_ERROR,
+        )
     return objective
 
 
@@ -93,7 +128,49 @@ def check_command_line() -> None:
 def main() -> None:
     """Console script: check the command line, then hand it to Hydra."""
     check_command_line()
-    _hydra_main()
+    if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+        _hydra_main()
+        return
+    _run_sweep()
+
+
+def _run_sweep() -> None:
+    """Hydra's main for a multirun, where a job's ``JobFailed`` that ends the sweep prints as
+    its one line and exits with its code. Hydra would print any exception with a hint to set
+    HYDRA_FULL_ERROR; with it set, Hydra raises instead, and whatever else ends the sweep goes
+    back to Hydra's reporter. A user's own HYDRA_FULL_ERROR is left alone."""
+    if "HYDRA_FULL_ERROR" in os.environ:
+        _hydra_main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()
+    except JobFailed as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        os.environ.pop("HYDRA_FULL_ERROR")
+        _report_as_hydra(exc)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _report_as_hydra(exc: Exception) -> NoReturn:
+    """Print ``exc`` as Hydra would have and exit 1: re-raised from below Hydra's own
+    reporter, whose frames Hydra skips, looking for the job's frame within its first ten."""
+    from hydra._internal.utils import run_and_report
+
+    below, tb = exc.__traceback__, exc.__traceback__
+    while tb is not None:  # run_and_report appears twice: where it called, where it re-raised
+        below = tb.tb_next if tb.tb_frame.f_code.co_name == "run_and_report" else below
+        tb = tb.tb_next
+    trimmed = exc.with_traceback(below)
+
+    def reraise() -> NoReturn:
+        raise trimmed
+
+    run_and_report(reraise)  # exits 1
+    sys.exit(EXIT_RUN_FAILED)
 
 
 if __name__ == "__main__":

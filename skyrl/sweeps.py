@@ -32,7 +32,8 @@ from skyrl.tracking import metric_names as names
 from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
 
 JOB_RETURN = "job_return.json"
-"""Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``."""
+"""Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``
+(a non-finite objective, a dry run's placeholder for a search sweeper, is null)."""
 METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", names.EVAL_PASS_AT_1)
 """Final metrics per job, after the override columns."""
 
@@ -58,13 +59,16 @@ class SweepSummary(Callback):
 def write_job_return(job_dir: Path, job_return: Any) -> Path:
     """``job_return.json`` from Hydra's ``JobReturn`` (status, float objective, error text)."""
     from hydra.core.utils import JobStatus
+    from hydra.errors import CompactHydraException
 
     ok = job_return.status == JobStatus.COMPLETED
     value = job_return._return_value  # the property re-raises a failed job's exception
+    number = ok and isinstance(value, int | float) and math.isfinite(value)
+    compact = isinstance(value, CompactHydraException)  # already an ``error: <key>: ...`` line
     record = {
         "status": "ok" if ok else "failed",
-        "objective": float(value) if ok and isinstance(value, int | float) else None,
-        "error": "" if ok else f"{type(value).__name__}: {value}",
+        "objective": float(value) if number else None,  # a dry run's placeholder is no result
+        "error": "" if ok else (str(value) if compact else f"{type(value).__name__}: {value}"),
     }
     path = job_dir / JOB_RETURN
     _write_atomic(path, json.dumps(record))

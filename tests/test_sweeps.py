@@ -106,6 +106,20 @@ def test_callback_records_each_job_and_rewrites_the_summary(tmp_path):
     assert (tmp_path / "summary.png").stat().st_size > 0
 
 
+def test_a_placeholder_objective_is_null_and_a_compact_error_is_its_line(tmp_path):
+    """A dry-run trial tells Optuna -inf (no result); bad input in a job fails it with the
+    single run's ``error:`` line, recorded as it is."""
+    from hydra.errors import CompactHydraException
+
+    dry = make_job(tmp_path, 0, ["trainer.dry_run=true"], [], None)
+    bad = make_job(tmp_path, 1, ["model.path=/x"], [], None)
+    write_job_return(dry, job_return(JobStatus.COMPLETED, -math.inf))
+    line = "error: model.path: '/x': no such directory"
+    write_job_return(bad, job_return(JobStatus.FAILED, CompactHydraException(line)))
+    assert json.loads((dry / "job_return.json").read_text())["objective"] is None
+    assert [r["error"] for r in collect_jobs(tmp_path)] == ["", line]
+
+
 def test_no_metrics_gives_nan_not_an_error(tmp_path):
     job_dir = make_job(tmp_path, 0, ["algorithm=grpo"], [], None)
     (job_dir / "metrics.jsonl").unlink()
@@ -141,6 +155,39 @@ def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
         [SKYRL_TRAIN, "-m", "hydra.sweep.dir=sweep", *args],
         cwd=cwd, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
+
+
+def test_optuna_dry_run_plans_each_trial_and_ends_cleanly(tmp_path):
+    """A dry run has no objective: each trial is checked and planned, the sweeper is told the
+    worst value, and the sweep ends without an error (the search space from the command line
+    is sampled, not enumerated)."""
+    result = run_cli(
+        tmp_path, "hydra/sweeper=skyrl_optuna", "hydra.sweeper.n_trials=2", "experiment=smoke",
+        "trainer.policy_optimizer.lr=tag(log,interval(1e-5,1e-3))", "trainer.dry_run=true",
+        "hydra/callbacks=sweep_summary",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stdout.count("dry run: no objective") == 2
+    lrs = [
+        OmegaConf.load(tmp_path / "sweep" / str(n) / "resolved_config.yaml").trainer.policy_optimizer.lr
+        for n in (0, 1)
+    ]  # fmt: skip
+    assert all(1e-5 <= lr <= 1e-3 for lr in lrs), lrs
+    assert [r["status"] for r in read_csv(tmp_path / "sweep" / "summary.csv")] == ["ok", "ok"]
+    record = json.loads((tmp_path / "sweep" / "0" / "job_return.json").read_text())
+    assert record["objective"] is None  # the placeholder is not a result
+
+
+def test_optuna_sweep_without_eval_prompts_is_refused_before_any_trial(tmp_path):
+    result = run_cli(
+        tmp_path, "hydra/sweeper=skyrl_optuna", "experiment=smoke", "data.num_eval_prompts=0",
+        "trainer.dry_run=true",
+    )  # fmt: skip
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: data.num_eval_prompts: "), line
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow

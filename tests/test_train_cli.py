@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -313,3 +314,68 @@ def test_multirun_checks_every_sweep_value_first(tmp_path):
         == "error: trainer.train_batch_size: Value 'abc' of type 'str' could not be converted to Integer"
     )
     assert not (tmp_path / "sweep").exists(), "no job may start when one sweep value is invalid"
+
+
+def test_multirun_checks_every_job_first(tmp_path):
+    """Each value is fine alone; job 3 (batch 12, mini-batch 8) is not: refused before job 0."""
+    result = run_cli(
+        tmp_path, "-m", "trainer.train_batch_size=8,12", "trainer.policy_mini_batch_size=4,8",
+        "trainer.dry_run=true", "hydra.sweep.dir=sweep",
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: trainer.policy_mini_batch_size: train_batch_size (12) must be divisible by "
+        "policy_mini_batch_size (8); in sweep job 3 of 4: trainer.train_batch_size=12 "
+        "trainer.policy_mini_batch_size=8"
+    )
+    assert not (tmp_path / "sweep").exists(), "no job may start when one job is invalid"
+
+
+def test_a_job_refused_at_run_time_is_one_line_and_the_jobs_before_it_are_kept(tmp_path):
+    """The pre-flight runs in each job: a bad model path in job 1 ends the sweep with the
+    single run's error line and exit code (after Hydra's line naming the job), no traceback;
+    job 0's outputs and the summary, with job 1 marked failed, stay."""
+    result = run_cli(
+        tmp_path, "-m", "experiment=smoke", "model.path=skyrl-tiny,/nonexistent",
+        "trainer.dry_run=true", "hydra.sweep.dir=sweep", "hydra/callbacks=sweep_summary",
+        env={"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    job_line, error = result.stderr.strip().splitlines()[-2:]
+    assert job_line == (
+        "Error executing job with overrides: ['experiment=smoke', 'model.path=/nonexistent', "
+        "'trainer.dry_run=True']"
+    )
+    assert error.startswith("error: model.path: '/nonexistent': no such directory"), error
+    assert (tmp_path / "sweep" / "0" / "resolved_config.yaml").exists()
+    with open(tmp_path / "sweep" / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "ok"), ("1", "failed")]
+    assert rows[1]["error"] == error
+
+
+def test_a_bug_in_a_sweep_job_is_still_reported_as_hydra_does(tmp_path, monkeypatch, capfd):
+    """Only a job's bad input (and a run failure) become one line; a bug keeps Hydra's
+    trimmed traceback and its HYDRA_FULL_ERROR hint, and the environment is left as it was."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import skyrl.cli
+
+    def bug(cfg):
+        raise RuntimeError("a bug in the job")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(skyrl.cli, "run", bug)
+    monkeypatch.setattr(sys, "argv", ["skyrl-train", "-m", "trainer.seed=1,2", "hydra.sweep.dir=s"])
+    try:
+        with pytest.raises(SystemExit) as exited:
+            skyrl.cli.main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert exited.value.code == 1
+    err = capfd.readouterr().err
+    assert err.startswith("Error executing job with overrides: ['trainer.seed=1']\nTraceback")
+    assert "RuntimeError: a bug in the job" in err and "HYDRA_FULL_ERROR=1" in err
+    assert "HYDRA_FULL_ERROR" not in os.environ
