@@ -30,7 +30,8 @@ class TrainResult:
     output_dir: Path
     """The run directory (config, metrics.jsonl, plot, checkpoints, final_hf)."""
     history: list[dict[str, float]] = field(default_factory=list)
-    """One metrics dict per logged step (step 0 = eval before training, if any)."""
+    """One metrics dict per logged step of the run (step 0 = eval before training, if any),
+    read back from ``metrics.jsonl``: a resumed run's earlier steps too."""
     final_hf: Path | None = None
     """The exported policy (``from_pretrained``-loadable), if exported."""
 
@@ -93,17 +94,20 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
 
 def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
-    from skyrl.tracking.summary import format_summary, plot_history
+    from skyrl.tracking.summary import format_summary, plot_history, read_history
     from skyrl.trainer.trainer import RLTrainer
 
     cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
     start_ray(_logical_cpus(cfg))
     trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
-        history = trainer.train()
+        trainer.train()
         final_hf = trainer.export() if cfg.trainer.export_hf else None
     finally:
         trainer.shutdown()
+    # the run's whole record, a resumed run's steps before the resume too (the trainer's
+    # own history holds only the steps this process ran)
+    history = read_history(output_dir)
     plot_history(history, output_dir / "metrics.png")
     print(format_summary(history, output_dir), flush=True)
     return TrainResult(output_dir, history, final_hf)

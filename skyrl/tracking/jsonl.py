@@ -19,12 +19,17 @@ FILENAME = "metrics.jsonl"
 
 
 class JsonlSink:
-    """Appends one record per step; on resume first drops records after the resumed step."""
+    """Appends one record per step; on resume first drops records after the resumed step. A
+    fresh run finding a file (an earlier run killed before its first checkpoint) moves it
+    aside to ``metrics.jsonl.N`` and starts its own."""
 
     def __init__(self, run: RunInfo) -> None:
         self.path = run.output_dir / FILENAME
-        if run.start_step > 0 and self.path.exists():
-            drop_records_after(self.path, run.start_step)
+        if self.path.exists():
+            if run.start_step > 0:
+                drop_records_after(self.path, run.start_step)
+            else:
+                os.replace(self.path, _unused_name(self.path))
         self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -36,6 +41,14 @@ class JsonlSink:
     def close(self) -> None:
         """Close the file."""
         self.file.close()
+
+
+def _unused_name(path: Path) -> Path:
+    """``path`` with the first free ``.N`` suffix (``metrics.jsonl.1``, ``.2``, ...)."""
+    n = 1
+    while path.with_name(f"{path.name}.{n}").exists():
+        n += 1
+    return path.with_name(f"{path.name}.{n}")
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

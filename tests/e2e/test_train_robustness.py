@@ -80,6 +80,7 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert "resumed from" in result.stdout and "global_step_2" in result.stdout
     resumed, expected = records(killed), records(straight)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]  # no duplicated steps after resume
+    assert "steps run: 4" in result.stdout  # the summary covers the steps before the resume
     for step in (3, 4):  # the resumed run sampled the very same tokens: same weights, seeds
         got, want = (d / "run" / "rollouts" / f"step_{step}.jsonl" for d in (killed, straight))
         assert rollout_tokens(got) == rollout_tokens(want), f"step {step}'s rollouts differ"

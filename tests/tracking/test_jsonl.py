@@ -50,11 +50,17 @@ def test_resume_drops_records_after_the_resumed_step(tmp_path):
     assert not (tmp_path / "metrics.jsonl.tmp").exists()
 
 
-def test_fresh_run_appends(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 5, "x": 1.0}\n')
+def test_a_fresh_run_starts_its_own_file_and_keeps_the_earlier_one_aside(tmp_path):
+    # a run killed before its first checkpoint, started again: appending gave steps
+    # 1, 2, 3, 1, 2, 3 (the summary counted 6 steps and mixed both runs' rewards)
+    earlier = '{"step": 1, "x": 1.0}\n{"step": 2, "x": 1.5}\n'
+    (tmp_path / "metrics.jsonl").write_text(earlier)
+    (tmp_path / "metrics.jsonl.1").write_text("an older one\n")
     with Tracker([], output_dir=tmp_path, total_steps=1) as tracker:
         tracker.log(1, {"x": 2.0})
-    assert [r["step"] for r in lines(tmp_path / "metrics.jsonl")] == [5, 1]
+    assert [r["step"] for r in lines(tmp_path / "metrics.jsonl")] == [1]
+    assert (tmp_path / "metrics.jsonl.2").read_text() == earlier  # nothing saved is lost
+    assert (tmp_path / "metrics.jsonl.1").read_text() == "an older one\n"
 
 
 def test_a_torn_last_line_is_ignored_but_a_torn_middle_line_is_an_error(tmp_path):
