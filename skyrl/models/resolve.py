@@ -45,7 +45,7 @@ TINY = "skyrl-tiny"
 """``model.path=skyrl-tiny``: the tiny random model + local tokenizer (smoke runs, tests)."""
 HUB_PROBE_TIMEOUT_S = 5.0
 """Seconds the hub reachability probe may take before the hub counts as unreachable."""
-_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
+_WEIGHT_FILES = ("*.safetensors", "*.bin")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 _TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "tokenizer*")
 
@@ -73,9 +73,25 @@ class _Unavailable(Exception):
 
 
 def _has_weights(folder: Path) -> bool:
-    return (folder / "config.json").is_file() and any(
-        any(folder.glob(pattern)) for pattern in _WEIGHT_FILES
-    )
+    """A config and the weights: every shard some index names, or (no index) a weights file.
+    An index alone is not enough: a tokenizer lookup downloads it (``*.json``)."""
+    if not (folder / "config.json").is_file():
+        return False
+    indexes = list(folder.glob("*.index.json"))
+    if indexes:
+        return any(_shards_present(index) for index in indexes)
+    return any(any(folder.glob(pattern)) for pattern in _WEIGHT_FILES)
+
+
+def _shards_present(index: Path) -> bool:
+    """Every file the index's ``weight_map`` names is beside it."""
+    import json
+
+    try:
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(shards) and all((index.parent / name).is_file() for name in shards)
 
 
 def _has_tokenizer(folder: Path) -> bool:

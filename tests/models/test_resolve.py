@@ -105,6 +105,26 @@ def test_hf_cache_needs_config_and_weights(no_real_caches):
         resolve_model_path("org/partial")
 
 
+def test_a_sharded_snapshot_needs_every_shard_its_index_names(no_real_caches):
+    # a tokenizer lookup downloads *.json: the index and config.json, no shard; that snapshot
+    # counted as a complete model, so the download was skipped and loading failed later
+    import json
+
+    hub = no_real_caches / "hf"
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    index = json.dumps({"weight_map": {"a": shards[0], "b": shards[1]}})
+    snap = write_snapshot(hub, "org/sharded", ["config.json", "tokenizer.json"])
+    (snap / "model.safetensors.index.json").write_text(index)
+    (snap / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"a": "x.bin"}}))
+    with pytest.raises(ModelNotFoundError, match=r"lacks config.json and weights"):
+        resolve_model_path("org/sharded")
+    (snap / shards[0]).write_text("{}")
+    with pytest.raises(ModelNotFoundError):
+        resolve_model_path("org/sharded")
+    (snap / shards[1]).write_text("{}")  # every safetensors shard: complete (no .bin needed)
+    assert resolve_model_path("org/sharded") == str(snap)
+
+
 def test_tokenizer_local_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("no lookup for local paths"))
     (tmp_path / "tok").mkdir()
