@@ -75,7 +75,8 @@ def row_from_record(
     extras = {k: v for k, v in record.items() if k not in (prompt_key, "data_source", "extra_info")}
     if isinstance(record.get("extra_info"), Mapping):
         extras.update(record["extra_info"])
-    return PromptRow(prompt, source, extras, uid=str(record.get("uid", "")))
+    uid = record.get("uid")  # a parquet column's null is None, not a uid
+    return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:

@@ -26,6 +26,9 @@ def test_jsonl_and_parquet(tmp_path):
     rows = load_prompt_file(tmp_path / "a.jsonl")
     assert [r.data_source for r in rows] == ["gsm", "a"]
     assert rows[1].extras == {"answer": "4", "k": 1} and rows[0].uid == "a-0"
+    # a uid column with a null (parquet: one type per column) is no uid, not the text "None"
+    pq.write_table(pa.Table.from_pylist([{"prompt": "p", "uid": None}]), tmp_path / "n.parquet")
+    assert load_prompt_file(tmp_path / "n.parquet")[0].uid == "n-0"
     recs[0]["prompt"] = [{"role": "user", "content": "1+1?"}]  # parquet columns have one type
     pq.write_table(pa.Table.from_pylist(recs), tmp_path / "b.parquet")
     rows = load_prompt_file(tmp_path / "b.parquet")
