@@ -261,10 +261,20 @@ class TrainingWorker:
         return norm is None or bool(torch.isfinite(norm))
 
     def _drop_gradients(self) -> None:
-        """Forget this mini-batch's gradients without an optimizer step."""
+        """Forget this mini-batch's gradients without an optimizer step. ZeRO 1/2 accumulate
+        them in the optimizer's own partitions, which ``zero_grad`` leaves: they are cleared
+        as DeepSpeed's own overflow step clears them (the next step added them before)."""
         forget_grad_norm(self.engine)
+        optimizer = self.engine.optimizer
         if self.engine.zero_optimization():
-            self.engine.optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=True)
+        if hasattr(optimizer, "averaged_gradients"):  # ZeRO 1/2 (DeepSpeedZeroOptimizer)
+            optimizer._release_preflattened_grad_buffers()
+            if getattr(optimizer, "cpu_offload", False):
+                optimizer.reset_cpu_buffers()
+            for partitions in (optimizer.averaged_gradients, optimizer.all_grad_tensors):
+                for group in list(partitions):
+                    partitions[group] = None
         self.engine.zero_grad()
         if hasattr(self.engine, "_unmanaged_backward_count"):
             self.engine._unmanaged_backward_count = 0

@@ -248,6 +248,30 @@ def test_non_finite_loss_refuses_the_step_on_every_rank(dp2_small_micro, batch, 
     assert_weights_close(group.run("state_dict_for_sync")[0], expected, atol=2e-6)
 
 
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_a_refused_step_leaves_no_gradient_behind_under_zero(
+    ray_cluster, tiny_model_path, batch, zero_stage
+):
+    """ZeRO 1/2 accumulate the micro batches' gradients in the optimizer's own partitions;
+    ZeRO-2 kept a refused step's there, so the next step added them to its own (its grad norm
+    doubled; with NaN gradients the next step was refused too)."""
+    cfg = make_config(tiny_model_path, zero_stage=zero_stage, micro_batch_max_tokens=16)
+    group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
+    try:
+        poisoned = batch.replace(advantages=batch.advantages.clone())
+        poisoned.advantages[3, PROMPT_LEN] = float("nan")
+        assert train_one_step(group, poisoned, "token_mean", 2, 2).nonfinite
+        stats = train_one_step(group, batch, "token_mean", 2, 2)
+        assert not stats.nonfinite
+        assert_weights_close(
+            group.run("state_dict_for_sync")[0],
+            reference_weights(tiny_model_path, batch, "token_mean"),
+            atol=1e-5,
+        )
+    finally:
+        group.shutdown()
+
+
 def test_streamed_weight_buckets_are_the_full_state_dict(dp2_small_micro):
     group, _ = dp2_small_micro
     buckets = list(group.stream_weight_buckets(64 << 10))  # 64 KiB: many buckets
