@@ -1,20 +1,33 @@
 """Tools the multi-turn tool env offers: a calculator and a sandboxed Python subprocess.
 
+The calculator runs in-process, so it refuses integers past ``MAX_INT_BITS``
+before computing them: one huge power would hold the GIL for minutes, and no
+timeout around the call can interrupt it.
+
 The Python sandbox is a best effort, not a security boundary: a fresh
 interpreter in isolated mode (``-I``) in a temporary working directory, with
 a CPU-time and address-space limit (``resource``), a wall-clock timeout, an
-empty environment, and ``socket`` replaced so that opening a connection
-raises (no network).
+empty environment, no stdin, and ``socket`` replaced so that opening a
+connection raises (no network). Its output is read up to a byte cap, and when
+the call returns every process it started is killed: its process group, and
+on Linux any process that left the group (``setsid``) but still carries the
+call's tag in its environment. ``RLIMIT_NPROC`` is not used: it counts every
+process and thread of the user (the trainer's included) and root ignores it.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 import os
+import secrets
+import selectors
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,28 +44,51 @@ _OPS: dict[type[ast.operator | ast.unaryop], Callable[..., Any]] = {
 }
 
 
+MAX_INT_BITS = 10_000
+"""Largest integer the calculator builds (about 3,000 digits)."""
+
+
+def _check_bits(bits: int) -> None:
+    if bits > MAX_INT_BITS:
+        raise ValueError(f"result too large (over {MAX_INT_BITS} bits)")
+
+
+def _apply(op: ast.operator, left: Any, right: Any) -> Any:
+    """``left op right``, refusing an integer result past ``MAX_INT_BITS`` before computing it."""
+    if isinstance(op, ast.Pow) and abs(right) > 100:
+        raise ValueError("exponent too large")
+    if isinstance(left, int) and isinstance(right, int):
+        if isinstance(op, ast.Pow) and right > 0:
+            _check_bits(left.bit_length() * right)
+        elif isinstance(op, ast.Mult):
+            _check_bits(left.bit_length() + right.bit_length())
+    value = _OPS[type(op)](left, right)
+    if isinstance(value, int):
+        _check_bits(value.bit_length())  # + and - add a bit at a time
+    return value
+
+
 def calculator(expression: str) -> str:
     """Evaluate + - * / // % ** on numbers; errors come back as text."""
 
     def ev(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            if isinstance(node.value, int):
+                _check_bits(node.value.bit_length())  # hex literals have no digit limit
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            right = ev(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 100:
-                raise ValueError("exponent too large")
-            return _OPS[type(node.op)](ev(node.left), right)
+            return _apply(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.operand))
         raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
 
-    try:
+    try:  # the model sees the error and may retry
         value = ev(ast.parse(expression.strip(), mode="eval").body)
-    except Exception as exc:  # the model sees the error and may retry
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return str(value)  # can raise too (int to str digit limit)
+    except Exception as exc:
         return f"error: {exc}"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
 
 
 _PRELUDE = """
@@ -75,20 +111,113 @@ def _limits(memory_bytes: int, cpu_s: int):
     return apply
 
 
-def run_python(code: str, timeout_s: float = 5.0, memory_bytes: int = 512 << 20) -> str:
-    """Run ``code`` in a sandboxed subprocess; return stdout + stderr (or a timeout note)."""
-    with tempfile.TemporaryDirectory(prefix="skyrl-py-") as cwd:
+_TAG = "SKYRL_PY_TOOL_CALL"
+"""Environment variable naming each call, to find its processes that left the process group."""
+
+
+def run_python(
+    code: str,
+    timeout_s: float = 5.0,
+    memory_bytes: int = 512 << 20,
+    max_output_bytes: int = 64 << 10,
+) -> str:
+    """Run ``code`` in a sandboxed subprocess; return stdout + stderr (or a timeout note).
+
+    Output past ``max_output_bytes`` is not read: the child is stopped there and a note
+    says where it was cut. Bytes that are not UTF-8 come back as U+FFFD.
+    """
+    token = secrets.token_hex(8)
+    with (
+        tempfile.TemporaryDirectory(prefix="skyrl-py-") as cwd,
+        subprocess.Popen(
+            [sys.executable, "-I", "-c", _PRELUDE + code],
+            cwd=cwd,
+            env={"PATH": os.defpath, "HOME": cwd, _TAG: token},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, killed as a whole
+            preexec_fn=_limits(memory_bytes, int(timeout_s) + 1),
+        ) as proc,
+    ):
         try:
-            proc = subprocess.run(
-                [sys.executable, "-I", "-c", _PRELUDE + code],
-                cwd=cwd,
-                env={"PATH": os.defpath, "HOME": cwd},
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                preexec_fn=_limits(memory_bytes, int(timeout_s) + 1),
-            )
-        except subprocess.TimeoutExpired:
-            return f"error: timed out after {timeout_s} s"
-    out = proc.stdout + proc.stderr
-    return out if out else f"(no output, exit code {proc.returncode})"
+            out, err, ending = _read_capped(proc, token, timeout_s, max_output_bytes)
+        finally:
+            _kill_all(proc.pid, token)
+    if ending == "timeout":
+        return f"error: timed out after {timeout_s} s"
+    text = _decode(out) + _decode(err)
+    if ending == "cut":
+        text += f"\n...[output cut at {max_output_bytes} bytes]"
+    return text if text else f"(no output, exit code {proc.returncode})"
+
+
+def _read_capped(
+    proc: subprocess.Popen, token: str, timeout_s: float, max_bytes: int
+) -> tuple[bytes, bytes, str]:
+    """Read the child's stdout and stderr until both close, ``max_bytes`` in all, or the timeout.
+
+    Returns both and how reading ended: ``"eof"``, ``"cut"`` or ``"timeout"``. Once the
+    child exits, what it left running is killed, so that a background process holding the
+    pipes open does not keep the call waiting.
+    """
+    assert proc.stdout is not None and proc.stderr is not None  # both piped by run_python
+    deadline = time.monotonic() + timeout_s
+    stdout, stderr = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {stdout: bytearray(), stderr: bytearray()}
+    exited = timed_out = False
+    num_bytes = 0
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = not exited
+                break
+            for key, _ in sel.select(min(left, 0.1)):
+                chunk = os.read(key.fd, min(1 << 16, max_bytes + 1 - num_bytes))
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                bufs[key.fd] += chunk
+                num_bytes += len(chunk)
+                if num_bytes > max_bytes:  # one byte past the cap: there was more
+                    del bufs[key.fd][-1]
+                    return bytes(bufs[stdout]), bytes(bufs[stderr]), "cut"
+            if not exited and proc.poll() is not None:
+                # reaped, but its group id stays reserved while any member lives
+                exited = True
+                _kill_all(proc.pid, token)
+                deadline = min(deadline, time.monotonic() + 0.5)  # for a holder we missed
+    return bytes(bufs[stdout]), bytes(bufs[stderr]), "timeout" if timed_out else "eof"
+
+
+def _decode(data: bytes) -> str:
+    # as ``text=True`` would, but never raising on bytes that are not UTF-8
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _kill_all(pgid: int, token: str) -> None:
+    """SIGKILL the call's process group, then every process still tagged with ``token``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    if not os.path.isdir("/proc"):
+        return  # not Linux: the process group is all we can find
+    entry = f"{_TAG}={token}".encode()
+    killed: set[int] = set()
+    for _ in range(20):  # again until a pass finds none: one may fork while a pass runs
+        found = set()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in killed:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if entry in f.read().split(b"\0"):
+                        os.kill(int(name), signal.SIGKILL)
+                        found.add(int(name))
+            except OSError:  # gone, or not ours to read
+                continue
+        if not found:
+            return
+        killed |= found
