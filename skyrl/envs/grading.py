@@ -1,12 +1,49 @@
-"""Answer extraction and math-verify grading shared by the built-in envs."""
+"""Answer extraction and grading shared by the built-in envs.
+
+Two deliberate departures from letting math-verify decide everything:
+
+- A gold that is a plain number (GSM8K, the arithmetic task) accepts only a plain number,
+  compared exactly. math-verify evaluates what it is given, so ``#### 23 + 5``,
+  ``#### 56/2`` or ``#### 1 = 28`` (it reads an equation as its right-hand side) would
+  match 28, and a policy would learn to copy the question instead of solving it.
+- Any other gold goes to math-verify, but first the answer is parsed without evaluation,
+  and one that could build a huge number (``9^{9^{9}}``, ``1000000!``, the root of a large
+  number) or expansion (``(x+1)^{999}``), or that holds calculus or a matrix function,
+  scores 0 unevaluated. Off the main thread math-verify has no timeout, and big-integer
+  arithmetic runs in C calls that hold the GIL, so the caller's own time limit could never
+  fire. The bounds are on numbers and terms, not on every sympy algorithm: an answer within
+  them can still take ~1 s of simplification (Python code, which lets that limit fire).
+"""
 
 from __future__ import annotations
 
+import math
 import re
 import threading
+from decimal import Decimal
 
 _HASH = re.compile(r"####\s*([^\n]+)")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
+_GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_WRAPPER = re.compile(r"\\(?:boxed|text|textbf|mathrm)\{(.*)\}", re.DOTALL)
+
+MAX_ANSWER_CHARS = 300
+"""A longer answer to a non-numeric gold scores 0 unparsed."""
+MAX_EXACT_BITS = 4096
+"""Bound on the bits of all exact numbers grading may build, together. sympy tests integers
+for primality (in ``log(n)``) and takes roots of them (``\\sqrt{n}``), both ~cubic in the
+bits; a primality test's modular powers are C calls that hold the GIL. At 4096 bits that
+costs ~0.3 s, at 16384 bits 15 s."""
+MAX_TERMS = 64
+"""Bound on the terms of an expansion (``(\\sin x+\\cos x)^{63}``, ``\\tan(x)^{63}``: ~1 s)."""
+_SYMPY_LOCK = threading.Lock()
+"""Held while grading builds sympy expressions. sympy's cache is shared between threads, so
+another grader could otherwise pick up the unevaluated ones of :func:`_too_costly`. Grading
+holds the GIL anyway, so serialising it costs no throughput."""
+_COMPUTED_WHILE_PARSING = re.compile(r"\\(?:det|gcd|lcm|operatorname)(?![a-zA-Z])|vmatrix")
+"""What math-verify's LaTeX parser computes at once: determinants, gcds, matrix functions."""
 
 
 def _boxed(text: str) -> str | None:
@@ -22,32 +59,150 @@ def _boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer: ``<answer>..</answer>``, else ``#### x``, else the last ``\\boxed{x}``."""
+    """The final answer: ``<answer>..</answer>``, else ``#### x``, else the last ``\\boxed{x}``.
+
+    After ``####`` a trailing ``.`` and thousands separators (``1,234``) are dropped.
+    """
     tags = _ANSWER_TAG.findall(text)
     if tags:
         return tags[-1].strip()
     hashes = _HASH.findall(text)
     if hashes:
-        return hashes[-1].strip().rstrip(".").replace(",", "")
+        return _THOUSANDS_COMMA.sub("", hashes[-1].strip().rstrip("."))
     return _boxed(text)
 
 
+def plain_number(text: str) -> Decimal | None:
+    """The value of an integer or decimal such as ``-3``, ``2.50``, ``$1,000.``, ``\\boxed{28}``.
+
+    ``$``, thousands separators, a trailing ``.`` and ``\\boxed{}``/``\\text{}`` wrappers are
+    ignored; anything else (an operator, a unit, a fraction, an exponent) gives ``None``.
+    """
+    s = text.replace("\\$", "").replace("$", "").replace("{,}", ",").replace("\u2212", "-")
+    s = s.strip().removesuffix(".").strip()
+    while match := _WRAPPER.fullmatch(s):
+        s = match.group(1).strip().removesuffix(".").strip()
+    if _GROUPED_NUMBER.fullmatch(s):
+        s = s.replace(",", "")
+    return Decimal(s) if _PLAIN_NUMBER.fullmatch(s) else None
+
+
+def _power_cost(expr, var_bits: dict) -> tuple[float, float]:
+    """:func:`_cost` of a power: its bits times the exponent, terms as multisets of the base's."""
+    import sympy
+
+    base, exponent = expr.as_base_exp()  # exp(x) is (E, x)
+    base_bits, base_terms = _cost(base, var_bits)
+    if isinstance(base, sympy.Function) and not base.is_number:
+        base_terms = max(base_terms, 2)  # simplify rewrites a power of tan(x) like one of a sum
+    exp_bits, exp_terms = _cost(exponent, var_bits)
+    if exponent.is_Rational:
+        n = abs(exponent.p)  # a root p/q builds no more than the power p
+    else:
+        n = 2.0**exp_bits if exp_bits < 64 else math.inf
+    if base_terms == 1 or not exponent.is_Integer:
+        terms = base_terms
+    elif n > MAX_TERMS or base_terms > MAX_TERMS:
+        terms = math.inf
+    else:
+        terms = math.comb(n + int(base_terms) - 1, n)
+    return base_bits * n + exp_bits, max(terms, exp_terms)
+
+
+def _cost(expr, var_bits: dict) -> tuple[float, float]:
+    """Upper bounds on the bits of all exact numbers and on the terms grading ``expr`` builds.
+
+    ``expr`` is an unevaluated sympy tree. A symbol counts as 2 bits, or as its upper bound
+    when it is the variable of a sum or product (whose bits bound the work: terms times bits).
+    """
+    import sympy
+
+    if isinstance(expr, sympy.Rational):
+        return max(abs(expr.p).bit_length(), expr.q.bit_length(), 1), 1
+    if isinstance(expr, sympy.Float):
+        _, mantissa, exponent, _ = expr._mpf_  # value: mantissa * 2**exponent
+        return mantissa.bit_length() + abs(exponent + mantissa.bit_length()) + 1, 1
+    if isinstance(expr, sympy.Symbol):
+        return var_bits.get(expr, 2), 1
+    if isinstance(expr, (sympy.Pow, sympy.exp)):
+        return _power_cost(expr, var_bits)
+    if isinstance(expr, (sympy.Integral, sympy.Limit, sympy.Derivative)):
+        return math.inf, math.inf  # unbounded work, and not a final answer anyway
+    if isinstance(expr, (sympy.Sum, sympy.Product)):
+        inner, count = dict(var_bits), 1.0
+        for var, *ends in expr.limits:
+            inner[var] = max(_cost(end, var_bits)[0] for end in ends)
+            count *= 2.0 ** inner[var] if inner[var] < 64 else math.inf
+        body_bits, body_terms = _cost(expr.function, inner)
+        return count * body_bits, count * body_terms
+    costs = [_cost(a, var_bits) for a in expr.args]
+    bits = sum(b for b, _ in costs)
+    if isinstance(expr, sympy.Add):
+        return bits, sum(t for _, t in costs)
+    if isinstance(expr, sympy.Mul):
+        return bits, math.prod(t for _, t in costs)
+    # a function or a container is one term; its arguments expand on their own
+    terms = 1 if all(t <= MAX_TERMS for _, t in costs) else math.inf
+    module = expr.func.__module__
+    if module.startswith(("sympy.functions.combinatorial", "sympy.functions.special.gamma")):
+        n_bits = max((b for b, _ in costs), default=1)  # n! < 2^(n * bits(n))
+        bits = n_bits * 2.0**n_bits if n_bits < 64 else math.inf
+    return bits or 2, terms
+
+
+def _too_costly(predicted: str, timeout: int | None) -> bool:
+    """Whether grading ``predicted`` could build a huge number or expansion (or is too long)."""
+    import sympy
+    from math_verify import parse
+
+    if len(predicted) > MAX_ANSWER_CHARS or _COMPUTED_WHILE_PARSING.search(predicted):
+        return True
+    try:
+        with sympy.evaluate(False):  # thread-local: other threads keep evaluating
+            parsed = parse(f"${predicted}$", parsing_timeout=timeout)
+        if not parsed:  # unparsed here, so no bound on what the evaluating parse would do
+            return True
+        trees = []
+        for item in parsed:
+            if isinstance(item, sympy.MatrixBase):  # not a sympy.Basic; its entries are
+                trees.extend(item)
+            elif not isinstance(item, str):
+                trees.append(item)
+        for tree in trees:
+            bits, terms = _cost(tree, {}) if isinstance(tree, sympy.Basic) else (math.inf, 0)
+            if bits > MAX_EXACT_BITS or terms > MAX_TERMS:
+                return True
+        return False
+    except Exception:  # an answer we cannot bound is not evaluated
+        return True
+
+
 def math_equal(predicted: str, gold: str) -> bool:
-    """Equivalence by math-verify (numbers, fractions, LaTeX), or equal strings.
+    """Whether ``predicted`` is the answer ``gold``.
+
+    A plain-number gold needs a plain number of the same value (see :func:`plain_number`).
+    Otherwise equal strings match, and else math-verify decides (numbers, fractions,
+    LaTeX) unless :func:`_too_costly` refuses the answer.
 
     math-verify's own timeouts use ``signal.alarm``, which only works in the main
     thread (elsewhere it raises, which a blanket ``except`` would turn into a silent
-    reward 0). Off the main thread they are disabled: the generator already runs
-    every env call under its own time limit.
+    reward 0). Off the main thread they are disabled; :func:`_too_costly` keeps the
+    work small, and the generator runs every env call under its own limit.
     """
+    gold_number = plain_number(gold)
+    if gold_number is not None:
+        return plain_number(predicted) == gold_number
+    if predicted.strip() == gold.strip():
+        return True
     from math_verify import parse, verify
 
-    if predicted.strip() == str(gold).strip():
-        return True
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold_p = parse(f"${gold}$", parsing_timeout=timeout)
-    pred_p = parse(f"${predicted}$", parsing_timeout=timeout)
-    return bool(gold_p and pred_p and verify(gold_p, pred_p, timeout_seconds=timeout))
+    with _SYMPY_LOCK:
+        if _too_costly(predicted, timeout):
+            return False
+        gold_p = parse(f"${gold}$", parsing_timeout=timeout)
+        pred_p = parse(f"${predicted}$", parsing_timeout=timeout)
+        return bool(gold_p and pred_p and verify(gold_p, pred_p, timeout_seconds=timeout))
 
 
 def grade(text: str, gold: str) -> float:
