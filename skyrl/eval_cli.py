@@ -108,10 +108,9 @@ def _check_eval_prompts(cfg: SkyRLConfig) -> None:
         raise ConfigError(
             "data.source", "fake has no prompts to evaluate on (files, arithmetic, reasoning_gym)"
         )
-    if cfg.data.source == "files":
-        for i, name in enumerate(cfg.data.eval_files):
-            if not Path(name).exists():
-                raise ConfigError(f"data.eval_files[{i}]", f"{name}: file not found")
+    from skyrl.config.preflight import check_files_exist
+
+    check_files_exist(cfg, ("eval",))
 
 
 def _check_output_files(path: Path, samples: Path) -> None:

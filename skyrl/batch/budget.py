@@ -105,13 +105,12 @@ def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_micro_batch_budget(cfg: SkyRLConfig, model_dir: str) -> None:
-    """The longest sequence within the model's context and, on CPU ranks,
-    ``trainer.micro_batch_max_tokens`` within the memory estimate; a ``ConfigError`` naming
-    the key otherwise."""
+def check_micro_batch_budget(cfg: SkyRLConfig, model_config) -> None:
+    """The longest sequence within the context of the model whose (text) config is
+    ``model_config`` and, on CPU ranks, ``trainer.micro_batch_max_tokens`` within the memory
+    estimate; a ``ConfigError`` naming the key otherwise."""
     t, g = cfg.trainer, cfg.generator
     budget = micro_batch_tokens(cfg)
-    model_config = text_config(model_dir, cfg.model.trust_remote_code)
     context = getattr(model_config, "max_position_embeddings", None)
     require(
         context is None or g.max_seq_len <= context,

@@ -71,14 +71,17 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     needed) and keep the checked rows; else (the dry run) fetch no weights and only count."""
     fake = cfg.data.source == "fake"
     if not fake:
-        _check_files_exist(cfg)
+        check_files_exist(cfg)
         check_env_and_agent(cfg)
     if for_run:
         _check_gpus(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
-    _check_model_config(resolved, for_run)
+    model_config = _model_config(resolved, for_run)
     _check_lora_modules(resolved, for_run)
-    _check_micro_batch_budget(resolved, for_run)
+    if model_config is not None:  # the longest sequence, the micro batch budget's memory
+        from skyrl.batch.budget import check_micro_batch_budget
+
+        check_micro_batch_budget(resolved, model_config)
     if fake:
         return Preflight(resolved, None, [])
     tokenizer = load_tokenizer(cfg, tokenizer_dir)
@@ -189,18 +192,18 @@ def _check_gpus(cfg: SkyRLConfig) -> None:
         )
 
 
-def _check_model_config(cfg: SkyRLConfig, for_run: bool) -> None:
-    """``model.path`` on disk holds a model's config (a dry run of a model not on disk yet
-    skips this, the run checks it)."""
+def _model_config(cfg: SkyRLConfig, for_run: bool):
+    """The language model's config of ``model.path``, loaded once for the checks that read
+    it; None for a dry run of a model not on disk yet (the run checks it). A folder without a
+    model config is a ``ConfigError``."""
     from skyrl.batch.budget import text_config
     from skyrl.models.resolve import locate_model_path
 
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
     if not model_dir:
-        return
+        return None
     try:
-        text_config(model_dir, cfg.model.trust_remote_code)
-        return
+        return text_config(model_dir, cfg.model.trust_remote_code)
     except Exception as exc:  # no config.json, a broken one, an unknown model type, a file
         problem = f"{model_dir} is not a model folder: {_one_line(exc)}"
     raise ConfigError("model.path", problem)
@@ -220,29 +223,18 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
         check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
 
 
-def _check_micro_batch_budget(cfg: SkyRLConfig, for_run: bool) -> None:
-    """The longest sequence within the model's context, ``trainer.micro_batch_max_tokens``
-    within the memory estimate (``skyrl.batch.budget``; the model's config only; a dry run
-    of a model not on disk yet skips this, the run checks it)."""
-    from skyrl.batch.budget import check_micro_batch_budget
-    from skyrl.models.resolve import locate_model_path
-
-    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
-    if model_dir:
-        check_micro_batch_budget(cfg, model_dir)
-
-
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories
     (fetched if needed); one that names nothing is a one-line ``ConfigError``."""
     return _model_paths(cfg, fetch=True)[0]
 
 
-def _check_files_exist(cfg: SkyRLConfig) -> None:
-    """Every prompt file exists (a stat each: before the slower checks)."""
+def check_files_exist(cfg: SkyRLConfig, splits: tuple[str, ...] = SPLITS) -> None:
+    """Every prompt file of ``splits`` exists (a stat each: before the slower checks;
+    ``skyrl-eval`` checks the eval split)."""
     if cfg.data.source != "files":
         return
-    for split in SPLITS:
+    for split in splits:
         for i, path in enumerate(getattr(cfg.data, f"{split}_files")):
             require(Path(path).exists(), f"data.{split}_files[{i}]", f"{path}: file not found")
 
