@@ -278,17 +278,27 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
             "trainer.critic_only_steps",
             f"the policy would never train: {t.critic_only_steps} critic-only steps of {total}",
         )
+    # group baselines compare a prompt's samples: identical samples all get advantage 0
+    compares_samples = (
+        a.advantage_estimator in GROUP_BASELINE_ESTIMATORS
+        and g.agent == "agent_loop"
+        and d.source != "fake"
+    )
     require(
-        not (
-            g.n_samples_per_prompt == 1
-            and a.advantage_estimator in GROUP_BASELINE_ESTIMATORS
-            and g.agent == "agent_loop"
-            and d.source != "fake"
-        ),
+        not (compares_samples and g.n_samples_per_prompt == 1),
         "generator.n_samples_per_prompt",
         f"{a.advantage_estimator!r} compares the samples of a prompt: with 1 sample every "
         "advantage is 0 and nothing trains; set it >= 2 (or use reinforce_pp or gae)",
     )
+    greedy = {"temperature 0": g.sampling.temperature == 0, "top_k 1": g.sampling.top_k == 1}
+    for setting, is_greedy in greedy.items():
+        require(
+            not (compares_samples and is_greedy),
+            f"generator.sampling.{setting.split()[0]}",
+            f"{a.advantage_estimator!r} compares the samples of a prompt: greedy sampling "
+            f"({setting}) gives every sample the same reply, so every advantage is 0 and "
+            "nothing trains; sample with temperature > 0 and top_k -1 or >= 2",
+        )
     require(
         a.overlong_buffer_len < g.max_generate_length,
         "algorithm.overlong_buffer_len",

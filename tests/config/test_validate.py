@@ -114,6 +114,17 @@ def _validate(*overrides: str):
             "'grpo' compares the samples of a prompt: with 1 sample every advantage is 0",
         ),
         (
+            ["generator.sampling.temperature=0"],
+            "generator.sampling.temperature",
+            "'grpo' compares the samples of a prompt: greedy sampling (temperature 0) gives "
+            "every sample the same reply",
+        ),
+        (
+            ["generator.sampling.top_k=1"],
+            "generator.sampling.top_k",
+            "greedy sampling (top_k 1) gives every sample the same reply",
+        ),
+        (
             ["algorithm.overlong_buffer_len=64"],
             "algorithm.overlong_buffer_len",
             "must be < generator.max_generate_length (64)",
