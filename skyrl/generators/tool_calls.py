@@ -75,7 +75,9 @@ class ToolCallParser:
 
     def parse(self, text: str, tools: list[dict]) -> tuple[str | None, list[dict]]:
         """``(content, calls)`` of a reply's text; calls in the OpenAI format (``id``,
-        ``type``, ``function.name``, ``function.arguments`` as a JSON string)."""
+        ``type``, ``function.name``, ``function.arguments`` as a JSON string). A reply the
+        parser fails on is text without calls (logged): the model wrote it, and a training
+        session has already recorded it."""
         problem = self.unavailable()
         if problem is not None:
             raise ToolParserUnavailable(problem)
@@ -84,7 +86,13 @@ class ToolCallParser:
         request = ChatCompletionRequest.model_validate(  # what the parsers read: the tools
             {"model": "skyrl", "messages": [{"role": "user", "content": ""}], "tools": tools}
         )
-        info = self._cls(self.tokenizer).extract_tool_calls(text, request)
+        try:
+            info = self._cls(self.tokenizer).extract_tool_calls(text, request)
+        except Exception as exc:  # the model's text broke the parser: it stays plain text
+            logger.warning(
+                "the %r tool parser failed on a reply (%s); kept as text", self.name, exc
+            )
+            return text, []
         if not info.tools_called:
             return text, []
         calls = [

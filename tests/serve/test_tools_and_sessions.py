@@ -238,6 +238,33 @@ def test_a_seed_beyond_64_bits_is_a_400_without_a_session(scripted):
     assert engine.prompts == []
 
 
+def test_a_reply_the_tool_parser_fails_on_is_plain_content_and_recorded_as_such(
+    scripted, monkeypatch, caplog
+):
+    # the parser reads what the model wrote: failing on it is not the client's fault nor
+    # a reason to lose a turn a training session already recorded
+    engine, url, backend = scripted
+    parser = backend.format.parser
+    assert parser.unavailable() is None
+
+    def broken(self, text, request):
+        raise ValueError("parser bug")
+
+    monkeypatch.setattr(parser._cls, "extract_tool_calls", broken)
+    session = open_session(backend, engine)
+    client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+    with caplog.at_level(logging.WARNING, logger="skyrl.generators.tool_calls"):
+        r = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": f"SAY:{CALL}"}], tools=[CALC]
+        )
+    choice = r.choices[0]
+    assert choice.message.content == CALL and not choice.message.tool_calls
+    assert choice.finish_reason == "stop"
+    (record,) = session.records
+    assert record.reply == {"role": "assistant", "content": CALL}
+    assert "'hermes' tool parser failed" in caplog.text and "parser bug" in caplog.text
+
+
 def test_an_unexpected_failure_is_a_json_500_with_the_traceback_kept_in_the_log(
     scripted, monkeypatch, caplog
 ):
