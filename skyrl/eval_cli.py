@@ -34,7 +34,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, dir_problem
 from skyrl.config.root import SkyRLConfig
 
 EVAL_RUN_DIR = "hydra.run.dir=outputs/eval/${now:%Y-%m-%d}/${now:%H-%M-%S}"
@@ -122,11 +122,9 @@ def _check_output_files(path: Path, samples: Path) -> None:
     elif samples.is_dir():
         problem = f"{path}: its samples file {samples} is a directory"
     else:
-        existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-        if not existing.is_dir():
-            problem = f"{path}: {existing} is a file, not a directory"
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            problem = f"{path}: {existing} is not writable"
+        in_the_way = dir_problem(path.parent)
+        if in_the_way is not None:
+            problem = f"{path}: {in_the_way}"
         elif any(f.exists() and not os.access(f, os.W_OK) for f in (path, samples)):
             problem = f"{path}: not writable (the file or its samples file {samples})"
     if problem:

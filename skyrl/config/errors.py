@@ -8,6 +8,8 @@ the path of the node (``"trainer.train_batch_size"``) before it reaches the user
 from __future__ import annotations
 
 import difflib
+import os
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -27,6 +29,25 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigError(key, message)`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(key, message)
+
+
+def require_dir(folder: Path, key: str) -> None:
+    """Raise naming ``key`` unless ``folder`` is, or can be made as, a writable directory:
+    the first of it and its parents that exists is a directory we may write into."""
+    problem = dir_problem(folder)
+    if problem is not None:
+        raise ConfigError(key, problem)
+
+
+def dir_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be used or made as a directory (None: it can): the first of it
+    and its parents that exists is a file, or a directory we may not write into."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 def require_choice(value: object, choices: tuple | list, key: str) -> None:

@@ -25,6 +25,7 @@ import itertools
 import math
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from hydra._internal.utils import get_args_parser
@@ -34,7 +35,7 @@ from hydra.core.override_parser.types import IntervalSweep, Override
 from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.cli_errors import one_line_error
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, require_dir
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate
 
@@ -81,6 +82,7 @@ def command_line_problem(argv: list[str]) -> Exception | None:
                 _check_sweep(config_name, args.overrides)
             else:
                 validate(compose(config_name=config_name, overrides=_run_overrides(args.overrides)))
+                _check_hydra_dir(config_name, args.overrides, "run")
     except Exception as exc:  # bad input and bugs alike; the caller formats and tells them apart
         return exc
     return None
@@ -108,6 +110,7 @@ def _check_sweep(config_name: str, overrides: list[str]) -> None:
             raise ConfigError(o.key_or_group, _hydra_sweep_message(o))
     fixed = [line for line, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
     hydra_cfg = compose(config_name=config_name, overrides=fixed, return_hydra_config=True).hydra
+    _require_static_dir(hydra_cfg, "sweep")
     target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
     lines = [f"{k}={v}" for k, v in params.items()] + overrides  # a later line wins, as in Hydra
@@ -179,6 +182,23 @@ def _values_alone(axes: list[list[str]]) -> Iterator[list[str]]:
     for i in swept:
         for line in axes[i]:
             yield [line if j == i else fixed[j] for j in range(len(axes)) if j in fixed or j == i]
+
+
+def _check_hydra_dir(config_name: str, overrides: list[str], which: str) -> None:
+    """Hydra makes ``hydra.<which>.dir`` before the job starts: refuse one it cannot make."""
+    hydra_cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    _require_static_dir(hydra_cfg.hydra, which)
+
+
+def _require_static_dir(hydra_cfg: DictConfig, which: str) -> None:
+    """The part of ``hydra.<which>.dir`` before its first interpolation (``${now:...}`` is
+    resolved only when Hydra runs) can be a directory: no file in the way, writable."""
+    raw = str(OmegaConf.to_container(hydra_cfg[which], resolve=False)["dir"])
+    static, interpolated, _ = raw.partition("${")
+    folder = Path(static)
+    if interpolated and not static.endswith("/"):  # outputs/run_${now:...}: outputs is made
+        folder = folder.parent
+    require_dir(folder, f"hydra.{which}.dir")
 
 
 def _check_job(config_name: str, overrides: list[str], search: DictConfig | None) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyrl.config.errors import ConfigError, require
+from skyrl.config.errors import ConfigError, require, require_dir
 from skyrl.config.root import SkyRLConfig
 from skyrl.data.checked import SPLITS, PromptSplits, SplitReport, check_prompts
 
@@ -102,12 +102,7 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     overwrite and prune as it goes. Returns the checkpoint to resume from (None: fresh)."""
     from skyrl.trainer.checkpoint import TRAINER_STATE, CheckpointManager, resolve_resume
 
-    for folder in (out, *out.parents):
-        require(
-            not folder.exists() or folder.is_dir(),
-            "trainer.output_dir",
-            f"{folder} is a file, not a directory",
-        )
+    require_dir(out, "trainer.output_dir")
     t = cfg.trainer
     manager = CheckpointManager(out / "checkpoints", t.max_ckpts_to_keep)
     if t.resume == "none":

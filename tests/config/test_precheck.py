@@ -157,3 +157,24 @@ def test_an_optuna_dry_run_into_a_persistent_study_is_refused():
     argv = [*OPTUNA, "trainer.dry_run=true", "hydra.sweeper.storage=sqlite:///study.db"]
     assert precheck_command_line(argv).startswith("error: hydra.sweeper.storage: a dry run ")
     assert command_line_problem([*OPTUNA, "trainer.dry_run=true"]) is None
+
+
+def test_a_hydra_run_dir_under_a_file_is_one_line(tmp_path):
+    # Hydra makes the run dir before the job starts; under a file that was a traceback
+    (tmp_path / "afile").write_text("x")
+    bad = tmp_path / "afile" / "run"
+    assert precheck_command_line([f"hydra.run.dir={bad}"]) == (
+        f"error: hydra.run.dir: {tmp_path / 'afile'} is a file, not a directory"
+    )
+    # the static part of an interpolated dir is checked: outputs_${now:...} lives in tmp_path
+    assert precheck_command_line([f"hydra.run.dir={tmp_path}/afile/${{now:%H}}"]) is not None
+    assert precheck_command_line([f"hydra.run.dir={tmp_path}/run_${{now:%H}}"]) is None
+    assert precheck_command_line([f"hydra.run.dir={tmp_path}/fresh/run"]) is None
+
+
+def test_a_hydra_sweep_dir_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    argv = ["-m", f"hydra.sweep.dir={tmp_path}/afile/sweep", "trainer.seed=1,2"]
+    assert precheck_command_line(argv) == (
+        f"error: hydra.sweep.dir: {tmp_path / 'afile'} is a file, not a directory"
+    )
