@@ -193,7 +193,9 @@ def _check_hydra_dir(config_name: str, overrides: list[str], which: str) -> None
 def _require_static_dir(hydra_cfg: DictConfig, which: str) -> None:
     """The part of ``hydra.<which>.dir`` before its first interpolation (``${now:...}`` is
     resolved only when Hydra runs) can be a directory: no file in the way, writable."""
-    raw = str(OmegaConf.to_container(hydra_cfg[which], resolve=False)["dir"])
+    section = OmegaConf.to_container(hydra_cfg[which], resolve=False)
+    assert isinstance(section, dict)  # hydra.run / hydra.sweep are mappings
+    raw = str(section["dir"])
     static, interpolated, _ = raw.partition("${")
     folder = Path(static)
     if interpolated and not static.endswith("/"):  # outputs/run_${now:...}: outputs is made
