@@ -32,7 +32,9 @@ KEPT_GROUP_FRAC = "dynamic_sampling/kept_group_frac"
 EVAL_PASS_AT_1 = "eval/pass@1"
 """Held-out pass@1 over every eval prompt (the sweep objective)."""
 TRAIN_REFUSED = "train/refused"
-"""1 when the step's update was refused (a non-finite loss or gradient), else 0."""
+"""1 when the step's update was refused: every mini-batch it trained had a non-finite loss or
+gradient, so no optimizer step, weight sync or checkpoint; else 0 (a step refused in part
+shows in ``<role>/nonfinite``)."""
 LOGPROB_ABS_DIFF = "rollout/logprob_abs_diff"
 """Mean |trainer logprob - engine logprob| over the step's trained tokens (nats): ~1e-6 in fp32
 when the engines hold the policy's weights (one logprob convention, ``skyrl.inference.base``)."""

@@ -114,6 +114,7 @@ class RLTrainer:
         self.policy_version = 0
         """Weight syncs so far: the version of the weights the engines hold."""
         self.consecutive_nonfinite = 0
+        """Steps in a row with a refused (non-finite) mini-batch, refused in full or in part."""
         self._loading: tuple[Future, int, float] | None = None
         """A weight load running in the background: (its future, version, start time)."""
         self.history: list[dict[str, float]] = []
@@ -173,14 +174,18 @@ class RLTrainer:
             train_metrics, batch = self.train_on(batch, step)
         metrics.update(train_metrics)
         metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
-        refused = any(metrics.get(r.nonfinite, 0.0) > 0 for r in (names.POLICY, names.CRITIC))
-        self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if refused else 0
-        metrics[names.TRAIN_REFUSED] = float(refused)
+        # a refused mini-batch leaves the weights as they were, but the step's other
+        # mini-batches still stepped: sync what moved, checkpoint if anything moved
+        policy_moved = metrics.get(names.POLICY.optimizer_steps, 0.0) > 0
+        moved = policy_moved or metrics.get(names.CRITIC.optimizer_steps, 0.0) > 0
+        nonfinite = any(metrics.get(r.nonfinite, 0.0) > 0 for r in (names.POLICY, names.CRITIC))
+        self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if nonfinite else 0
+        metrics[names.TRAIN_REFUSED] = float(nonfinite and not moved)
         last = step == self.total_steps
-        if not refused:
+        if policy_moved:  # else the engines hold these weights already (refused, critic-only)
             with timer("sync"):
                 self.sync_weights(self.policy_version + 1)
-        if not refused and ((t.ckpt_interval and step % t.ckpt_interval == 0) or last):
+        if moved and ((t.ckpt_interval and step % t.ckpt_interval == 0) or last):
             with timer("checkpoint"):
                 self._unpublished = self.save_checkpoint(step, publish=False)
         if self.rollouts.has_eval() and ((t.eval_interval and step % t.eval_interval == 0) or last):
@@ -234,7 +239,9 @@ class RLTrainer:
             token_rewards = -self.kl_ctrl.value * kl
             mean_kl = float((kl * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1))
             metrics = {"algorithm/kl_coef": self.kl_ctrl.value, "algorithm/kl_in_reward": mean_kl}
-            self.kl_ctrl.update(mean_kl, len(batch))
+            # kl_horizon is in samples: trajectories, not the rows of their turns
+            num_trajectories = sum(batch.metadata.get("is_last_step") or [True] * len(batch))
+            self.kl_ctrl.update(mean_kl, num_trajectories)
         inputs = AdvantageInputs(
             batch.require("rewards"),
             batch.loss_mask,
@@ -439,7 +446,7 @@ class RLTrainer:
         return self.rollouts.evaluate()
 
     def check_nonfinite(self) -> None:
-        """Abort after ``max_consecutive_nonfinite`` refused steps in a row."""
+        """Abort after ``max_consecutive_nonfinite`` steps in a row with a refused mini-batch."""
         limit = self.cfg.trainer.max_consecutive_nonfinite
         if self.consecutive_nonfinite >= limit:
             raise TrainingAborted(

@@ -1,0 +1,171 @@
+"""``RLTrainer.run_step`` after training (weight sync, checkpoint, ``train/refused``) and the
+adaptive KL controller's sample count, driven without Ray: the worker groups are fakes that
+report scripted mini-batch records, the trainer is built with ``__new__``."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from skyrl.algorithms.kl_controllers import AdaptiveKLController
+from skyrl.batch import TrainingInputBatch
+from skyrl.config.algorithm import AlgorithmConfig
+from skyrl.tracking import metric_names as names
+from skyrl.trainer.trainer import RLTrainer
+from skyrl.workers.stats import LossSums, PackingStats, TrainStats
+
+OK, NAN = False, True
+"""A mini-batch's outcome: an optimizer step taken, or refused (non-finite)."""
+
+
+class FakeGroup:
+    """A worker group whose ``train_mini_batch`` reports the scripted outcome of each call."""
+
+    compute_s = 0.0
+
+    def __init__(self, outcomes: list[bool]):
+        self.outcomes = list(outcomes)
+        self.optimizer_steps = 0
+
+    def train_mini_batch(self, chunks, logprobs_into=None) -> TrainStats:
+        refused = self.outcomes.pop(0)
+        self.optimizer_steps += not refused
+        packing = PackingStats(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+        grad_norm = math.nan if refused else 1.0
+        return TrainStats(LossSums(0.1, 3.0), grad_norm, 1e-3, refused, 0.0, packing)
+
+
+def two_prompt_batch() -> TrainingInputBatch:
+    """2 prompts x 2 samples, one row each: 2 mini-batches of 1 prompt per role."""
+    lm = torch.zeros(4, 6)
+    lm[:, 3:] = 1
+    tensors = dict(
+        input_ids=torch.ones(4, 6, dtype=torch.long), attention_mask=torch.ones(4, 6),
+        loss_mask=lm, advantages=lm.clone(), returns=lm.clone(), values=0 * lm,
+        old_logprobs=-lm,
+    )  # fmt: skip
+    return TrainingInputBatch(tensors, dict(uids=["a", "a", "b", "b"], is_last_step=[True] * 4))
+
+
+def make_trainer(
+    policy: list[bool], critic: list[bool] | None = None, critic_only_steps: int = 0
+) -> RLTrainer:
+    """A trainer of 5 steps with a checkpoint every step; ``synced`` and ``saved`` record the
+    versions it syncs and the steps it checkpoints."""
+    tr = RLTrainer.__new__(RLTrainer)
+    t = SimpleNamespace(
+        policy_mini_batch_size=1, critic_mini_batch_size=1, train_batch_size=2,
+        update_epochs_per_batch=1, critic_only_steps=critic_only_steps, dp_size=1,
+        ckpt_interval=1, eval_interval=0,
+    )  # fmt: skip
+    tr.cfg = SimpleNamespace(
+        trainer=t,
+        generator=SimpleNamespace(step_wise=False, max_seq_len=6),
+        algorithm=SimpleNamespace(loss_reduction="token_mean"),
+    )
+    tr.policy, tr.reference = FakeGroup(policy), None
+    tr.critic = FakeGroup(critic) if critic is not None else None
+    tr.reuse_training_logprobs = False
+    tr.total_steps, tr.policy_version, tr.consecutive_nonfinite = 5, 0, 0
+    tr.rollouts = SimpleNamespace(
+        next_batch=lambda step: (two_prompt_batch(), {}), has_eval=lambda: False
+    )
+    tr.add_logprobs_and_values = lambda batch: batch
+    tr.add_advantages = lambda batch: (batch, {})
+    tr.synced, tr.saved = [], []
+
+    def sync_weights(version: int) -> None:
+        tr.synced.append(version)
+        tr.policy_version = version
+
+    tr.sync_weights = sync_weights
+    tr.save_checkpoint = lambda step, publish=True: tr.saved.append(step)
+    return tr
+
+
+def test_a_step_with_one_refused_mini_batch_syncs_and_checkpoints_what_moved():
+    tr = make_trainer(policy=[NAN, OK])
+    metrics = tr.run_step(1)
+    assert tr.policy.optimizer_steps == 1 and metrics[names.POLICY.optimizer_steps] == 1.0
+    assert tr.synced == [1] and tr.policy_version == 1  # the engines get the stepped weights
+    assert tr.saved == [1]
+    assert metrics[names.TRAIN_REFUSED] == 0.0  # the step's update went through, in part
+    assert metrics[names.POLICY.nonfinite] == 1.0
+    assert tr.consecutive_nonfinite == 1  # still a step that had a non-finite loss
+
+
+def test_a_fully_refused_step_neither_syncs_nor_checkpoints():
+    tr = make_trainer(policy=[NAN, NAN])
+    metrics = tr.run_step(1)
+    assert tr.synced == [] and tr.policy_version == 0
+    assert tr.saved == []
+    assert metrics[names.TRAIN_REFUSED] == 1.0
+    assert tr.consecutive_nonfinite == 1
+
+
+def test_a_refused_policy_with_a_stepped_critic_checkpoints_without_a_sync():
+    tr = make_trainer(policy=[NAN, NAN], critic=[OK, OK])
+    metrics = tr.run_step(1)
+    assert tr.synced == [] and tr.policy_version == 0  # the policy's weights did not move
+    assert tr.saved == [1]  # the critic's did
+    assert metrics[names.TRAIN_REFUSED] == 0.0
+    assert tr.consecutive_nonfinite == 1
+
+
+def test_critic_only_steps_checkpoint_the_critic_and_sync_nothing():
+    # steps 1 and 2: the critic's warm-up (2 mini-batches each); step 3: both roles train
+    tr = make_trainer(policy=[OK, OK], critic=[OK] * 6, critic_only_steps=2)
+    refused = [tr.run_step(step)[names.TRAIN_REFUSED] for step in (1, 2, 3)]
+    assert tr.policy.optimizer_steps == 2 and tr.critic.optimizer_steps == 6
+    assert tr.synced == [1] and tr.policy_version == 1  # one policy update: one version
+    assert tr.saved == [1, 2, 3]
+    assert refused == [0.0, 0.0, 0.0] and tr.consecutive_nonfinite == 0
+
+
+def test_a_refused_critic_only_step_neither_syncs_nor_checkpoints():
+    tr = make_trainer(policy=[], critic=[NAN, NAN], critic_only_steps=1)
+    metrics = tr.run_step(1)
+    assert tr.synced == [] and tr.saved == []
+    assert metrics[names.TRAIN_REFUSED] == 1.0 and tr.consecutive_nonfinite == 1
+
+
+def turns_batch(num_turns: int) -> TrainingInputBatch:
+    """2 prompts x 2 samples = 4 trajectories of ``num_turns`` step-wise rows each; 3 loss
+    tokens per row at old logprob -1.0 and reference logprob -1.5."""
+    uids, trajectory_ids, is_last_step = [], [], []
+    for p in range(2):
+        for s in range(2):
+            for turn in range(num_turns):
+                uids.append(f"p{p}")
+                trajectory_ids.append(f"p{p}/{s}")
+                is_last_step.append(turn == num_turns - 1)
+    rows = len(uids)
+    lm = torch.zeros(rows, 6)
+    lm[:, 3:] = 1
+    rewards = torch.tensor([1.0 if last and i % 2 else 0.0 for i, last in enumerate(is_last_step)])
+    tensors = dict(
+        input_ids=torch.ones(rows, 6, dtype=torch.long), attention_mask=torch.ones(rows, 6),
+        loss_mask=lm, old_logprobs=-1.0 * lm, ref_logprobs=-1.5 * lm, rewards=rewards,
+    )  # fmt: skip
+    metadata = dict(uids=uids, trajectory_ids=trajectory_ids, is_last_step=is_last_step)
+    return TrainingInputBatch(tensors, metadata)
+
+
+@pytest.mark.parametrize("num_turns", [1, 5])
+def test_the_adaptive_kl_controller_counts_trajectories_not_turns(num_turns):
+    a = AlgorithmConfig(
+        advantage_estimator="grpo", use_kl_in_reward=True, kl_ctrl="adaptive",
+        init_kl_coef=0.1, kl_target=0.01, kl_horizon=100, kl_estimator="k1",
+    )  # fmt: skip
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(algorithm=a, generator=SimpleNamespace(step_wise=True))
+    tr.kl_ctrl = AdaptiveKLController(a.init_kl_coef, a.kl_target, a.kl_horizon)
+    _, metrics = tr.add_advantages(turns_batch(num_turns))
+    # k1 per token = old - ref = -1.0 - (-1.5) = 0.5 on every loss token, so mean KL 0.5;
+    # error = clip(0.5 / 0.01 - 1, -0.2, 0.2) = 0.2; 4 trajectories whatever the turns:
+    # 0.1 * (1 + 0.2 * 4 / 100) = 0.1008 (counting 20 rows of 5 turns gave 0.104)
+    assert metrics["algorithm/kl_in_reward"] == pytest.approx(0.5, abs=1e-12)
+    assert tr.kl_ctrl.value == pytest.approx(0.1008, abs=1e-12)
