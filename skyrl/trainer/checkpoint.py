@@ -158,15 +158,21 @@ def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: P
 
 def _merged_lora_policy(ckpt: Path, base_model: str, weights: dict[str, Any]):
     """The base model at ``base_model`` with a LoRA checkpoint's adapters merged in."""
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     config = LoraConfig.from_pretrained(str(ckpt / "policy"))
     from skyrl.models.resolve import IN_MEMORY
 
-    # in memory: the merged model may be saved over the base model's own files
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_model, **IN_MEMORY), config)
-    adapters = {n for n, p in model.named_parameters() if p.requires_grad}
+    # in memory: the merged model may be saved over the base model's own files; in fp32, as
+    # the run trained and served it (a bf16-stored base merged in bf16 lost most of an update)
+    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32, **IN_MEMORY)
+    model = get_peft_model(base, config)
+    named = list(model.named_parameters(remove_duplicate=False))
+    adapters = {n for n, p in named if p.requires_grad}
+    frozen = {n for n, p in named if not p.requires_grad}  # earlier checkpoints kept a tied one
+    weights = {k: v for k, v in weights.items() if k not in frozen}
     missing = sorted(adapters - weights.keys())
     unexpected = sorted(weights.keys() - adapters)
     if missing or unexpected:

@@ -83,6 +83,8 @@ class TrainingWorker:
         init_distributed(trainer.collective_timeout_min)
         _seed_everything(trainer.seed)
         self.engine = self._build_engine(total_optimizer_steps)
+        if self.lora:
+            _leave_out_every_name_of_frozen_weights(self.engine)
         self.device = torch.device(self.engine.device)
         self.max_tokens = self._micro_batch_budget()
         """Tokens per packed micro batch (``skyrl.batch.budget``)."""
@@ -520,6 +522,24 @@ class TrainingWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _leave_out_every_name_of_frozen_weights(engine) -> None:
+    """DeepSpeed's ``exclude_frozen_parameters`` drops frozen weights by their
+    ``named_parameters()`` names, which list a tied weight once: every LoRA checkpoint of a
+    tied-embedding model (SmolLM2) kept the frozen embedding as ``lm_head.weight``. The
+    engine's module state dict now leaves out each name of a frozen weight."""
+    own = engine.module_state_dict
+
+    def module_state_dict(*args, exclude_frozen_parameters: bool = False, **kwargs):
+        states = own(*args, exclude_frozen_parameters=exclude_frozen_parameters, **kwargs)
+        if exclude_frozen_parameters:
+            for name, param in engine.module.named_parameters(remove_duplicate=False):
+                if not param.requires_grad:
+                    states.pop(name, None)
+        return states
+
+    engine.module_state_dict = module_state_dict
 
 
 def _run_imports(modules: list[str], driver_cwd: str | None) -> None:

@@ -264,3 +264,34 @@ def test_export_writes_a_merged_model_and_a_peft_adapter(trained, tiny_model_pat
         assert out.token_ids == tokens[: len(out.token_ids)]
     finally:
         engine.shutdown()
+
+
+@pytest.mark.parametrize("stored", [torch.float32, torch.bfloat16])
+def test_a_tied_model_checkpoint_holds_adapters_only_and_exports_the_trained_model(
+    ray_cluster, tmp_path, stored
+):
+    # SmolLM2 (the default model) ties lm_head to the embedding: the frozen weight has two
+    # names and only one was dropped from the checkpoint, which skyrl-eval then refused;
+    # a bf16-stored base was merged in bf16, losing most of a small update
+    from skyrl.models.tiny import build_tiny_model
+    from skyrl.trainer.checkpoint import export_checkpoint_hf, policy_state_dict
+
+    base = str(tmp_path / "base")
+    build_tiny_model(base, tie_word_embeddings=True)
+    AutoModelForCausalLM.from_pretrained(base, dtype=stored).save_pretrained(base)
+    rows = make_batch(base, ["a", "a", "b", "b"], ROWS)
+    group = WorkerGroup("policy", lora_config(base, dp_size=1), total_optimizer_steps=10)
+    try:
+        group.train_mini_batch(stage(rows, 1)[0])
+        group.run("save_checkpoint", str(tmp_path / "ckpt"))
+        group.run("export_hf", str(tmp_path / "final_hf"), base)
+    finally:
+        group.shutdown()
+    states = policy_state_dict(tmp_path / "ckpt")
+    assert states and all(is_adapter_name(name) for name in states), sorted(states)[:3]
+    exported = export_checkpoint_hf(tmp_path / "ckpt", base, base, tmp_path / "exported")
+    reloaded = AutoModelForCausalLM.from_pretrained(exported)
+    trained = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "final_hf").named_parameters())
+    for name, param in reloaded.named_parameters():
+        assert param.dtype == torch.float32, name
+        torch.testing.assert_close(param, trained[name], atol=1e-6, rtol=0)
