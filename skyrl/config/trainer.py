@@ -123,7 +123,7 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
     offload_optimizer: bool = False
-    """Keep optimizer state in CPU memory (ZeRO offload)."""
+    """Keep optimizer state in CPU memory (ZeRO offload; needs ``zero_stage`` >= 1)."""
     colocate_policy_ref: bool = True
     """Place the reference model on the policy workers' bundles."""
     num_cpus_per_worker: float = 1.0
@@ -220,6 +220,12 @@ class TrainerConfig:
             self.zero_stage in (0, 1, 2, 3),
             "zero_stage",
             f"must be 0, 1, 2 or 3, got {self.zero_stage}",
+        )
+        require(
+            not (self.offload_optimizer and self.zero_stage == 0),
+            "offload_optimizer",
+            "ZeRO offload needs trainer.zero_stage >= 1 (at 0 the optimizer state would stay "
+            "where the weights are)",
         )
         require_choice(self.precision, ("fp32", "bf16", "auto"), "precision")
         require_choice(self.packed_attention, ("per_sequence", "masked"), "packed_attention")

@@ -21,6 +21,11 @@ def _validate(*overrides: str):
         (["trainer.train_batch_size=-4"], "trainer.train_batch_size", "must be >= 1, got -4"),
         (["trainer.policy_optimizer.lr=0"], "trainer.policy_optimizer.lr", "must be > 0"),
         (["trainer.zero_stage=4"], "trainer.zero_stage", "must be 0, 1, 2 or 3"),
+        (
+            ["trainer.offload_optimizer=true"],
+            "trainer.offload_optimizer",
+            "needs trainer.zero_stage >= 1",
+        ),
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
         (["trainer.train_batch_size=10"], "trainer.policy_mini_batch_size", "divisible"),
         # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
