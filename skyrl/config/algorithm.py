@@ -37,7 +37,8 @@ class AlgorithmConfig:
     eps_clip_high: float = 0.2
     """Upper clip: ratio <= 1 + eps_clip_high (DAPO clip-higher uses 0.28)."""
     clip_ratio_c: float | None = None
-    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); None = off."""
+    """Dual-clip bound for negative advantages (> 1, e.g. 3.0); None = off. Read by ppo and
+    gspo; refused with cispo, which has no clipped surrogate to bound."""
     tis_cap: float | None = None
     """Token-level truncated importance sampling against the engine's rollout logprobs, the
     weight min(pi_old / pi_rollout, tis_cap); None = off in synchronous training and

@@ -237,6 +237,7 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
             f"{a.advantage_estimator!r} cannot be used with generator.step_wise=true (use an outcome estimator such as grpo or rloo)",
         )
     _check_registered_names(a)
+    _check_dual_clip(a)
     from skyrl.rollouts.dynamic_sampling import check_dynamic_filter  # imports the rollout side
 
     check_dynamic_filter(cfg)
@@ -322,6 +323,25 @@ def _check_registered_names(a) -> None:
             f"algorithm.{key}",
             f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}",
         )
+
+
+def _check_dual_clip(a) -> None:
+    """``clip_ratio_c`` bounds PPO's clipped surrogate (ppo and gspo read it). The built-in
+    cispo has no surrogate to bound and would ignore it silently, so it is refused there. A
+    recipe's own loss may read it, even one registered over the name ``cispo``: the check is
+    on the built-in function, not the name."""
+    from skyrl.algorithms import POLICY_LOSSES
+    from skyrl.algorithms.policy_losses.cispo import cispo
+
+    if a.clip_ratio_c is None:
+        return
+    require(
+        POLICY_LOSSES.get(a.policy_loss) is not cispo,
+        "algorithm.clip_ratio_c",
+        f"is ignored by algorithm.policy_loss={a.policy_loss!r}: CISPO has no clipped "
+        "surrogate to dual-clip (its IS weight is bounded by eps_clip_low / eps_clip_high); "
+        "set it to null, or use policy_loss ppo or gspo",
+    )
 
 
 def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:

@@ -19,6 +19,8 @@ Departures from DeepSpeed defaults, on purpose:
   the first step: allocated there, after the first step's activations were freed, they took
   the activations' memory and the second step grew the process by ~1 GB again (SmolLM2),
   which made step 2 slower than the steps after it.
+- In bf16 at ZeRO 0, DeepSpeed's wrapper steps AdamW once at build to make its state;
+  ``_undo_warm_up_step`` takes that step back (step count, moments, decayed fp32 masters).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def build_engine(
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
     )
+    _undo_warm_up_step(engine.optimizer, optimizer)
     if not (engine.zero_optimization() or engine.bfloat16_enabled()):
         _allocate_adam_state(optimizer)
         _record_grad_norm(engine)
@@ -122,6 +125,38 @@ def _allocate_adam_state(optimizer: torch.optim.AdamW) -> None:
     for p in params:
         p.grad = None
         optimizer.state[p]["step"].zero_()
+
+
+def _undo_warm_up_step(wrapper, optimizer: torch.optim.AdamW) -> None:
+    """Take back the AdamW step DeepSpeed took while building the engine, if it took one.
+
+    In bf16 at ZeRO 0 DeepSpeed wraps AdamW in ``FP16_UnfusedOptimizer``, which makes AdamW's
+    state by stepping it once over zero gradients at the current lr. That step leaves zero
+    moments and no update, but the step count at 1 (the first real update would be AdamW's
+    step 2 from empty moments: 0.744 lr instead of lr with eps 1e-8) and the fp32 master
+    weights decayed once by ``1 - lr * weight_decay`` while the model's weights were not.
+    Here the counts and moments go back to zero and the masters to the model's weights
+    (bf16 -> fp32 is exact); the state stays allocated, as ``_allocate_adam_state`` makes it
+    for fp32. ZeRO 1-3 and fp32 take no such step."""
+    states = [s for s in optimizer.state.values() if "step" in s]
+    if not any(float(s["step"]) > 0 for s in states):
+        return
+    masters = getattr(wrapper, "fp32_groups", None)
+    lows = getattr(wrapper, "fp16_groups", None)
+    if masters is None or lows is None:
+        raise RuntimeError(
+            f"DeepSpeed's {type(wrapper).__name__} stepped AdamW while building the engine "
+            "and skyrl does not know where its master weights are to undo that step"
+        )
+    for state in states:
+        state["step"].zero_()  # torch's AdamW keeps it as a tensor
+        for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+            if key in state:
+                state[key].zero_()
+    with torch.no_grad():
+        for low_group, master_group in zip(lows, masters, strict=True):
+            for low, master in zip(low_group, master_group, strict=True):
+                master.copy_(low)
 
 
 def _record_grad_norm(engine) -> None:

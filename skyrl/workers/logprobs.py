@@ -76,24 +76,36 @@ class _TokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad):
         """d/d logits of ``sum_i grad_i * logp_i``: ``(onehot(target_i) - softmax(row_i)) *
         grad_i / temperature``, summed over the picks of each row (a shared prompt's last
-        position predicts the first token of each of its rows)."""
+        position predicts the first token of each of its rows).
+
+        The whole sum is formed in fp32 per chunk and rounded once into ``out``: with bf16
+        logits, adding the one-hot ``grad_i`` to an already rounded ``-p * grad_i`` loses the
+        target's ``(1 - p) * grad_i`` (0 for p > 0.998)."""
         logits, log_z, rows, targets = ctx.saved_tensors
         temperature = ctx.temperature
         grad = grad.float()
         row_grad = torch.zeros_like(log_z).index_add_(0, rows, grad)
         out = torch.empty_like(logits)
         rows_per_chunk = _rows_per_chunk(logits)
-        for start in range(0, logits.shape[0], rows_per_chunk):
+        # the picks sorted by row, and where each chunk's picks start (one host sync)
+        rows, order = torch.sort(rows, stable=True)
+        targets, grad = targets[order], grad[order]
+        chunk_starts = torch.arange(0, logits.shape[0] + rows_per_chunk, rows_per_chunk)
+        bounds = torch.searchsorted(rows, chunk_starts.to(rows.device)).tolist()
+        for index, start in enumerate(range(0, logits.shape[0], rows_per_chunk)):
             end = start + rows_per_chunk
             chunk = _tempered(logits[start:end], temperature)
             dest = out[start:end] if out.dtype == torch.float32 else None
             probs = torch.sub(chunk, log_z[start:end, None], out=dest).exp_()
             probs.mul_(row_grad[start:end, None].neg())
+            first, last = bounds[index], bounds[index + 1]
+            probs.index_put_(
+                (rows[first:last] - start, targets[first:last]), grad[first:last], accumulate=True
+            )
+            if temperature != 1.0:
+                probs.div_(temperature)
             if dest is None:
                 out[start:end] = probs
-        out.index_put_((rows, targets), grad.to(out.dtype), accumulate=True)
-        if temperature != 1.0:
-            out.div_(temperature)
         return out, None, None, None
 
 

@@ -202,6 +202,34 @@ def test_seq_ratio_mask_splits_packed_rows_by_position_ids():
     assert metrics == {"seq_masked_tokens": 4.0}  # row 0's 4 loss tokens
 
 
+def test_seq_ratio_mask_splits_a_shared_prompts_continuations():
+    # skyrl.batch.packing with share_prefixes: rows [5 6 7 | 8 9 10] and [5 6 7 | 11 12] share
+    # the prompt 5 6 7, packed once; the second row's continuation restarts at the prompt's
+    # length 3, not 0: positions [0 1 2 3 4 5 | 3 4] (loss mask [0 0 0 1 1 1 | 1 1]).
+    # A new sequence starts wherever a position is not the previous + 1: at 0 and at 6.
+    # old - rollout per loss token:
+    #   seq A (cols 3-5): 0, 0, 0  -> mean 0 -> exp 1, inside [0.5, 2]: kept
+    #   seq B (cols 6-7): 2, 2     -> mean 2 -> e^2 = 7.39 > 2: masked (2 loss tokens)
+    # As one sequence: (0 + 0 + 0 + 2 + 2) / 5 = 0.8 -> e^0.8 = 2.23 > 2, all 5 masked.
+    from skyrl.algorithms.policy_losses.terms import sequence_ids
+
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5, 3, 4]])
+    mask = torch.tensor([[False, False, False, True, True, True, True, True]])
+    ids = sequence_ids(mask, positions)
+    assert ids[0, :6].unique().numel() == 1 and ids[0, 6:].unique().numel() == 1
+    assert ids[0, 0] != ids[0, 6]
+    old = torch.zeros(1, 8)
+    delta = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 2.0]])
+    bounds = AlgorithmConfig(seq_ratio_bounds=[0.5, 2.0])
+    keep, metrics = seq_ratio_mask(old, old - delta, mask, bounds, positions)
+    assert keep.tolist() == [[True] * 6 + [False] * 2]
+    assert metrics == {"seq_masked_tokens": 2.0}
+    # rows and packed rows that begin mid-sequence still get ids unique over the micro batch
+    two_rows = sequence_ids(torch.ones(2, 4, dtype=torch.bool), torch.tensor([[3, 4, 0, 1]] * 2))
+    assert two_rows[0].unique().numel() == 2 and two_rows[1].unique().numel() == 2
+    assert set(two_rows[0].tolist()).isdisjoint(two_rows[1].tolist())
+
+
 def test_seq_ratio_mask_off_by_default():
     old = torch.zeros(1, 2)
     assert seq_ratio_mask(old, None, torch.ones(1, 2, dtype=torch.bool), AlgorithmConfig()) == (

@@ -135,6 +135,12 @@ def _validate(*overrides: str):
             "must be < generator.max_generate_length (64)",
         ),
         (["algorithm.overlong_penalty_factor=-5"], "algorithm.overlong_penalty_factor", ">= 0"),
+        # the dual clip bounds PPO's clipped surrogate; CISPO has none and would ignore it
+        (
+            ["algorithm=cispo", "algorithm.clip_ratio_c=3.0"],
+            "algorithm.clip_ratio_c",
+            "is ignored by algorithm.policy_loss='cispo'",
+        ),
     ],
 )
 def test_bad_values_name_the_key(overrides, key, fragment):
@@ -208,3 +214,21 @@ def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(monkeypatch):
     # merged sync sends full weights: any engine will do
     _validate(f"generator.backend={name}", "model.lora.rank=8", "trainer.lora_sync=merged")
     _validate("model.lora.rank=8")  # the built-in engines serve adapters
+
+
+def test_dual_clip_is_kept_where_a_loss_may_read_it(monkeypatch):
+    """ppo and gspo read ``clip_ratio_c``; a recipe's own loss may too, even one registered
+    over the name ``cispo``: only the built-in cispo is known to ignore it."""
+    from skyrl.algorithms import POLICY_LOSSES
+
+    for loss in ("ppo", "gspo"):
+        typed = _validate(f"algorithm.policy_loss={loss}", "algorithm.clip_ratio_c=3.0")
+        assert typed.algorithm.clip_ratio_c == 3.0
+    assert _validate("algorithm=cispo").algorithm.clip_ratio_c is None
+
+    def my_cispo(*args, **kwargs):  # a recipe's loss under the built-in's name
+        raise NotImplementedError
+
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", {**POLICY_LOSSES._entries, "cispo": my_cispo})
+    typed = _validate("algorithm=cispo", "algorithm.clip_ratio_c=3.0")
+    assert typed.algorithm.clip_ratio_c == 3.0

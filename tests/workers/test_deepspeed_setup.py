@@ -140,3 +140,86 @@ def test_zero1_keeps_the_reduction(tiny_model_path):
     assert out["state_at_build"] == []  # ZeRO's own optimizer makes its state in its step
     assert out["norm_calls"] == [0, 0]  # nothing taken here: DeepSpeed clips at ZeRO >= 1
     assert out["max_weight_diff"] < 1e-6
+
+
+BF16_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skyrl.config.trainer import OptimizerConfig, TrainerConfig
+    from skyrl.workers.deepspeed_setup import build_engine
+    from skyrl.workers.distributed import find_free_port, set_dist_env
+
+    model_path = sys.argv[1]
+    set_dist_env(0, 1, "127.0.0.1", find_free_port(), 1)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+    ids = torch.randint(0, model.config.vocab_size, (1, 24))
+    initial = [p.detach().float().clone() for p in model.parameters()]
+
+    LR, WD, EPS = 1e-2, 0.1, 1e-8
+    opt_cfg = OptimizerConfig(lr=LR, eps=EPS, weight_decay=WD, max_grad_norm=0.0)
+    engine = build_engine(model, TrainerConfig(zero_stage=0, precision="bf16"), opt_cfg, 10)
+    wrapper = engine.optimizer
+    inner = wrapper.optimizer
+    masters = [m for group in wrapper.fp32_groups for m in group]
+    lows = [p for group in wrapper.fp16_groups for p in group]
+    assert len(masters) == len(initial)
+    state_at_build = sorted({
+        (float(s["step"]), float(s["exp_avg"].abs().max()), float(s["exp_avg_sq"].abs().max()))
+        for s in inner.state.values()
+    })
+    master_vs_initial = max(float((m - w).abs().max()) for m, w in zip(masters, initial))
+    model_vs_initial = max(float((p.float() - w).abs().max()) for p, w in zip(lows, initial))
+
+    grads = []
+    inner.register_step_pre_hook(
+        lambda *_: grads.extend(m.grad.detach().clone() for m in masters)
+    )
+    engine.backward(engine(input_ids=ids, labels=ids).loss, scale_wrt_gas=False)
+    engine.step()
+    # AdamW's step 1 from zero moments: m = 0.1 g, v = 0.001 g^2; bias corrections 0.1 and
+    # 0.001 give m_hat = g, sqrt(v_hat) = |g|: w1 = w0 (1 - lr wd) - lr g / (|g| + eps)
+    expected = [w * (1 - LR * WD) - LR * g / (g.abs() + EPS) for w, g in zip(initial, grads)]
+    step_error = max(float((m - e).abs().max()) for m, e in zip(masters, expected))
+    moved = max(float((m - w).abs().max()) for m, w in zip(masters, initial))
+    model_vs_master = max(float((p.float() - m.bfloat16().float()).abs().max()) for p, m in zip(lows, masters))
+    print(json.dumps({
+        "wrapper": type(wrapper).__name__,
+        "state_at_build": state_at_build,
+        "master_vs_initial": master_vs_initial,
+        "model_vs_initial": model_vs_initial,
+        "steps_after": sorted({float(s["step"]) for s in inner.state.values()}),
+        "step_error": step_error,
+        "moved": moved,
+        "model_vs_master": model_vs_master,
+    }))
+    """
+)
+
+
+def test_bf16_zero0_first_step_is_adamw_step_one_from_the_models_weights(tiny_model_path):
+    """bf16 at ZeRO 0 (the GPU default) wraps AdamW in DeepSpeed's FP16_UnfusedOptimizer,
+    which steps AdamW once over zero gradients when it is built. That step must leave no
+    trace: step count 0, zero moments, fp32 master weights equal to the model's (not decayed
+    by 1 - lr * wd = 0.999), so the first real update is AdamW's step 1 (lr * sign(g) with
+    eps 1e-8, not step 2's 0.744 lr)."""
+    result = subprocess.run(
+        [sys.executable, "-c", BF16_SCRIPT, tiny_model_path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["wrapper"] == "FP16_UnfusedOptimizer"
+    assert out["state_at_build"] == [[0.0, 0.0, 0.0]]
+    assert out["master_vs_initial"] == 0.0  # bf16 -> fp32 is exact
+    assert out["model_vs_initial"] == 0.0
+    assert out["steps_after"] == [1.0]
+    # fp32 rounding of w (1 - lr wd) and of the update: a few ulp of weights below ~2
+    assert out["step_error"] < 5e-7
+    assert out["moved"] > 5e-3  # the step did move weights (lr = 1e-2)
+    assert out["model_vs_master"] == 0.0  # the model holds the masters rounded to bf16

@@ -337,6 +337,46 @@ def test_token_logprobs_of_bf16_logits_are_computed_in_fp32():
     torch.testing.assert_close(logits.grad.float(), want_grad.float(), atol=1e-2, rtol=0)
 
 
+def test_a_confident_bf16_tokens_gradient_is_one_minus_p_not_zero():
+    """bf16 logits [6.90625, 0] (6.90625 = 221 * 2^-5 is a bf16 value): e^-6.90625 =
+    1e-3 * e^(6.907755 - 6.90625) = 1.00151e-3, p = 1 / (1 + 1.00151e-3) = 0.9989995, so
+    d logp_0 / d logits = [1 - p, -(1 - p)] = [1.00050e-3, -1.00050e-3]. Rounded once to bf16
+    (8 significant bits: half an ulp is 2^-9 = 0.2% relative) that stays ~1e-3. Adding the
+    one-hot 1 to -p already rounded to bf16 (0.9989995 -> 1.0, an ulp there is 2^-8) gives 0."""
+    logits = torch.tensor([[6.90625, 0.0]], dtype=torch.bfloat16, requires_grad=True)
+    token_logprobs(logits, torch.tensor([0]), torch.tensor([0])).sum().backward()
+    one_minus_p = math.exp(-6.90625) / (1 + math.exp(-6.90625))
+    assert one_minus_p == pytest.approx(1.00050e-3, rel=1e-5)
+    want = torch.tensor([[one_minus_p, -one_minus_p]])
+    torch.testing.assert_close(logits.grad.float(), want, rtol=2**-9, atol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_bf16_gradients_are_the_exact_gradients_rounded_once(temperature, monkeypatch):
+    """Over several chunks (4 rows each), rows picked 0, 1 or several times in no order and
+    confident targets (the target's logit 12 above the rest of 64: 1 - p ~ 63 e^-12 = 4e-4),
+    the bf16 gradient is the float64 gradient at the same bf16 logits rounded once to bf16:
+    within one bf16 ulp (at most 2^-7 relative). fp32's own error in 1 - p, ~ulp(log Z) =
+    1e-6 absolute, is ~2.5e-3 of an ulp there. Rounding ``-p * g`` to bf16 before adding
+    ``g`` loses the target's ``(1 - p) g`` entirely (100% off)."""
+    monkeypatch.setattr(logprobs_module, "ROW_CHUNK", 4)
+    gen = torch.Generator().manual_seed(5)
+    rows = torch.randint(0, 13, (30,), generator=gen)  # row 13 is never picked
+    targets = torch.randint(0, 64, (30,), generator=gen)
+    base = torch.randn(14, 64, generator=gen)
+    base[rows[::3], targets[::3]] += 12.0 * temperature  # a confident pick in most rows
+    logits = base.bfloat16().requires_grad_()
+    upstream = torch.randn(30, generator=gen)
+    got = token_logprobs(logits, rows, targets, temperature)
+    (grad,) = torch.autograd.grad(got, logits, upstream)
+    exact = logits.detach().double().requires_grad_()
+    want = torch.log_softmax(exact / temperature, -1)[rows, targets]
+    (want_grad,) = torch.autograd.grad(want, exact, upstream.double())
+    assert grad.dtype == torch.bfloat16
+    torch.testing.assert_close(grad.float(), want_grad.bfloat16().float(), rtol=2**-7, atol=1e-30)
+    assert grad[13].abs().sum() == 0
+
+
 def test_the_entropy_path_and_the_fused_path_give_the_same_gradients():
     """Without entropy ``packed_logprobs`` uses ``token_logprobs``; with it, autograd through
     the chunked log-softmax. The same loss on the logprobs has the same gradients either way

@@ -8,7 +8,9 @@ with Lightning Attention"), eq. 4-5: per token with r_t = pi(y_t) / pi_old(y_t),
 so no token's gradient is dropped (unlike the PPO clip); only the IS weight is
 bounded. The paper sets no lower bound: use ``eps_clip_low = 1`` (weight >= 0).
 With ``tis_cap`` each L_t is also multiplied by the truncated rollout IS weight, and
-``seq_ratio_bounds`` masks off-policy sequences, as in ``ppo``.
+``seq_ratio_bounds`` masks off-policy sequences, as in ``ppo``. There is no clipped
+surrogate, so PPO's dual clip (``clip_ratio_c``) has nothing to bound: the validator
+refuses it with this loss.
 """
 
 from __future__ import annotations

@@ -72,14 +72,19 @@ def sequence_ids(mask: torch.Tensor, position_ids: torch.Tensor | None = None) -
     """``[N, S]`` long: the training sequence of each token, unique over the micro batch.
 
     Without ``position_ids`` each row is one sequence (its row index). With them (``[N, S]``,
-    restarting at 0 where a sequence starts, as ``skyrl.batch.packing`` builds them) a packed
-    row holds several: a new id begins at every 0.
+    as ``skyrl.batch.packing`` builds them) a packed row holds several: a new id begins at
+    the row's first token and wherever a position is not the previous one + 1. That is a
+    restart at 0 (a new sequence) or, with shared prompts, a jump back to the prompt's
+    length (another row's continuation of a prompt packed once), as
+    ``skyrl.workers.packed_attention.attention_spans`` reads them.
     """
     n, s = mask.shape
     rows = torch.arange(n, device=mask.device).unsqueeze(1)
     if position_ids is None:
         return rows.expand(n, s)
-    return rows * (s + 1) + (position_ids == 0).long().cumsum(dim=1)
+    starts = torch.ones_like(position_ids, dtype=torch.long)
+    starts[:, 1:] = (position_ids[:, 1:] != position_ids[:, :-1] + 1).long()
+    return rows * (s + 1) + starts.cumsum(dim=1)
 
 
 def seq_ratio_mask(
