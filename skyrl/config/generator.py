@@ -24,7 +24,8 @@ class SamplingConfig:
     stop_token_ids: list[int] = field(default_factory=list)
     """Extra stop token ids besides the tokenizer's EOS."""
     seed: int | None = None
-    """Sampling seed; None = derived from trainer.seed and the step."""
+    """Base of the per-request sampling seeds; None = ``trainer.seed``. Training mixes in
+    the step and round; ``eval_sampling.seed`` None = the training base of step 0."""
 
     def __post_init__(self) -> None:
         require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")

@@ -15,11 +15,16 @@ tokens, 96% under 48). Numbers: ``tests/bench/bench_smollm2.py``.
 
 Train and eval problems are disjoint: each expression belongs to one split by a
 hash of its text, so eval accuracy is measured on problems never trained on.
+Within a split problems are drawn without repeats (2242 train, 312 eval problems
+exist); the small one-digit kinds run out first, so a large draw holds more
+two-digit problems than the kind weights alone say (the figures above were
+measured on the earlier draw, which repeated problems).
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 import zlib
 from collections.abc import Callable
 
@@ -40,38 +45,35 @@ EVAL_SHARE = 8
 """One expression in ``EVAL_SHARE`` (by hash) is an eval problem, the rest train."""
 
 
-def _add_1d(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(1, 9), rng.randint(1, 9)
-    return f"{a} + {b}", a + b
+Problem = tuple[str, int]
+"""``(expression, value)``."""
 
 
-def _sub_1d(rng: random.Random) -> tuple[str, int]:
-    b = rng.randint(1, 9)
-    a = rng.randint(b, b + 9)
-    return f"{a} - {b}", a - b
+def _add_1d() -> list[Problem]:
+    return [(f"{a} + {b}", a + b) for a in range(1, 10) for b in range(1, 10)]
 
 
-def _mul_1d(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(2, 9), rng.randint(2, 9)
-    return f"{a} * {b}", a * b
+def _sub_1d() -> list[Problem]:
+    return [(f"{a} - {b}", a - b) for b in range(1, 10) for a in range(b, b + 10)]
 
 
-def _add_2d_1d(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(10, 49), rng.randint(1, 9)
-    return f"{a} + {b}", a + b
+def _mul_1d() -> list[Problem]:
+    return [(f"{a} * {b}", a * b) for a in range(2, 10) for b in range(2, 10)]
 
 
-def _add_2d(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(10, 49), rng.randint(10, 49)
-    return f"{a} + {b}", a + b
+def _add_2d_1d() -> list[Problem]:
+    return [(f"{a} + {b}", a + b) for a in range(10, 50) for b in range(1, 10)]
 
 
-def _sub_2d_1d(rng: random.Random) -> tuple[str, int]:
-    a, b = rng.randint(20, 59), rng.randint(1, 9)
-    return f"{a} - {b}", a - b
+def _add_2d() -> list[Problem]:
+    return [(f"{a} + {b}", a + b) for a in range(10, 50) for b in range(10, 50)]
 
 
-ARITHMETIC_KINDS: dict[str, tuple[float, Callable[[random.Random], tuple[str, int]]]] = {
+def _sub_2d_1d() -> list[Problem]:
+    return [(f"{a} - {b}", a - b) for a in range(20, 60) for b in range(1, 10)]
+
+
+ARITHMETIC_KINDS: dict[str, tuple[float, Callable[[], list[Problem]]]] = {
     "add_1d": (1, _add_1d),
     "sub_1d": (2, _sub_1d),
     "mul_1d": (2, _mul_1d),
@@ -79,7 +81,8 @@ ARITHMETIC_KINDS: dict[str, tuple[float, Callable[[random.Random], tuple[str, in
     "add_2d": (1, _add_2d),
     "sub_2d_1d": (1, _sub_2d_1d),
 }
-"""Problem kinds: name -> (sampling weight, sampler returning (expression, value))."""
+"""Problem kinds: name -> (sampling weight, every problem of the kind). No expression
+belongs to two kinds."""
 
 
 def arithmetic_split(expr: str) -> str:
@@ -87,15 +90,41 @@ def arithmetic_split(expr: str) -> str:
     return "eval" if zlib.crc32(expr.encode()) % EVAL_SHARE == 0 else "train"
 
 
-def _arithmetic_problem(rng: random.Random, split: str) -> tuple[str, int]:
-    """A problem of ``split``, its kind drawn by weight (rejection sampling on the hash)."""
-    names = list(ARITHMETIC_KINDS)
-    weights = [ARITHMETIC_KINDS[n][0] for n in names]
-    while True:
-        kind = rng.choices(names, weights=weights)[0]
-        expr, value = ARITHMETIC_KINDS[kind][1](rng)
-        if expr != _EXAMPLE_EXPR and arithmetic_split(expr) == split:
-            return expr, value
+def _arithmetic_problems(num_prompts: int, rng: random.Random, split: str) -> list[Problem]:
+    """``num_prompts`` distinct problems of ``split`` while it has that many, else every one
+    of them before any repeats (one pass after another, with a warning).
+
+    Each draw has the distribution of drawing a kind by weight, then a uniform problem of
+    that kind, again until it is one of ``split`` not yet drawn: the kind is drawn with
+    weight x (its problems left in the split / all its problems), then one of those left."""
+    weights: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    pools: dict[str, list[Problem]] = {}
+    for name, (weight, problems) in ARITHMETIC_KINDS.items():
+        every = problems()
+        weights[name], sizes[name] = weight, len(every)
+        pools[name] = [
+            p for p in every if p[0] != _EXAMPLE_EXPR and arithmetic_split(p[0]) == split
+        ]
+    distinct = sum(len(p) for p in pools.values())
+    if num_prompts > distinct:
+        warnings.warn(
+            f"arithmetic: {num_prompts} {split} prompts but {distinct} distinct {split} "
+            "problems; each is repeated (every one once before any twice)",
+            stacklevel=3,
+        )
+    left: dict[str, list[Problem]] = {}
+    drawn = []
+    for _ in range(num_prompts):
+        if not any(left.values()):  # a new pass over the split
+            left = {n: list(p) for n, p in pools.items()}
+        names = [n for n in left if left[n]]
+        odds = [weights[n] * len(left[n]) / sizes[n] for n in names]
+        pool = left[rng.choices(names, weights=odds)[0]]
+        j = rng.randrange(len(pool))
+        pool[j], pool[-1] = pool[-1], pool[j]
+        drawn.append(pool.pop())
+    return drawn
 
 
 def arithmetic_messages(expr: str) -> list[Message]:
@@ -108,14 +137,16 @@ def arithmetic_messages(expr: str) -> list[Message]:
 
 
 def arithmetic_rows(num_prompts: int, seed: int, split: str = "train") -> list[PromptRow]:
-    """``num_prompts`` arithmetic questions of ``split`` (``train`` or ``eval``, disjoint)."""
+    """``num_prompts`` arithmetic questions of ``split`` (``train`` or ``eval``, disjoint),
+    distinct while the split has that many (2242 train, 312 eval problems), drawn from
+    ``seed``."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     rng = random.Random(f"arithmetic-{split}-{seed}")
-    rows = []
-    for _ in range(num_prompts):
-        expr, value = _arithmetic_problem(rng, split)
-        rows.append(PromptRow(arithmetic_messages(expr), "arithmetic", {"answer": str(value)}))
+    rows = [
+        PromptRow(arithmetic_messages(expr), "arithmetic", {"answer": str(value)})
+        for expr, value in _arithmetic_problems(num_prompts, rng, split)
+    ]
     return assign_uids(rows, prefix=f"arithmetic-{split}")
 
 

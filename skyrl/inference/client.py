@@ -2,9 +2,13 @@
 
 All requests with the same route key (the prompt's uid) go to the same engine,
 so the samples and later turns of a prompt hit that engine's prefix cache. A
-new key goes to the engine with the fewest keys assigned. Each request is
-awaited on its own, so the engines work in parallel and each batches what it
-has. Control calls fan out to every engine in parallel (threads).
+new key goes to the engine with the fewest requests in flight. A key is kept
+while it has requests in flight and, once they are done, among the
+``IDLE_KEYS_KEPT`` most recently done keys, so a later turn (its env step ran
+meanwhile) returns to the same engine; an older key is forgotten and routed
+afresh (a prefix-cache miss, nothing more). Each request is awaited on its own,
+so the engines work in parallel and each batches what it has. Control calls fan
+out to every engine in parallel (threads).
 
 An engine in a Ray actor (``RayEngineHandle``) is built and served on a thread
 of its own inside the actor (``EngineActor``), so all of its torch work runs on
@@ -14,11 +18,15 @@ one thread there, as in-process engines do in the driver.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
+
+IDLE_KEYS_KEPT = 4096
+"""Route keys with nothing in flight that ``EngineClient`` still remembers (newest first)."""
 
 
 class EngineDiedError(RuntimeError):
@@ -145,29 +153,61 @@ def _died(during: str, exc: Exception) -> EngineDiedError:
 
 
 class EngineClient:
-    """Routes requests over ``engines``; itself an ``InferenceEngine``."""
+    """Routes requests over ``engines``; itself an ``InferenceEngine``. The routing state is
+    guarded by a lock: event loops on several threads may share the client (asynchronous
+    training's stream and an eval pass)."""
 
     def __init__(self, engines: list[InferenceEngine]):
         if not engines:
             raise ValueError("EngineClient needs at least one engine")
         self.engines = engines
         self.assignment: dict[str, int] = {}
+        """Engine index of each key in flight or among the ``IDLE_KEYS_KEPT`` last done."""
         self.load = [0] * len(engines)
+        """Requests in flight on each engine."""
+        self.in_flight: dict[str, int] = {}
+        """Requests in flight per key."""
+        self.idle: OrderedDict[str, None] = OrderedDict()
+        """Assigned keys with nothing in flight, oldest first."""
+        self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(len(engines))
 
     def route(self, key: str) -> int:
-        """The engine index for ``key`` (sticky; new keys go to the least-loaded engine)."""
+        """The engine index for ``key`` (sticky while remembered; a new key goes to the
+        engine with the fewest requests in flight)."""
+        with self.lock:
+            return self._route(key)
+
+    def _route(self, key: str) -> int:
         if key not in self.assignment:
-            idx = min(range(len(self.engines)), key=lambda i: self.load[i])
-            self.assignment[key] = idx
-            self.load[idx] += 1
+            self.assignment[key] = min(range(len(self.engines)), key=lambda i: self.load[i])
+            self._set_idle(key)
         return self.assignment[key]
+
+    def _set_idle(self, key: str) -> None:
+        self.idle[key] = None
+        self.idle.move_to_end(key)
+        while len(self.idle) > IDLE_KEYS_KEPT:
+            del self.assignment[self.idle.popitem(last=False)[0]]
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
     ) -> Completion:
-        engine = self.engines[self.route(route_key or str(tuple(prompt_ids)))]
-        return await engine.generate(prompt_ids, sampling, route_key)
+        key = route_key or str(tuple(prompt_ids))
+        with self.lock:
+            idx = self._route(key)
+            self.idle.pop(key, None)
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+            self.load[idx] += 1
+        try:
+            return await self.engines[idx].generate(prompt_ids, sampling, route_key)
+        finally:
+            with self.lock:
+                self.load[idx] -= 1
+                self.in_flight[key] -= 1
+                if not self.in_flight[key]:
+                    del self.in_flight[key]
+                    self._set_idle(key)
 
     def serve(self, done: Future) -> None:
         """Serve the first engine on this thread and the others on helper threads (engines

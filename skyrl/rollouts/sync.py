@@ -7,9 +7,11 @@ informative groups are collected (at most ``algorithm.max_sample_batches``
 rounds, then topped up with flat groups so the optimizer-step count stays
 fixed); ``replace`` swaps each flat group for a copy of an informative one.
 The generator's output is never changed in place: shaping and selection return
-new outputs. Sampling seeds derive from ``generator.sampling.seed`` (else
-``trainer.seed``), the step and the round (``base_seed``), then per request from
-the prompt uid, sample and turn (``skyrl.inference.base.request_seed``).
+new outputs. Groups are selected on the shaped rewards; the shaping metrics
+(``reward/overlong_...``) are those of the rows the returned batch holds.
+Sampling seeds derive from ``generator.sampling.seed`` (else ``trainer.seed``),
+the step and the round (``base_seed``), then per request from the prompt uid,
+sample and turn (``skyrl.inference.base.request_seed``).
 """
 
 from __future__ import annotations
@@ -98,36 +100,43 @@ class SyncRollouts:
     # -- producing a step's rows ---------------------------------------------------------
 
     def collect(self, step: int) -> tuple[GeneratorOutput, dict[str, float]]:
-        """Sampling rounds until the batch is full; the shaped, selected output and metrics."""
+        """Sampling rounds until the batch is full; the shaped, selected output and metrics.
+
+        Groups are selected on shaped rounds (the filter sees the shaped rewards); the batch
+        is then the selected generator rows shaped once more, so the ``reward/overlong_...``
+        metrics describe the rows the batch holds (copies in ``replace`` mode included)."""
         a, need = self.cfg.algorithm, self.cfg.trainer.train_batch_size
+        generated: list[GeneratorOutput] = []
         rounds: list[GeneratorOutput] = []
-        shaping: dict[str, float] = {}
-        good, flat = [], []
+        good: list[str] = []
+        flat: list[str] = []
         keep = ds.group_filter(a.dynamic_filter)
         while True:
             rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
-            out, shaping = shape_rewards(
-                self.cfg, self.generate(rows, base_seed(self.cfg, step, len(rounds)))
-            )
+            generated.append(self.generate(rows, base_seed(self.cfg, step, len(rounds))))
+            out, _ = shape_rewards(self.cfg, generated[-1])
             rounds.append(out)
             if a.dynamic_sampling != "filter":
                 break
             informative = ds.informative_uids(out, keep)
-            good.append(ds.keep_groups(out, informative))
-            flat_uids = [u for u in ds.group_rows(out) if u not in informative]
-            flat.append(ds.keep_groups(out, flat_uids))
-            collected = sum(len(set(g.uids)) for g in good)
-            if collected >= need or len(rounds) >= a.max_sample_batches:
+            good += informative
+            flat += [u for u in ds.group_rows(out) if u not in informative]
+            if len(good) >= need or len(rounds) >= a.max_sample_batches:
                 break
-        metrics = {**merge_rollout_metrics([r.metrics for r in rounds]), **shaping}
+        metrics = merge_rollout_metrics([r.metrics for r in rounds])
         if a.dynamic_sampling == "filter":
-            out, ds_metrics = filled_batch(good, flat, need, len(rounds))
+            uids, ds_metrics = filled_batch(good, flat, need, len(rounds))
+            picked = ds.keep_groups(GeneratorOutput.concat(generated), uids)
         elif a.dynamic_sampling == "replace":
-            out, replaced = ds.replace_flat_groups(rounds[0], base_seed(self.cfg, step, 0), keep)
-            groups = len(ds.group_rows(out))
-            ds_metrics = {names.KEPT_GROUP_FRAC: 1.0 - replaced / groups}
+            judged = set(ds.informative_uids(rounds[0], keep))
+            picked, _ = ds.replace_flat_groups(  # the groups kept on the shaped rewards
+                generated[0], base_seed(self.cfg, step, 0), lambda g: g.uids[0] in judged
+            )
+            groups = len(ds.group_rows(rounds[0]))
+            ds_metrics = {names.KEPT_GROUP_FRAC: len(judged) / groups}
         else:
-            out, ds_metrics = rounds[0], {}
+            picked, ds_metrics = generated[0], {}
+        out, shaping = shape_rewards(self.cfg, picked)
         kept = ds_metrics.get(names.KEPT_GROUP_FRAC, 1.0)
         if kept < LOW_PASS_RATE_WARNING:
             warnings.warn(
@@ -135,6 +144,7 @@ class SyncRollouts:
                 f"(algorithm.dynamic_filter={a.dynamic_filter} rejected them)",
                 stacklevel=1,
             )
+        metrics.update(shaping)
         metrics.update(ds_metrics)
         return out, metrics
 
@@ -188,25 +198,23 @@ def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:
 
 
 def filled_batch(
-    good: list[GeneratorOutput], flat: list[GeneratorOutput], need: int, num_rounds: int
-) -> tuple[GeneratorOutput, dict[str, float]]:
-    """``need`` informative groups; when ``max_sample_batches`` ran out first, topped up with
-    zero-variance groups (zero advantage) so the optimizer-step count stays fixed."""
-    pool = GeneratorOutput.concat(good + flat)
-    uids = list(ds.group_rows(pool))
-    n_good = sum(len(set(g.uids)) for g in good)
-    if n_good < need:
+    good: list[str], flat: list[str], need: int, num_rounds: int
+) -> tuple[list[str], dict[str, float]]:
+    """The batch's ``need`` group uids from the informative (``good``) and the rejected
+    (``flat``) uids of every round, in round order: informative first; when
+    ``max_sample_batches`` ran out first, topped up with flat groups (zero advantage) so the
+    optimizer-step count stays fixed."""
+    if len(good) < need:
         warnings.warn(
-            f"dynamic sampling: {n_good} informative groups after {num_rounds} rounds "
-            f"(algorithm.max_sample_batches); topped up with {need - n_good} flat groups",
+            f"dynamic sampling: {len(good)} informative groups after {num_rounds} rounds "
+            f"(algorithm.max_sample_batches); topped up with {need - len(good)} flat groups",
             stacklevel=1,
         )
-    generated = n_good + sum(len(set(f.uids)) for f in flat)
     metrics = {
-        names.KEPT_GROUP_FRAC: n_good / generated,
+        names.KEPT_GROUP_FRAC: len(good) / (len(good) + len(flat)),
         "dynamic_sampling/rounds": float(num_rounds),
     }
-    return ds.keep_groups(pool, uids[:need]), metrics
+    return (good + flat)[:need], metrics
 
 
 def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:

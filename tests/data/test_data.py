@@ -1,6 +1,7 @@
 """Prompt loading: files, datasets, generated sets, and errors naming file and row."""
 
 import json
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,7 +98,7 @@ def test_arithmetic_prompt_is_system_example_question():
 
 def test_arithmetic_train_and_eval_are_disjoint_and_cover_every_kind():
     def questions(split):
-        rows = arithmetic_rows(400, seed=0, split=split)
+        rows = arithmetic_rows(300, seed=0, split=split)  # eval has 312 problems
         return {r.prompt[-1]["content"] for r in rows}
 
     train, held_out = questions("train"), questions("eval")
@@ -107,6 +108,33 @@ def test_arithmetic_train_and_eval_are_disjoint_and_cover_every_kind():
     assert ops == {"+", "-", "*"}
     with pytest.raises(ValueError, match="split"):
         arithmetic_rows(1, seed=0, split="test")
+
+
+def test_arithmetic_defaults_draw_distinct_problems():
+    """data defaults (512 train, 64 eval prompts, seed 1234): every question distinct, while
+    each split holds far more distinct problems (the draw used to repeat: 333 and 49)."""
+    cfg = DataConfig()
+    assert (cfg.source, cfg.num_train_prompts, cfg.num_eval_prompts) == ("arithmetic", 512, 64)
+    for split, n in [("train", 512), ("eval", 64)]:
+        questions = [r.prompt[-1]["content"] for r in load_prompts(cfg, split=split)]
+        assert len(questions) == len(set(questions)) == n
+
+
+def test_arithmetic_repeats_only_once_a_split_is_used_up():
+    """Problems per kind: add_1d 9 x 9 = 81, sub_1d 9 x 10 = 90, mul_1d 8 x 8 = 64,
+    add_2d_1d 40 x 9 = 360, add_2d 40 x 40 = 1600, sub_2d_1d 40 x 9 = 360: 2555, less the
+    worked example = 2554, split by hash into 2242 train + 312 eval. Asking 700 eval rows:
+    the first 312 are every eval problem once, then every problem again (624), then 76 more;
+    so 76 problems appear 3 times and 236 twice."""
+    with pytest.warns(UserWarning, match="700 eval prompts but 312 distinct"):
+        rows = arithmetic_rows(700, seed=0, split="eval")
+    questions = [r.prompt[-1]["content"] for r in rows]
+    assert len(set(questions[:312])) == 312 and set(questions[312:]) == set(questions[:312])
+    counts = sorted(Counter(questions).values())
+    assert counts == [2] * 236 + [3] * 76
+    with pytest.warns(UserWarning, match="distinct"):
+        train = {r.prompt[-1]["content"] for r in arithmetic_rows(2300, seed=0)}
+    assert len(train) == 2242 and not train & set(questions)
 
 
 def test_reasoning_gym_source():

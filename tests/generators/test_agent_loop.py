@@ -125,6 +125,12 @@ def test_context_is_the_template_rendering_when_eos_is_not_the_turn_end():
     engine = FakeEngine(tok, eos=False)
     engine.ids += [tok.convert_tokens_to_ids("<|im_end|>")]
     out = make(tok, engine, TwoToolTurns, True).generate(ROWS[:1], 1, SamplingParams())
+    assert_contexts_are_the_templates(tok, out)
+
+
+def assert_contexts_are_the_templates(tok, out) -> None:
+    """Each of the 3 turns' prompt is the chat template's rendering of the conversation so
+    far (replies "ok 7", tool results "result 1", "result 2")."""
     messages = [{"role": "user", "content": ROWS[0].prompt}]
     for turn in range(3):
         want = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -133,6 +139,45 @@ def test_context_is_the_template_rendering_when_eos_is_not_the_turn_end():
             {"role": "assistant", "content": "ok 7"},
             {"role": "tool", "content": f"result {turn + 1}"},
         ]
+
+
+class StopAwareEngine(FakeEngine):
+    """Replies ``ok 7<|im_end|>`` then an invented next turn, cut at the first token in the
+    engine's EOS or the request's ``stop_token_ids`` (as the hf and vLLM engines do); with no
+    stop token met the whole reply comes back as ``length``. Records each finish reason."""
+
+    def __init__(self, tok):
+        super().__init__(tok, eos=False)
+        self.eos_id = tok.eos_token_id
+        im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        self.ids += [im_end] + tok.encode("\n<|im_start|>user\ninvented turn")
+        self.finish_reasons: list[str] = []
+
+    def reply(self, sampling: SamplingParams) -> Completion:
+        stops = {self.eos_id, *sampling.stop_token_ids}
+        cut = next((i + 1 for i, t in enumerate(self.ids) if t in stops), None)
+        ids, reason = (self.ids, "length") if cut is None else (self.ids[:cut], "stop")
+        self.finish_reasons.append(reason)
+        return Completion(ids, [-0.5] * len(ids), reason)
+
+
+def test_a_reply_stops_on_the_template_turn_end_when_eos_differs():
+    """Qwen2.5-base-like tokenizer: EOS ``<|endoftext|>``, turns end ``<|im_end|>``. The loop
+    asks the engine to stop on ``<|im_end|>`` too, so a sampled ``<|im_end|>`` ends the reply
+    (finish ``stop``) instead of the model going on with an invented turn that is trained;
+    the request's own stop ids are kept, and the contexts stay the template's rendering."""
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+    tok.eos_token = "<|endoftext|>"
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert tok.eos_token_id != im_end
+    engine = StopAwareEngine(tok)
+    sampling = SamplingParams(stop_token_ids=[7])
+    out = make(tok, engine, TwoToolTurns, True).generate(ROWS[:1], 1, sampling)
+    # 3 turns, each "ok 7" + <|im_end|>: 3 x "stop", nothing after the turn end
+    assert engine.finish_reasons == ["stop"] * 3 and out.stop_reasons == ["stop"] * 3
+    assert out.response_token_ids == [tok.encode("ok 7") + [im_end]] * 3
+    assert sampling.stop_token_ids == [7]  # the caller's params are not mutated
+    assert_contexts_are_the_templates(tok, out)
 
 
 def test_training_batch_alignment(tok):

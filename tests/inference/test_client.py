@@ -1,10 +1,13 @@
 """EngineClient: prompt affinity, least-loaded routing, results in order, weight fan-out."""
 
+import asyncio
+
 import torch
 
 from skyrl.config.generator import HFGeneratorConfig
 from skyrl.inference import SamplingParams, make_engine
-from skyrl.inference.client import EngineClient
+from skyrl.inference.base import Completion
+from skyrl.inference.client import IDLE_KEYS_KEPT, EngineClient
 from skyrl.inference.local import LocalEngine, generate_batch
 from skyrl.models import build_tiny_model
 
@@ -21,7 +24,9 @@ def test_two_engines_route_and_match_single():
     out = generate_batch(client, prompts, sp, route_keys=keys)
     ref = generate_batch(single, prompts, sp)
     assert [g[0].token_ids for g in out] == [g[0].token_ids for g in ref]
-    assert client.assignment == {"a": 0, "b": 1, "c": 0} or client.load == [2, 1]
+    # routed in order, all in flight together: a -> 0 (in flight [1, 0]), b -> 1 ([1, 1]),
+    # a -> 0 ([2, 1]), c -> the less busy engine 1 ([2, 2]); all done: nothing in flight
+    assert client.assignment == {"a": 0, "b": 1, "c": 1} and client.load == [0, 0]
     assert client.route("a") == client.assignment["a"]
     new = [
         (n, torch.zeros_like(p))
@@ -57,3 +62,67 @@ def test_a_dead_engine_actor_is_one_clear_error(ray_cluster):
     ) as e:
         generate_batch(handle, [[1, 2]], SamplingParams())
     assert e.value.__cause__ is None
+
+
+class _HeldEngine:
+    """Answers a request once ``release`` is set (all at once when it is set beforehand);
+    records the route key of each request it got."""
+
+    def __init__(self):
+        self.keys: list[str | None] = []
+        self.release: asyncio.Event | None = None
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        self.keys.append(route_key)
+        if self.release is not None:
+            await self.release.wait()
+        return Completion([1], [0.0], "stop")
+
+
+def test_only_keys_in_flight_or_recently_done_are_kept():
+    """20 steps x 256 new prompt uids x 2 samples = 5120 keys, each done when its step is: the
+    client keeps the newest IDLE_KEYS_KEPT = 4096 finished ones (for later turns), and nothing
+    is in flight (the old map held all 5120 keys, load [2560, 2560])."""
+    client = EngineClient([_HeldEngine(), _HeldEngine()])
+
+    async def steps():
+        for s in range(20):
+            uids = [f"s{s}p{j}" for j in range(256)]
+            await asyncio.gather(*(client.generate([1], None, u) for u in uids for _ in range(2)))
+
+    asyncio.run(steps())
+    assert IDLE_KEYS_KEPT == 4096 and len(client.assignment) == 4096
+    assert "s19p255" in client.assignment and "s0p0" not in client.assignment
+    assert client.load == [0, 0]
+
+
+def test_new_keys_go_to_the_engine_with_least_in_flight_and_keys_stay_sticky():
+    engines = [_HeldEngine(), _HeldEngine()]
+    client = EngineClient(engines)
+
+    async def run():
+        # "slow" holds 4 requests on engine 0; "b" runs on engine 1 and finishes
+        engines[0].release = asyncio.Event()
+        slow = [asyncio.ensure_future(client.generate([1], None, "slow")) for _ in range(4)]
+        await asyncio.sleep(0)
+        await client.generate([1], None, "b")
+        assert client.load == [4, 0] and client.assignment == {"slow": 0, "b": 1}
+        # in flight [4, 0]: "c" and "d" go to engine 1 (keys ever assigned, [1, 1], sent
+        # "c" to the busy engine 0)
+        await asyncio.gather(*(client.generate([1], None, k) for k in ("c", "d")))
+        assert client.assignment["c"] == client.assignment["d"] == 1
+        engines[0].release.set()
+        await asyncio.gather(*slow)
+        # nothing in flight; a later turn of "slow" goes back to engine 0 (prefix cache)
+        await client.generate([1], None, "slow")
+        assert engines[0].keys == ["slow"] * 5 and client.load == [0, 0]
+        # 4 prompts x 4 samples at once: 2 prompts, 8 requests, on each engine
+        engines[0].release = engines[1].release = asyncio.Event()
+        batch = [client.generate([1], None, f"q{i}") for i in range(4) for _ in range(4)]
+        held = asyncio.gather(*batch)
+        await asyncio.sleep(0)
+        assert client.load == [8, 8]
+        engines[0].release.set()
+        await held
+
+    asyncio.run(run())

@@ -83,14 +83,22 @@ ROUNDS = [
 ]
 
 
-def _source(dynamic_sampling: str, dynamic_filter: str) -> tuple[SyncRollouts, list[int]]:
-    """A ``SyncRollouts`` whose ``generate`` returns ``ROUNDS`` in turn (and records how many
-    were drawn); train_batch_size 2, at most 3 rounds."""
+def _source(
+    dynamic_sampling: str, dynamic_filter: str, rounds=None, **algorithm
+) -> tuple[SyncRollouts, list[int]]:
+    """A ``SyncRollouts`` whose ``generate`` returns ``rounds`` (default ``ROUNDS``: dicts
+    for ``_output``, or outputs) in turn (and records how many were drawn);
+    train_batch_size 2, at most 3 rounds, max_generate_length 4; ``algorithm``: more
+    ``AlgorithmConfig`` fields."""
+    rounds = ROUNDS if rounds is None else rounds
     cfg = SkyRLConfig(
         trainer=TrainerConfig(train_batch_size=2, policy_mini_batch_size=2),
-        generator=GeneratorConfig(n_samples_per_prompt=4),
+        generator=GeneratorConfig(n_samples_per_prompt=4, max_generate_length=4),
         algorithm=AlgorithmConfig(
-            dynamic_sampling=dynamic_sampling, dynamic_filter=dynamic_filter, max_sample_batches=3
+            dynamic_sampling=dynamic_sampling,
+            dynamic_filter=dynamic_filter,
+            max_sample_batches=3,
+            **algorithm,
         ),
         environment=EnvironmentConfig(),
         data=DataConfig(),
@@ -100,7 +108,8 @@ def _source(dynamic_sampling: str, dynamic_filter: str) -> tuple[SyncRollouts, l
 
     def generate(rows, seed: int) -> GeneratorOutput:
         drawn.append(seed)
-        return _output(ROUNDS[len(drawn) - 1])
+        r = rounds[len(drawn) - 1]
+        return _output(r) if isinstance(r, dict) else r
 
     source.cfg = cfg
     source.loader = type("Loader", (), {"next_batch": lambda self, name: [name]})()
@@ -141,6 +150,76 @@ def test_replace_mode_replaces_the_groups_the_filter_rejects(dynamic_filter, bat
     out, metrics = source.collect(step=0)
     assert list(ds.group_rows(out)) == batch_uids and len(drawn) == 1
     assert metrics[names.KEPT_GROUP_FRAC] == kept_frac
+    out.validate()
+
+
+def test_replace_mode_with_no_informative_group_keeps_none_and_warns():
+    """Nothing to copy from: the batch is the flat round unchanged, but the kept fraction is
+    informative / generated = 0 / 2 = 0.0 (not 1 - 0 replaced / 2) and the warning fires."""
+    source, _ = _source("replace", "reward_variance", [{"a": [0, 0, 0, 0], "b": [1, 1, 1, 1]}])
+    with pytest.warns(UserWarning, match="dynamic sampling dropped 100% of prompt groups"):
+        out, metrics = source.collect(step=0)
+    assert list(ds.group_rows(out)) == ["a", "b"]
+    assert metrics[names.KEPT_GROUP_FRAC] == 0.0
+
+
+def _cut(out: GeneratorOutput, uid: str, tokens: int = 4) -> GeneratorOutput:
+    """``out`` with every sample of ``uid`` truncated (``length``) after ``tokens`` tokens."""
+    for i, u in enumerate(out.uids):
+        if u == uid:
+            out.response_token_ids[i] = [5] * tokens
+            out.loss_masks[i], out.rollout_logprobs[i] = [1] * tokens, [0.0] * tokens
+            out.stop_reasons[i] = "length"
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:step 0. dynamic sampling dropped")
+@pytest.mark.filterwarnings("ignore:dynamic sampling. .* informative groups")
+@pytest.mark.parametrize(
+    "mode, rounds, batch_uids, batch_rewards, masked, penalty_mean",
+    [
+        # filter: round 0 keeps a (its 4 samples cut at 4 tokens), drops b (cut too); round 1
+        # keeps nothing; round 2 keeps e (2 tokens). Overlong: max 4, buffer 2 -> ramp from 2
+        # tokens; 4 tokens -> -min((4 - 2) / 2, 1) * 1.0 = -1; 2 tokens -> 0.
+        # Batch a + e: masked 4 (a's), penalty mean (4 x -1 + 4 x 0) / 8 = -0.5.
+        # (The last round alone said 0 and 0.0; all rounds would say 8 and -8 / 24.)
+        (
+            "filter",
+            [
+                _cut(_cut(_output({"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]}), "a"), "b"),
+                {"c": [0, 0, 0, 0], "d": [0, 0, 0, 0]},
+                {"e": [1, 0, 1, 0], "f": [0, 0, 0, 0]},
+            ],
+            ["a", "e"],
+            [1 - 1, -1, -1, -1, 1, 0, 1, 0],
+            4.0,
+            -0.5,
+        ),
+        # replace: b (flat, cut at 4 tokens) becomes a copy of a (2 tokens): the batch holds
+        # no truncated trajectory: masked 0, penalty mean 0 / 8 (the round said 4, -0.5).
+        (
+            "replace",
+            [_cut(_output({"a": [1, 0, 0, 0], "b": [0, 0, 0, 0]}), "b")],
+            ["a", "b~a"],
+            [1, 0, 0, 0] * 2,
+            0.0,
+            0.0,
+        ),
+    ],
+)
+def test_shaping_metrics_describe_the_returned_batch(
+    mode, rounds, batch_uids, batch_rewards, masked, penalty_mean
+):
+    source, _ = _source(
+        mode, "reward_variance", rounds,
+        overlong_filter=True, overlong_buffer_len=2, overlong_penalty_factor=1.0,
+    )  # fmt: skip
+    out, metrics = source.collect(step=0)
+    assert list(ds.group_rows(out)) == batch_uids
+    assert out.rewards == batch_rewards  # shaped exactly once
+    assert sum(1 for m in out.loss_masks if sum(m) == 0) == masked
+    assert metrics["reward/overlong_masked"] == masked
+    assert metrics["reward/overlong_penalty_mean"] == pytest.approx(penalty_mean, abs=1e-12)
     out.validate()
 
 
