@@ -51,14 +51,22 @@ def kill_9_after_checkpoint(cwd: Path, args: list[str], step: int) -> None:
     """Start ``skyrl-train args`` in ``cwd`` and kill -9 it (the driver and every Ray process
     it started) as soon as its ``latest`` checkpoint is ``global_step_<step>``."""
     env = {**os.environ, "PYTHONPATH": HERE}
-    proc = subprocess.Popen(
-        [SKYRL_TRAIN, *args], cwd=cwd, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    with open(cwd / "killed_run.stderr", "w") as stderr:  # why it ended, if it ends early
+        proc = subprocess.Popen(
+            [SKYRL_TRAIN, *args], cwd=cwd, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
     latest = cwd / "run" / "checkpoints" / "latest"
     deadline = time.monotonic() + 300
     while not (latest.exists() and latest.read_text().strip() == f"global_step_{step}"):
-        assert proc.poll() is None and time.monotonic() < deadline, f"run ended before {step}"
+        ended = proc.poll() is not None
+        if ended or time.monotonic() > deadline:
+            if not ended:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            what = f"ended with exit code {proc.returncode}" if ended else "timed out"
+            said = (cwd / "killed_run.stderr").read_text()[-3000:]
+            pytest.fail(f"the run {what} before checkpoint {step}; its stderr:\n{said}")
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
