@@ -135,7 +135,9 @@ def _logical_cpus(cfg) -> int:
     """Ray CPUs for every worker bundle, the engine actors and the driver (logical: may exceed
     the cores)."""
     t, a = cfg.trainer, cfg.algorithm
-    roles = 1 + int(a.uses_critic) + int(a.uses_reference and not t.colocate_policy_ref)
+    from skyrl.trainer.plan import has_reference_workers
+
+    roles = 1 + int(a.uses_critic) + int(has_reference_workers(cfg) and not t.colocate_policy_ref)
     g = cfg.generator
     engines = g.num_engines * (g.num_cpus_per_engine or 1) if g.engines_in_actors else 0
     workers = t.dp_size * t.num_cpus_per_worker * roles

@@ -63,7 +63,7 @@ class TrainerConfig:
     strategy: str = "deepspeed"
     """Training backend; ``deepspeed`` is the only one."""
     seed: int = 42
-    """Seed for data order, sampling and model init (each rank adds its rank)."""
+    """Seed for data order, sampling and model init (the same on every rank)."""
     dry_run: bool = False
     """Validate, run the pre-flight check a real run also starts with (data files and every
     row, prompt lengths, model paths, env, rollout driver; only the tokenizer is loaded, no

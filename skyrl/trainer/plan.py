@@ -42,13 +42,21 @@ class RunPlan:
     both compute, when that exceeds this machine's cores (None otherwise)."""
 
 
+def has_reference_workers(cfg: SkyRLConfig) -> bool:
+    """Whether the run builds reference workers: with LoRA the reference is the policy with
+    its adapters off (``reference_forward``), on the policy's own workers."""
+    return cfg.algorithm.uses_reference and not cfg.model.lora.enabled
+
+
 def make_plan(cfg: SkyRLConfig) -> RunPlan:
     """Derive the plan; ``total_steps`` is None when it depends on a dataset file's length."""
     t, g, a = cfg.trainer, cfg.generator, cfg.algorithm
     mini_batches = t.train_batch_size // t.policy_mini_batch_size
     worker = f"{t.dp_size} x DeepSpeed ZeRO-{t.zero_stage} {t.precision}"
     roles = {"policy": worker}
-    if a.uses_reference:
+    if a.uses_reference and cfg.model.lora.enabled:
+        roles["reference"] = "the policy with its LoRA adapters off"
+    elif has_reference_workers(cfg):
         roles["reference"] = "colocated with policy" if t.colocate_policy_ref else worker
     if a.uses_critic:
         roles["critic"] = worker

@@ -36,7 +36,7 @@ from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
 from skyrl.trainer.on_policy import describe, separate_forward_reason
-from skyrl.trainer.plan import make_plan, optimizer_steps
+from skyrl.trainer.plan import has_reference_workers, make_plan, optimizer_steps
 from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
@@ -82,10 +82,9 @@ class RLTrainer:
         schedule = optimizer_steps(cfg, self.plan, self.total_steps)  # each LR schedule's length
         self.policy = WorkerGroup("policy", cfg, schedule["policy"])
         colocate = self.policy if t.colocate_policy_ref else None
-        # with LoRA the reference is the policy with its adapters off (``reference_forward``)
         self.reference = (
             WorkerGroup("reference", cfg, 0, colocate)  # it takes no optimizer step
-            if cfg.algorithm.uses_reference and not cfg.model.lora.enabled
+            if has_reference_workers(cfg)
             else None
         )
         self.critic = (

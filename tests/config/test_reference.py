@@ -134,3 +134,14 @@ def test_placeholders_survive_markdown_outside_code_only():
     assert reference._prose("a <answer> and ``<dir>/x`` and `<n>`") == (
         "a &lt;answer> and ``<dir>/x`` and `<n>`"
     )
+
+
+def test_the_main_job_table_lists_what_config_yaml_changes():
+    # config.yaml samples its evals (temperature 1, 4 samples) where the schema is greedy; a
+    # reader of the schema tables alone took the main job's eval for greedy
+    from skyrl.config.reference import main_job_rows
+
+    rows = {key: (default, value) for key, default, value in main_job_rows()}
+    assert rows["generator.eval_sampling.temperature"] == (0.0, 1.0)
+    assert rows["generator.backend"] == ("hf", "vllm")  # the group option's schema default
+    assert "trainer.seed" not in rows  # kept at the schema default

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hydra import compose, initialize_config_module
 
 from skyrl.config import register_configs
@@ -38,3 +40,17 @@ def test_no_warning_when_it_fits_or_runs_synchronously(monkeypatch):
     assert make_plan(sync).overlap_cpus is None  # engines and workers take turns
     monkeypatch.setattr(plan_module, "_cores", lambda: 4)
     assert make_plan(_config(*ASYNC, "trainer.num_cpus_per_worker=2")).overlap_cpus is None
+
+
+def test_with_lora_the_plan_and_the_cpus_have_no_reference_workers():
+    # LoRA's reference is the policy with its adapters off: no reference group starts, so the
+    # plan must not list one nor Ray reserve CPUs for it: 1 rank x 2 CPUs + the driver = 3
+    # (the main job's engine runs in the driver), 5 with a reference rank of 2 CPUs
+    from skyrl.api import _logical_cpus
+
+    kl = ("algorithm.use_kl_loss=true", "trainer.colocate_policy_ref=false")
+    full, lora = _config(*kl), _config(*kl, "model.lora.rank=8")
+    assert make_plan(full).roles["reference"] == "1 x DeepSpeed ZeRO-0 fp32"
+    assert make_plan(lora).roles["reference"] == "the policy with its LoRA adapters off"
+    assert _logical_cpus(lora) == max(os.cpu_count() or 1, 3)
+    assert _logical_cpus(full) == max(os.cpu_count() or 1, 5)
