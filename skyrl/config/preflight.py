@@ -121,14 +121,14 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
         problem = str(exc)
     else:
         if ckpt is not None:
-            _check_checkpoint(ckpt, TRAINER_STATE)
+            _check_resume_mode(cfg, ckpt, _check_checkpoint(ckpt, TRAINER_STATE))
         return ckpt
     raise ConfigError("trainer.resume", problem)
 
 
-def _check_checkpoint(ckpt: Path, state_name: str) -> None:
+def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
     """A checkpoint to resume from: its trainer state parses and has a step; its policy
-    weights are there."""
+    weights are there. Returns the trainer state."""
     import json
 
     state_file = ckpt / state_name
@@ -145,6 +145,21 @@ def _check_checkpoint(ckpt: Path, state_name: str) -> None:
         (ckpt / "policy").is_dir(),
         "trainer.resume",
         f"{ckpt} has no policy weights (no {ckpt / 'policy'})",
+    )
+    return state
+
+
+def _check_resume_mode(cfg: SkyRLConfig, ckpt: Path, state: dict) -> None:
+    """An asynchronous run's checkpoint with prompts in flight resumes asynchronously: a
+    synchronous run draws from the loader's position and would never train those prompts."""
+    rollouts = state.get("rollouts")
+    pending = rollouts.get("pending") if isinstance(rollouts, dict) else None
+    require(
+        not pending or cfg.trainer.max_staleness > 0,
+        "trainer.max_staleness",
+        f"{ckpt} was saved by an asynchronous run with {len(pending or [])} prompts in flight, "
+        "which a synchronous run (max_staleness=0) would skip: resume with "
+        "trainer.max_staleness >= 1",
     )
 
 

@@ -93,3 +93,19 @@ def test_a_dry_run_leaves_an_earlier_runs_saved_config_alone(tmp_path, capsys):
     dry_run(run, "trainer.policy_optimizer.lr=3e-4")
     assert (run / "resolved_config.yaml").read_text() == saved
     assert "resolved_config.yaml kept as it is (dry run)" in capsys.readouterr().out
+
+
+def test_an_async_checkpoint_with_prompts_in_flight_needs_an_async_resume(tmp_path):
+    # a synchronous run draws from the loader position and never serves the async run's
+    # in-flight prompts: those would go untrained this epoch
+    pending = [{"index": i, "uid": f"u{i}", "seed": 7} for i in (5, 0, 12, 14)]
+    state = json.dumps({"step": 2, "rollouts": {"loader": {}, "pending": pending}})
+    checkpoint(tmp_path, 2, state)
+    error = refused(tmp_path, "trainer.resume=auto")
+    assert error.key == "trainer.max_staleness"
+    assert "4 prompts in flight" in error.message
+    async_run = ("trainer.max_staleness=1", "generator.num_cpus_per_engine=1")
+    assert dry_run(tmp_path, "trainer.resume=auto", *async_run) is not None
+    done = json.dumps({"step": 2, "rollouts": {"loader": {}, "pending": []}})
+    (tmp_path / "checkpoints" / "global_step_2" / "trainer_state.json").write_text(done)
+    assert dry_run(tmp_path, "trainer.resume=auto") is not None
