@@ -209,7 +209,7 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
     from skyrl.generators import VersionClock, make_generator
     from skyrl.inference.factory import make_engine
     from skyrl.rollouts.evaluation import evaluate_prompts
-    from skyrl.rollouts.sync import base_seed, dump_rollouts
+    from skyrl.rollouts.sync import dump_rollouts, eval_seed
 
     check_env_and_agent(cfg)
     assert cfg.model.tokenizer_path is not None  # _weights_to_evaluate resolved it
@@ -228,7 +228,7 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
     engine = make_engine(g, cfg.model.path, cfg.model.tokenizer_path)
     try:
         generator = make_generator(g, cfg.environment, engine, tokenizer, VersionClock())
-        metrics, output = evaluate_prompts(generator, rows, g, base_seed(cfg, 0, 0))
+        metrics, output = evaluate_prompts(generator, rows, g, eval_seed(cfg))
     finally:
         engine.shutdown()
     dump_rollouts(output, tokenizer, samples_file)
@@ -236,13 +236,15 @@ def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], d
 
 
 def _write_results(result: EvalResult, cfg: SkyRLConfig) -> None:
+    from skyrl.rollouts.sync import eval_seed
+
     g = cfg.generator
     record = {
         "model": result.model,
         "data_source": cfg.data.source,
         "num_prompts": result.num_prompts,
         "samples_per_prompt": g.eval_n_samples_per_prompt,
-        "sampling": dataclasses.asdict(g.eval_sampling),
+        "sampling": {**dataclasses.asdict(g.eval_sampling), "seed": eval_seed(cfg)},
         "max_generate_length": g.max_generate_length,
         "metrics": result.metrics,
         "samples_file": str(result.samples_file),

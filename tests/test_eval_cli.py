@@ -82,6 +82,8 @@ def test_eval_of_a_run_prints_the_table_and_writes_json(smoke_run, tmp_path):
     record = json.loads(results.read_text())
     assert record["num_prompts"] == {"arithmetic": 4}
     assert record["samples_per_prompt"] == 4
+    # the seed the samples came from, derived from trainer.seed 42 when eval_sampling has none
+    assert record["sampling"]["seed"] == 42 * 1_000_003 % 2**31
     assert set(record["metrics"]) >= {"eval/pass@1", "eval/pass@4", "eval/arithmetic/pass@1"}
     samples = Path(record["samples_file"]).read_text().splitlines()
     assert len(samples) == 16

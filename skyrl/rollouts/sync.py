@@ -189,6 +189,12 @@ def shape_rewards(
     return out, metrics
 
 
+def eval_seed(cfg: SkyRLConfig) -> int:
+    """The base seed of an eval's requests: ``generator.eval_sampling.seed``, else step 0's."""
+    chosen = cfg.generator.eval_sampling.seed
+    return base_seed(cfg, 0, 0) if chosen is None else chosen
+
+
 def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:
     """The sampling seed of a step's round (eval: step 0, round 0); from
     ``generator.sampling.seed`` or ``trainer.seed``."""
