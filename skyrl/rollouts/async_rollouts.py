@@ -128,6 +128,8 @@ class Group:
     output: GeneratorOutput | None = None
     shaping: dict[str, float] = field(default_factory=dict)
     done: bool = False
+    flat_kept: bool = False
+    """The dynamic filter rejected it but it was kept (its batch's drops were spent)."""
 
     @property
     def oldest_version(self) -> int | None:
@@ -247,7 +249,7 @@ class AsyncRollouts:
         self.chunks = 0
         """Loader batches drawn so far (chunk ``c`` has uids ``s<c+1>r0p...``, as step ``c + 1``
         of the synchronous source)."""
-        self.counts = {"filtered": 0, "stale": 0, "flat_kept": 0}
+        self.counts = {"filtered": 0, "stale": 0}
         self.rejects_left = self._reject_allowance()
         """Groups the dynamic filter may still drop before the next batch is taken."""
         self.failure: BaseException | None = None
@@ -448,9 +450,9 @@ class AsyncRollouts:
 
     def _reject(self, group: Group) -> None:
         """The dynamic filter rejected ``group``: dropped while the batch's allowance lasts,
-        kept past it (counted in ``flat_kept``)."""
+        kept past it (marked ``flat_kept``; counted with the batch that takes it)."""
         if self.rejects_left <= 0:
-            self.counts["flat_kept"] += 1
+            group.flat_kept = True
             return
         self.rejects_left -= 1
         self.line.remove(group)
@@ -526,10 +528,11 @@ class AsyncRollouts:
                 names.ASYNC_STALE_GROUPS: float(self.counts["stale"]),
             }
         )
-        flat_kept = self.counts["flat_kept"]
+        # the batch's own groups: a group may finish (and be judged) batches ahead of its own
+        flat_kept = sum(g.flat_kept for g in groups)
         self.counts = dict.fromkeys(self.counts, 0)
         if self.keep is not None:
-            metrics[names.KEPT_GROUP_FRAC] = max(0, len(groups) - flat_kept) / (
+            metrics[names.KEPT_GROUP_FRAC] = (len(groups) - flat_kept) / (
                 len(groups) + metrics[names.ASYNC_FILTERED_GROUPS]
             )
         if flat_kept:

@@ -18,13 +18,19 @@ client sends). A session's requests are:
   turn)``), whatever seed the client sends;
 - decided against the session's chain (``skyrl.serve.reconcile``) before the
   engine sees them, and bounded like the built-in loop's turns: the first
-  prompt by ``generator.max_prompt_length``, the tokens after it by
-  ``max_generate_length`` (a request's ``max_tokens`` is capped to what is left);
+  prompt by ``generator.max_prompt_length``, the tokens after a row's prompt by
+  ``max_generate_length``, a row (a forked one's prompt may be longer) by their sum (a
+  request's ``max_tokens`` is capped to what is left);
 - recorded: the prompt ids the engine got, the sampled ids, their logprobs,
   the finish reason and the policy versions at dispatch and finish.
 
 Without a session (``skyrl-serve``), requests are plain inference: the client's
 sampling and seed, ``max_tokens`` up to ``generator.max_generate_length``.
+
+Chat requests, in a session or not, also stop on the chat template's turn end when it is not
+the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), as the
+built-in loop's turns do: the reply ends there instead of the model inventing the next turns.
+``/v1/completions`` prompts need not be chats: they stop at EOS and ``stop`` only.
 
 Engine calls run where the engine's callers must run them: ``EngineBinding``
 carries the event loop of the rollout driver that opened the session (the
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import secrets
 import threading
@@ -46,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl.data.prompts import PromptRow
+from skyrl.generators.chat import ChatTokens
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
 from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
@@ -205,6 +213,14 @@ class OpenAIBackend:
         """Requests a session may make (``generator.max_turns``; None: any number)."""
         self.created = int(time.time())
 
+    @functools.cached_property
+    def turn_stop_ids(self) -> list[int]:
+        """Stop ids of chat requests beside the engine's EOS: the template's turn end when it
+        is not EOS (read from the template on the first chat request)."""
+        chat = ChatTokens(self.tokenizer)
+        end = chat.turn_end_id
+        return [] if end is None or end == chat.eos_id else [end]
+
     # -- endpoints -------------------------------------------------------------------
 
     def models(self) -> dict:
@@ -220,10 +236,14 @@ class OpenAIBackend:
         body = self._body(body)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
-        choices, prompt_ids = await self._sample(body, session, rendered, messages)
+        stop_ids = self.turn_stop_ids
+        choices, prompt_ids = await self._sample(body, session, rendered, messages, stop_ids)
         out = []
         for k, (completion, record) in enumerate(choices):
-            content, calls = self.format.parse_reply(completion.token_ids, tools, messages)
+            reply_ids = list(completion.token_ids)
+            if reply_ids and reply_ids[-1] in stop_ids:  # the turn end is not the reply's text
+                reply_ids.pop()
+            content, calls = self.format.parse_reply(reply_ids, tools, messages)
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
@@ -242,7 +262,7 @@ class OpenAIBackend:
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
         rendered = self._prompt_ids(body.get("prompt"))
-        choices, prompt_ids = await self._sample(body, session, rendered, [])
+        choices, prompt_ids = await self._sample(body, session, rendered, [], [])
         out = []
         for k, (completion, _record) in enumerate(choices):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
@@ -327,19 +347,25 @@ class OpenAIBackend:
         return session
 
     async def _sample(
-        self, body: dict, session: Session | None, rendered: list[int], messages: list[dict]
+        self,
+        body: dict,
+        session: Session | None,
+        rendered: list[int],
+        messages: list[dict],
+        stop_ids: list[int],
     ) -> tuple[list[tuple[Completion, RequestRecord | None]], list[int]]:
+        """``stop_ids``: token ids the request stops on beside EOS and the session's own."""
         n = _number(body, "n", int, 1, low=1)
         if session is None:
-            return await self._sample_free(body, rendered, n), rendered
+            return await self._sample_free(body, rendered, n, stop_ids), rendered
         if n != 1:
             raise APIError(400, "n must be 1 in a training session", param="n")
         if session.lock is None:
             session.lock = asyncio.Lock()
         async with session.lock:
-            return await self._sample_session(body, session, rendered, messages)
+            return await self._sample_session(body, session, rendered, messages, stop_ids)
 
-    async def _sample_free(self, body: dict, prompt: list[int], n: int):
+    async def _sample_free(self, body: dict, prompt: list[int], n: int, stop_ids: list[int]):
         lim = self.limits
         if len(prompt) > lim.max_prompt_length:
             raise self._too_long(len(prompt))
@@ -358,6 +384,7 @@ class OpenAIBackend:
             temperature=_number(body, "temperature", float, 1.0, low=0),
             top_p=_number(body, "top_p", float, 1.0),
             stop=_stops(body),
+            stop_token_ids=list(stop_ids),
             max_tokens=max_tokens,
         )
         if not 0 < base.top_p <= 1:
@@ -375,7 +402,12 @@ class OpenAIBackend:
         return [(r[0], None) for r in results]
 
     async def _sample_session(
-        self, body: dict, session: Session, rendered: list[int], messages: list[dict]
+        self,
+        body: dict,
+        session: Session,
+        rendered: list[int],
+        messages: list[dict],
+        stop_ids: list[int],
     ):
         lim = self.limits
         if self.max_requests is not None and len(session.records) >= self.max_requests:
@@ -386,12 +418,16 @@ class OpenAIBackend:
             )
         if session.chain is None:
             session.chain = Chain(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
-        decision = session.chain.decide(rendered)
+        # off the server's loop: a long chain's decision decodes it (the other sessions'
+        # requests go on); this session's lock keeps its chain as it is meanwhile
+        decision = await asyncio.to_thread(session.chain.decide, rendered)
         room = self._room(decision)
+        own = list(session.sampling.stop_token_ids)
         sampling = dataclasses.replace(
             session.sampling,
             n=1,
             stop=_stops(body) or list(session.sampling.stop),
+            stop_token_ids=own + [t for t in stop_ids if t not in own],
             max_tokens=min(self._max_tokens(body, room), room, lim.max_tokens_per_turn or room),
         )
         for name in ("temperature", "top_p"):
@@ -423,29 +459,31 @@ class OpenAIBackend:
         return [(completion, record)], decision.prompt_ids
 
     def _room(self, d: Decision) -> int:
-        """New tokens the request may sample (a 400 when there is no room)."""
+        """New tokens the request may sample (a 400 when there is no room): what is left of
+        ``max_generate_length`` after the row's prompt, and of ``max_prompt_length +
+        max_generate_length`` (the longest row) after the whole prompt. A forked row's prompt
+        holds earlier replies and may be longer than ``max_prompt_length``; the second bound
+        keeps the row, and the engine's request, within the longest row."""
         lim = self.limits
-        if d.kind == FIRST:
-            if len(d.prompt_ids) > lim.max_prompt_length:
-                raise self._too_long(len(d.prompt_ids))
-            return lim.max_generate_length
-        if d.kind == FORK:
-            room = lim.max_prompt_length + lim.max_generate_length - len(d.prompt_ids)
+        if d.kind == FIRST and len(d.prompt_ids) > lim.max_prompt_length:
+            raise self._too_long(len(d.prompt_ids))
+        max_seq_len = lim.max_prompt_length + lim.max_generate_length
+        used = len(d.prompt_ids) - d.row_prompt_len  # 0 for a first or forked request
+        room = min(lim.max_generate_length - used, max_seq_len - len(d.prompt_ids))
+        if room >= 1:
+            return room
+        if max_seq_len - len(d.prompt_ids) < 1:
+            new_row = " (it starts a new row)" if d.kind == FORK else ""
             spent = (
-                f"the conversation is {len(d.prompt_ids)} tokens (it starts a new row), which "
-                f"leaves no room under generator.max_prompt_length + max_generate_length = "
-                f"{lim.max_prompt_length + lim.max_generate_length}"
+                f"the conversation is {len(d.prompt_ids)} tokens{new_row}, which leaves no "
+                f"room under generator.max_prompt_length + max_generate_length = {max_seq_len}"
             )
         else:
-            used = len(d.prompt_ids) - d.row_prompt_len
-            room = lim.max_generate_length - used
             spent = (
                 f"the conversation has {used} tokens after its first prompt, which leaves no "
                 f"room under generator.max_generate_length={lim.max_generate_length}"
             )
-        if room < 1:
-            raise APIError(400, spent, param="messages", code="context_length_exceeded")
-        return room
+        raise APIError(400, spent, param="messages", code="context_length_exceeded")
 
     def _too_long(self, n: int) -> APIError:
         return APIError(

@@ -10,7 +10,8 @@ training rows by ``skyrl.serve.reconcile``.
 
 The reward is what ``rollout`` returns, or, with ``generator.agent_reward_fn``,
 ``reward_fn(row, messages)`` of the conversation (the last request's messages
-and the reply). An agent that raises, returns no number, or runs past
+and the reply): any real number (a ``numpy`` scalar, a bool) is taken as a float. An agent
+that raises, returns no number (or not a finite one), or runs past
 ``generator.agent_timeout_s`` gets reward 0 and counts in ``env/errors``; its
 requests so far still train. All trajectories of a step run concurrently.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import numbers
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -195,8 +197,10 @@ class HarnessDriver:
             source = "generator.agent_reward_fn"
         else:
             source = "the agent"
-        if isinstance(result, bool) or not isinstance(result, (int, float)):
+        # any real number (numpy's, a bool) as the built-in loop's float(StepResult.reward)
+        if not isinstance(result, numbers.Real):
             raise TypeError(f"{source} returned {result!r}, not a number (the reward)")
-        if not math.isfinite(result):
+        reward = float(result)
+        if not math.isfinite(reward):
             raise ValueError(f"{source} returned {result}, not a finite reward")
-        return float(result)
+        return reward

@@ -15,7 +15,7 @@ for it) when it arrives, before the engine sees it:
   the model continues from exactly what it sampled; the row goes on.
 - ``fork``: anything else. The turn starts a new training row of the same
   trajectory (``Turn.fork`` says why: ``edited`` when the context before the last
-  reply changed, e.g. the agent dropped or rewrote history; ``rerendered`` when
+  reply changed in text, e.g. the agent dropped or rewrote history; ``rerendered`` when
   only the last reply came back different, e.g. thinking dropped by the template
   or a tool call serialized another way).
 
@@ -81,25 +81,57 @@ class Chain:
         same = _common_prefix(chain, rendered)
         if same == len(chain):
             return Decision(APPEND, list(rendered), row_prompt_len=self.row_prompt_len)
-        cut = self._text_boundary(rendered, same)
+        text = self.decode(rendered)
+        cut = self._text_boundary(rendered, same, text)
         if cut is not None:
             return Decision(REALIGNED, chain + rendered[cut:], row_prompt_len=self.row_prompt_len)
-        reason = EDITED if same < self.last_prompt_len else RERENDERED
+        reason = RERENDERED if self._context_kept(same, text) else EDITED
         return Decision(FORK, list(rendered), reason, row_prompt_len=len(rendered))
 
-    def _text_boundary(self, rendered: list[int], same: int) -> int | None:
-        """The ``j`` with ``decode(rendered[:j]) == decode(chain)``, if any."""
+    def _text_boundary(self, rendered: list[int], same: int, text: str) -> int | None:
+        """The first ``j >= same`` with ``decode(rendered[:j]) == decode(chain)``, looked for
+        until a prefix decodes longer than the chain; None when ``text`` (the decoded
+        ``rendered``) does not start with the chain's text.
+
+        The decoded length of a prefix never shrinks as tokens are added (byte-level BPE and
+        SentencePiece decoders: a partial character is one replacement character until it is
+        whole), so the first prefix as long as the chain's text is found by bisection, and
+        the boundary is at most a few tokens (those completing a character) after it:
+        O(log n) decodes, not one per prefix. A returned ``j`` is checked by its own decode."""
         assert self.ids is not None
         want = self.decode(self.ids)
-        if not self.decode(rendered).startswith(want):
+        if not text.startswith(want):
             return None
-        for j in range(same, len(rendered) + 1):
-            text = self.decode(rendered[:j])
-            if text == want:
+        decoded: dict[int, str] = {len(rendered): text}
+
+        def prefix(j: int) -> str:
+            if j not in decoded:
+                decoded[j] = self.decode(rendered[:j])
+            return decoded[j]
+
+        lo, hi = same, len(rendered)  # len(prefix(hi)) >= len(want): text starts with it
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(prefix(mid)) >= len(want):
+                hi = mid
+            else:
+                lo = mid + 1
+        for j in range(lo, len(rendered) + 1):
+            piece = prefix(j)
+            if piece == want:
                 return j
-            if len(text) > len(want):
+            if len(piece) > len(want):
                 return None
         return None
+
+    def _context_kept(self, same: int, text: str) -> bool:
+        """Whether the context before the last reply is unchanged, in tokens or in text
+        (``text``: the decoded request; after a realignment the chain holds the sampled
+        tokens where the agent's rendering holds its own)."""
+        assert self.ids is not None
+        if same >= self.last_prompt_len:
+            return True
+        return text.startswith(self.decode(self.ids[: self.last_prompt_len]))
 
     def record(self, decision: Decision, response_ids: list[int]) -> None:
         """The request was answered: its prompt + sampled tokens are the new chain."""

@@ -424,11 +424,64 @@ def test_the_dynamic_filter_stops_dropping_after_the_synchronous_rounds(tmp_path
         assert metrics[names.KEPT_GROUP_FRAC] == 0.0  # none of the 6 was informative
         with source.updating_weights(1, timeout_s=10):
             pass
-        # the next batch's head (p6, p7) was kept, and counted, before the first batch was
-        # taken: whether this batch warns depends on how far the stream got meanwhile
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            batch, _ = _next_batch_within(source, 2)
+        # every group of the next batch is flat too: kept past the drops, and counted with
+        # this batch whenever it finished
+        with pytest.warns(UserWarning, match="algorithm.max_sample_batches"):
+            batch, metrics = _next_batch_within(source, 2)
         assert len(set(batch.metadata["uids"])) == 2  # still batches, with every group flat
+        assert metrics[names.KEPT_GROUP_FRAC] == 0.0
     finally:
         source.close()
+
+
+def keep_pairs_0_1_4_5(group) -> bool:
+    """A dynamic filter for the test: of the prompts p0, p1, p2, ... keep p0 p1, reject p2
+    p3, keep p4 p5, ... (pairs alternate; a batch of 2 is one pair)."""
+    return int(group.uids[0].rsplit("p", 1)[1]) // 2 % 2 == 0
+
+
+def wait_until_line_done(source, timeout_s: float = 20.0) -> None:
+    """Until every group admitted so far is generated (stand-in for a step's training)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if all(g.done for g in list(source.line)):
+                return
+        except RuntimeError:  # the source's loop changed the line meanwhile
+            continue
+        time.sleep(0.01)
+    raise AssertionError("the groups in line were not generated")
+
+
+def test_kept_group_frac_describes_the_groups_of_its_own_batch(tmp_path):
+    # max_sample_batches 1: nothing is dropped, every rejected group is kept. Batches of 2
+    # are p0 p1, p2 p3, p4 p5: kept_group_frac = (2 - rejected in the batch) / (2 + 0
+    # dropped) = 2/2, 0/2, 2/2, and the "kept after dropping" warning comes with step 2
+    # only. The groups of a batch finish before the batch is taken (here: before the
+    # previous one is, since the stream waits for all of them), which the count must not
+    # mix up.
+    cfg = _cfg(
+        "trainer.max_staleness=1", "algorithm.dynamic_sampling=filter",
+        f"algorithm.dynamic_filter={__name__}.keep_pairs_0_1_4_5",
+        "algorithm.max_sample_batches=1",
+    )  # fmt: skip
+    tok = _tokenizer(cfg)
+    source = AsyncRollouts(cfg, EchoEngine(tok), tok, tmp_path)
+    try:
+        fracs, warned = [], []
+        for step in (1, 2, 3):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                batch, metrics = _next_batch_within(source, step)
+            assert sorted(set(batch.metadata["uids"])) == [
+                f"s{step}r0p{2 * step - 2}", f"s{step}r0p{2 * step - 1}",
+            ]  # fmt: skip
+            fracs.append(metrics[names.KEPT_GROUP_FRAC])
+            warned.append(any("max_sample_batches" in str(w.message) for w in caught))
+            with source.updating_weights(step, timeout_s=10):
+                pass
+            wait_until_line_done(source)
+    finally:
+        source.close()
+    assert fracs == [1.0, 0.0, 1.0]
+    assert warned == [False, True, False]

@@ -1,17 +1,19 @@
 """An engine that says what it is told: the text after the last ``SAY:`` in the prompt (up
-to the end of that message), then EOS, logprob -0.5 per token. Replies are then known in
-advance (a tool call, a given text) where the tiny random model's would be noise.
-``scripted_backend`` registers it as ``generator.backend=scripted`` for ``skyrl-serve``."""
+to the end of that message), then ``then`` (empty unless given), then EOS, logprob -0.5 per
+token, cut after the first token that is EOS or in the request's ``stop_token_ids`` (as the
+hf and vLLM engines stop). Replies are then known in advance (a tool call, a given text)
+where the tiny random model's would be noise. ``scripted_backend`` registers it as
+``generator.backend=scripted`` for ``skyrl-serve``."""
 
 from __future__ import annotations
 
-from skyrl.inference.base import Completion
+from skyrl.inference.base import Completion, SamplingParams
 from skyrl.inference.client import EngineDiedError
 from skyrl.inference.local import LocalEngine
 
 
 class ScriptedEngine(LocalEngine):
-    def __init__(self, tokenizer, dead: bool = False):
+    def __init__(self, tokenizer, dead: bool = False, then: str = ""):
         super().__init__()
         if isinstance(tokenizer, str):  # a directory (the backend below)
             from transformers import AutoTokenizer
@@ -19,24 +21,31 @@ class ScriptedEngine(LocalEngine):
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         self.tokenizer = tokenizer
         self.dead = dead
+        self.then = then
+        """Text the model writes after what it was told (e.g. an invented next turn)."""
         self.prompts: list[list[int]] = []
+        self.samplings: list[SamplingParams] = []
 
-    def reply(self, prompt_ids: list[int], max_tokens: int) -> Completion:
+    def reply(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
         said = text.rsplit("SAY:", 1)[1].split("<|im_end|>", 1)[0] if "SAY:" in text else "ok"
-        ids = self.tokenizer.encode(said, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        reason = "stop" if len(ids) <= max_tokens else "length"
-        ids = ids[:max_tokens]
+        eos = self.tokenizer.eos_token_id
+        ids = self.tokenizer.encode(said + self.then, add_special_tokens=False) + [eos]
+        stops = {eos, *sampling.stop_token_ids}
+        ids = ids[: next(i + 1 for i, t in enumerate(ids) if t in stops)]
+        reason = "stop" if len(ids) <= sampling.max_tokens else "length"
+        ids = ids[: sampling.max_tokens]
         return Completion(ids, [-0.5] * len(ids), reason)
 
     def _serve_until(self, done) -> None:
         while not done.done():
             for r in self.take(block=True):
                 self.prompts.append(r.prompt_ids)
+                self.samplings.append(r.sampling)
                 if self.dead:
                     r.fail(EngineDiedError("inference engine actor died during generate: killed"))
                 else:
-                    r.resolve(self.reply(r.prompt_ids, r.sampling.max_tokens))
+                    r.resolve(self.reply(r.prompt_ids, r.sampling))
 
     def shutdown(self) -> None:
         pass

@@ -6,8 +6,10 @@ sampling-drift rule and ``max_turns``."""
 from __future__ import annotations
 
 import sys
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skyrl.config.environment import EnvironmentConfig
@@ -126,3 +128,52 @@ def test_an_agent_timing_out_mid_request_does_not_break_the_engine(engine, tiny_
     assert out.metrics["env/errors"] == 1 and out.stop_reasons == ["env_error"]
     again = generate(engine, tiny_tokenizer, "agents.one_turn", rows=ROWS[:1], n=1)
     assert again.metrics["env/errors"] == 0 and sum(again.loss_masks[0]) >= 1
+
+
+def _returns(value):
+    async def agent(client, row):
+        return value
+
+    return agent
+
+
+REWARDS = [
+    (np.float32(0.75), 0.75),  # 0.75 = 2^-1 + 2^-2: exact in float32
+    (np.float64(-0.5), -0.5),
+    (np.int64(2), 2.0),
+    (Fraction(1, 4), 0.25),
+    (True, 1.0),  # as the built-in loop takes float(StepResult.reward)
+    (3, 3.0),
+    (float("nan"), None),
+    (np.float32("inf"), None),
+    ("0.5", None),
+    (None, None),
+    (np.array([0.5]), None),
+]
+
+
+@pytest.mark.parametrize("value, reward", REWARDS, ids=[repr(v) for v, _ in REWARDS])
+@pytest.mark.parametrize("by_reward_fn", [False, True])
+def test_the_reward_may_be_any_real_number(tiny_tokenizer, value, reward, by_reward_fn):
+    """A finite real number (numpy's included) is the reward, as a float; anything else is an
+    env error with reward 0."""
+    import asyncio
+
+    from skyrl.generators.trajectory import DriverContext, LoopSettings, VersionClock
+    from skyrl.serve.harness import HarnessDriver
+
+    ctx = DriverContext(object(), tiny_tokenizer, lambda: None, LoopSettings(64, 32, 4),
+                        VersionClock())  # fmt: skip
+    if by_reward_fn:
+        driver = HarnessDriver(ctx, _returns(None), 5.0, lambda row, messages: value)
+    else:
+        driver = HarnessDriver(ctx, _returns(value), 5.0)
+    try:
+        (traj,) = asyncio.run(driver.run(ROWS[:1], 1, SamplingParams(seed=3)))
+    finally:
+        driver.close()
+    if reward is None:
+        assert (traj.reward, traj.stop_reason, traj.env_errors) == (0.0, "env_error", 1)
+    else:
+        assert (traj.reward, traj.stop_reason, traj.env_errors) == (reward, "stop", 0)
+        assert type(traj.reward) is float

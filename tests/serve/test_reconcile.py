@@ -3,6 +3,8 @@ realigns, edited history and re-rendered replies fork, and the counts say so."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from skyrl.data.prompts import PromptRow
 from skyrl.generators import Trajectory, trajectories_to_output
 from skyrl.serve.reconcile import (
@@ -109,3 +111,114 @@ def test_step_wise_rows_are_one_per_request_with_the_fork_marked():
     out.validate()  # the prefix check is skipped only at the fork
     assert out.prompt_token_ids == [[1, 2], [1, 2, 3, 4], [1, 8]]
     assert out.forks == ["", "", "edited"]
+
+
+def test_after_a_realignment_a_fork_from_the_last_reply_alone_is_rerendered():
+    chain, recs = Chain(decode), []
+    answer(chain, [1, 2], [3, 4], recs)  # "ab" + sampled "c" "d"
+    # "cd" comes back as id 50: realigned, the engine got [1 2 3 4 5]; sampled "f" "g"
+    assert answer(chain, [1, 2, 50, 5], [6, 7], recs).kind == REALIGNED
+    # the history is sent unchanged ("ab" "cd" "e", the tokens as the agent renders them),
+    # only the last reply "fg" comes back as "fx": in tokens it differs at index 2 (50 vs
+    # the chain's 3), before the last prompt's end (5), but in text "abcde" is unchanged
+    d = answer(chain, [1, 2, 50, 5, 6, 24, 8], [9], recs)
+    assert (d.kind, d.reason) == (FORK, "rerendered")
+    # a change before the last reply is still an edit: "ab" -> "xb"
+    d = answer(chain, [24, 2, 50, 5, 6, 24, 8, 9, 10], [11], recs)
+    assert (d.kind, d.reason) == (FORK, "edited")
+    counts = fork_counts(chain)
+    assert (counts["agent/forks_rerendered"], counts["agent/forks_edited"]) == (1.0, 1.0)
+
+
+# -- the text boundary of a realignment --------------------------------------------------
+
+
+def reference_decide(decode, chain: list[int], rendered: list[int]) -> tuple[str, list[int]]:
+    """The decision as the first implementation made it, decoding every prefix of
+    ``rendered`` from the divergence on (quadratic; the reference for the kind and the
+    engine's prompt)."""
+    same = 0
+    while same < min(len(chain), len(rendered)) and chain[same] == rendered[same]:
+        same += 1
+    if same == len(chain):
+        return APPEND, list(rendered)
+    want = decode(chain)
+    if decode(rendered).startswith(want):
+        for j in range(same, len(rendered) + 1):
+            text = decode(rendered[:j])
+            if text == want:
+                return REALIGNED, chain + rendered[j:]
+            if len(text) > len(want):
+                break
+    return FORK, list(rendered)
+
+
+def retokenized(tok, ids: list[int], rng) -> list[int]:
+    """``ids`` with some tokens split into their single bytes (byte-level BPE: the same
+    bytes, other tokens; a split inside a multi-byte character makes partial characters)."""
+    out = []
+    for t in ids:
+        piece = tok.convert_ids_to_tokens(t)
+        if len(piece) > 1 and t not in tok.all_special_ids and rng.random() < 0.5:
+            out += tok.convert_tokens_to_ids(list(piece))
+        else:
+            out.append(t)
+    return out
+
+
+def test_the_boundary_is_the_reference_one_on_re_tokenized_multi_byte_text(tiny_tokenizer):
+    import random
+
+    tok = tiny_tokenizer
+
+    def dec(ids):
+        return tok.decode(ids, skip_special_tokens=False)
+
+    def enc(text):
+        return tok.encode(text, add_special_tokens=False)
+
+    rng = random.Random(0)
+    texts = [
+        "héllo wörld € 日本語 𝄞 ok",
+        "<|im_start|>user\nnaïve café?<|im_end|>\n<|im_start|>assistant\n",
+        "the quick brown fox jumps",
+        "ééé€€日日",
+    ]
+    suffixes = ["", "<|im_end|>\n<|im_start|>user\nmore", "é", "€x", " 本"]
+    kinds = Counter()
+    for text in texts:
+        full = enc(text)
+        for cut in range(1, len(full) + 1):  # every chain end, mid-character ones included
+            for suffix in suffixes:
+                rendered = enc(text + suffix)
+                edited = enc(text.replace(text[len(text) // 2], "Z", 1) + suffix)
+                for chain in (full[:cut], retokenized(tok, full[:cut], rng)):
+                    for r in (rendered, retokenized(tok, rendered, rng), edited):
+                        want = reference_decide(dec, chain, r)
+                        c = Chain(dec, ids=list(chain), last_prompt_len=len(chain))
+                        d = c.decide(r)
+                        assert (d.kind, d.prompt_ids) == want, (chain, r)
+                        kinds[d.kind] += 1
+    # every outcome was met, realignments at partial characters among them
+    assert kinds[APPEND] and kinds[REALIGNED] > 100 and kinds[FORK] > 100, kinds
+
+
+def test_the_boundary_search_decodes_a_logarithmic_number_of_prefixes():
+    # a 2003-token chain whose "cd" the agent's template tokenizes as the single id 50, with
+    # 1999 letters after it; the rendered prompt is [1 2 50] + 1999 letters + [5], 2003
+    # tokens. The first implementation decoded every prefix of it from the divergence
+    # (index 2) to the boundary (2002): 2001 + 2 decodes.
+    body = [1 + k % 26 for k in range(1999)]
+    calls = []
+
+    def counted(ids):
+        calls.append(len(ids))
+        return decode(ids)
+
+    chain = Chain(counted, ids=[1, 2, 3, 4] + body, last_prompt_len=2)
+    d = chain.decide([1, 2, 50] + body + [5])
+    assert d.kind == REALIGNED and d.prompt_ids == [1, 2, 3, 4] + body + [5]
+    # now: the chain and the rendered prompt once each, a bisection over the candidate ends
+    # 2..2003 (2002 of them: ceil(log2 2002) = 11 prefixes) and at most the boundary (2002)
+    # once more
+    assert len(calls) <= 2 + 11 + 1, len(calls)

@@ -166,6 +166,127 @@ def test_session_budget_caps_max_tokens_and_refuses_when_spent(tiny_tokenizer):
             client.chat.completions.create(model="tiny", messages=messages)
 
 
+def test_a_forked_row_and_what_follows_it_fit_max_prompt_plus_max_generate(tiny_tokenizer):
+    """max_prompt_length 64, max_generate_length 32: no engine request (prompt + max_tokens)
+    and no training row exceeds 64 + 32 = 96, after a fork whose prompt is over 64."""
+    from skyrl.generators import Trajectory, trajectories_to_output
+    from skyrl.serve.reconcile import to_turns
+
+    engine = ScriptedEngine(tiny_tokenizer)
+    with endpoint(engine, tiny_tokenizer, max_prompt=64, max_gen=32) as (url, backend):
+        session = open_session(backend, engine)
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        chat = client.chat.completions.create
+        # The tiny tokenizer here: "<|im_start|>system\n" 3 tokens, user header 3, assistant
+        # header 5, "<|im_end|>\n" 2, "x" * 50 50, "SAY:a" 5, "a" 1, "go go" 5, EOS 1.
+        # 1. first: user SAY:hi, prompt 3 + 6 + 2 + 5 = 16, max_tokens 32 -> "hi" EOS
+        chat(model="tiny", messages=[{"role": "user", "content": "SAY:hi"}])
+        # 2. history rewritten: a fork, prompt 3 + 50 + 2 + 3 + 5 + 2 + 5 = 70 (over 64);
+        #    max_tokens min(32 - 0, 96 - 70) = 26 -> "a" EOS, chain 72
+        msgs = [{"role": "system", "content": "x" * 50}, {"role": "user", "content": "SAY:a"}]
+        r = chat(model="tiny", messages=msgs)
+        # 3. append: prompt 70 + "a" 1 + "<|im_end|>\n" 2 + 3 + "SAY:go go" 9 + 2 + 5 = 92;
+        #    used 92 - 70 = 22;
+        #    max_tokens min(32 - 22 = 10, 96 - 92 = 4) = 4 (was 10: a 98-token row)
+        msgs += [r.choices[0].message.model_dump(), {"role": "user", "content": "SAY:go go"}]
+        r = chat(model="tiny", messages=msgs)
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
+        # 4. the row is full (96): the next append is refused, naming the limit
+        msgs += [r.choices[0].message.model_dump(), {"role": "user", "content": "more"}]
+        with pytest.raises(openai.BadRequestError, match="max_generate_length = 96"):
+            chat(model="tiny", messages=msgs)
+        # 5. a fork with a short prompt (user SAY:b: 3 + 5 + 2 + 5 = 15) gets what a first
+        #    prompt gets: min(32, 96 - 15 = 81) = 32 (was 81)
+        chat(model="tiny", messages=[{"role": "user", "content": "SAY:b"}])
+    sent = [(len(p), s.max_tokens) for p, s in zip(engine.prompts, engine.samplings, strict=True)]
+    assert sent == [(16, 32), (70, 26), (92, 4), (15, 32)]
+    assert [r.decision.kind for r in session.records] == ["first", "fork", "append", "fork"]
+    row = PromptRow("q", "toy", {}, uid="p7")
+    traj = Trajectory(row, "p7/0", to_turns(session.records), 1.0, "stop")
+    out = trajectories_to_output([traj], step_wise=False)
+    out.validate()
+    # row 2: prompt 70 + response "a" EOS 2 + appended 92 - 72 = 20 + sampled 4 = 96
+    prompts, responses = out.prompt_token_ids, out.response_token_ids
+    rows = [(len(p), len(r)) for p, r in zip(prompts, responses, strict=True)]
+    assert rows == [(16, 3), (70, 26), (15, 2)]
+
+
+def test_replies_stop_at_the_template_turn_end_when_eos_differs(tiny_model_path):
+    """A Qwen2.5-base-like tokenizer (EOS ``<|endoftext|>``, turns end ``<|im_end|>``) and a
+    model that goes on after the turn end and invents the next turns: chat requests, in a
+    session or not, stop at ``<|im_end|>`` (as the built-in loop's turns do); the raw
+    completions endpoint does not (its prompt need not be a chat)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)  # own copy: its EOS changes
+    tok.eos_token = "<|endoftext|>"
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert tok.eos_token_id != im_end
+    invented = "<|im_end|>\n<|im_start|>user\ninvented<|im_end|>\n<|im_start|>assistant\nsure"
+    engine = ScriptedEngine(tok, then=invented)
+    with endpoint(engine, tok, max_prompt=128, max_gen=64) as (url, backend):
+        row = PromptRow("q", "toy", {}, uid="p7")
+        sampling = SamplingParams(seed=11, stop_token_ids=[7])
+        session = backend.sessions.open(Session(row, 0, sampling, EngineBinding(engine)))
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        messages = [{"role": "user", "content": "SAY:four"}]
+        r = client.chat.completions.create(model="tiny", messages=messages)
+        assert r.choices[0].message.content == "four" and r.choices[0].finish_reason == "stop"
+        (record,) = session.records
+        assert record.response_ids == tok.encode("four", add_special_tokens=False) + [im_end]
+        # the reply sent back renders as "four<|im_end|>\n...": the chain goes on
+        messages += [r.choices[0].message.model_dump(), {"role": "user", "content": "SAY:ok"}]
+        client.chat.completions.create(model="tiny", messages=messages)
+        assert session.records[1].decision.kind == "append"
+        free = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        r = free.chat.completions.create(model="tiny", messages=messages[:1])
+        assert r.choices[0].message.content == "four"
+        r = free.completions.create(model="tiny", prompt="SAY:four")
+        assert r.choices[0].text.startswith("four\nuser\ninvented")
+    # the session's own stop ids are kept, the turn end added; none added to completions
+    stops = [s.stop_token_ids for s in engine.samplings]
+    assert stops == [[7, im_end], [7, im_end], [im_end], []]
+    assert sampling.stop_token_ids == [7]  # the session's sampling is not changed
+
+
+def test_a_session_deciding_a_long_chain_does_not_hold_up_the_others(tiny_tokenizer):
+    """Session a's chain decision decodes (here: it waits, up to 5 s, until session b's
+    request is answered); b's request is answered meanwhile, on the same endpoint loop."""
+    import asyncio
+    import threading
+
+    from skyrl.inference.base import Completion
+    from skyrl.serve.backend import Limits, OpenAIBackend
+    from skyrl.serve.reconcile import Chain
+
+    class Instant:
+        async def generate(self, prompt_ids, sampling, route_key=None):
+            return Completion([tiny_tokenizer.eos_token_id], [-0.5], "stop")
+
+    backend = OpenAIBackend(tiny_tokenizer, ["tiny"], Limits(64, 32), binding=None)
+    a, b = (open_session(backend, Instant()) for _ in range(2))
+    b_answered = threading.Event()
+    waited: list[bool] = []
+
+    def slow_decode(ids):
+        waited.append(b_answered.wait(5))
+        return tiny_tokenizer.decode(ids, skip_special_tokens=False)
+
+    a.chain = Chain(slow_decode, ids=[5, 6, 7], last_prompt_len=3)  # not a prefix: decodes
+    hi = [{"role": "user", "content": "hi"}]
+
+    async def both():
+        ask_a = asyncio.create_task(backend.chat({"model": "tiny", "messages": hi}, a.key))
+        await asyncio.sleep(0)  # a is deciding
+        await backend.chat({"model": "tiny", "messages": hi}, b.key)
+        b_answered.set()
+        await ask_a
+
+    asyncio.run(both())
+    assert waited and all(waited)  # no decode of a's waited past b's answer
+    assert [r.decision.kind for r in a.records] == ["fork"] and len(b.records) == 1
+
+
 def test_n_above_one_is_refused_in_a_session(scripted):
     engine, url, backend = scripted
     session = open_session(backend, engine)
