@@ -57,7 +57,9 @@ def test_lora_run_syncs_the_adapter_and_exports_it(tmp_path, backend, lora_sync,
     # no reference workers started: the KL term comes from the policy with adapters off;
     # at step 1 the adapters are still 0 (B = 0), so KL(policy || reference) is exactly 0
     assert records[0][names.POLICY.token_mean(names.KL_TERM)] == 0.0
-    assert records[2][names.POLICY.token_mean(names.KL_TERM)] > 0.0
+    # by step 3 they moved: the term is nonzero (ppo's k1 estimator, log(pi / pi_ref) per
+    # sampled token, can average below 0 over a few tokens; k3 cannot)
+    assert records[2][names.POLICY.token_mean(names.KL_TERM)] != 0.0
     # steps 2 and 3 sampled after syncs: the engine served the trained adapter
     for r in records[1:]:
         assert r[names.LOGPROB_ABS_DIFF] < 1e-4
