@@ -11,7 +11,10 @@ after EVERY job, not only at the end: Hydra's basic sweeper re-raises a failed j
 after its batch and never calls ``on_multirun_end``, and the table must still be there, with
 that job marked ``failed``. Each job leaves ``job_return.json`` (status, objective, error) in
 its directory; a job directory without one is ``running`` until the multirun ends, then
-``failed`` (its process died before Hydra could record the end).
+``failed`` (its process died before Hydra could record the end). Each job also leaves
+``job_output_dir.txt`` at its start: where its trainer writes, resolved while the job's Hydra
+config is current (Hydra saves ``.hydra/config.yaml`` unresolved, and ``${hydra:job.num}``
+re-resolved later would name another job, or fail once the multirun is over).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from skyrl.tracking import metric_names as names
 from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
@@ -34,12 +38,22 @@ from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
 JOB_RETURN = "job_return.json"
 """Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``
 (a non-finite objective, a dry run's placeholder for a search sweeper, is null)."""
+JOB_OUTPUT_DIR = "job_output_dir.txt"
+"""Per job directory: the absolute directory the job's trainer writes to (its metrics.jsonl)."""
 METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", names.EVAL_PASS_AT_1)
 """Final metrics per job, after the override columns."""
 
 
 class SweepSummary(Callback):
-    """Hydra callback: record each job's end, then rewrite the sweep summary."""
+    """Hydra callback: record each job's output dir and end, then rewrite the sweep summary."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Write the job's ``job_output_dir.txt`` while its Hydra config is the current one."""
+        from hydra.types import RunMode
+
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        write_job_output_dir(Path(config.hydra.runtime.output_dir), config)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         """Write the job's ``job_return.json``, then the summary so far (others may run)."""
@@ -72,6 +86,15 @@ def write_job_return(job_dir: Path, job_return: Any) -> Path:
     }
     path = job_dir / JOB_RETURN
     _write_atomic(path, json.dumps(record))
+    return path
+
+
+def write_job_output_dir(job_dir: Path, config: DictConfig) -> Path:
+    """``job_output_dir.txt``: ``trainer.output_dir`` resolved now (absolute, as the job's
+    trainer sees it) if the job sets it, else the job dir."""
+    configured = OmegaConf.select(config, "trainer.output_dir")
+    path = job_dir / JOB_OUTPUT_DIR
+    _write_atomic(path, os.path.abspath(configured) if configured else str(job_dir))
     return path
 
 
@@ -213,10 +236,18 @@ def _curves(ax: Any, rows: list[dict[str, Any]], labels: list[str]) -> None:
 
 
 def _output_dir(job_dir: Path) -> Path:
-    """Where the job's trainer wrote: ``trainer.output_dir`` if the job set it, else the job dir."""
+    """Where the job's trainer wrote, as the job recorded it at its start. A job without that
+    record (a sweep from before it existed): ``trainer.output_dir`` from its saved config if
+    it set one that resolves outside the job, else the job dir."""
+    recorded = job_dir / JOB_OUTPUT_DIR
+    if recorded.exists():
+        return Path(recorded.read_text())
     config_path = job_dir / ".hydra" / "config.yaml"
     if config_path.exists():
-        configured = OmegaConf.select(OmegaConf.load(config_path), "trainer.output_dir")
+        try:
+            configured = OmegaConf.select(OmegaConf.load(config_path), "trainer.output_dir")
+        except OmegaConfBaseException:  # e.g. ``${hydra:job.num}`` with no job current
+            configured = None
         if configured:
             return Path(configured)
     return job_dir

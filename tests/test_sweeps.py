@@ -24,8 +24,10 @@ TINY_JOB = [
 
 
 def make_job(sweep_dir: Path, num: int, overrides: list[str], rewards: list[float],
-             pass_at_1: float | None) -> Path:  # fmt: skip
-    """A job directory as Hydra and the trainer leave it: .hydra/*.yaml and metrics.jsonl."""
+             pass_at_1: float | None, output_dir: str | None = None) -> Path:  # fmt: skip
+    """A job directory as Hydra and the trainer leave it: .hydra/*.yaml and metrics.jsonl.
+    With ``output_dir`` (saved unresolved, as Hydra saves it) the trainer wrote there instead;
+    metrics.jsonl then goes to ``output_dir`` resolved for this job's ``hydra:job.num``."""
     job_dir = sweep_dir / str(num)
     (job_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(overrides), job_dir / ".hydra" / "overrides.yaml")
@@ -33,12 +35,15 @@ def make_job(sweep_dir: Path, num: int, overrides: list[str], rewards: list[floa
         OmegaConf.create({"hydra": {"job": {"num": num}}}), job_dir / ".hydra" / "hydra.yaml"
     )
     OmegaConf.save(
-        OmegaConf.create({"trainer": {"output_dir": None}}), job_dir / ".hydra" / "config.yaml"
+        OmegaConf.create({"trainer": {"output_dir": output_dir}}),
+        job_dir / ".hydra" / "config.yaml",
     )
     records = [{"step": i + 1, "generate/reward_mean": r} for i, r in enumerate(rewards)]
     if pass_at_1 is not None and records:
         records[-1]["eval/pass@1"] = pass_at_1
-    (job_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = Path(output_dir.replace("${hydra:job.num}", str(num))) if output_dir else job_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return job_dir
 
 
@@ -104,6 +109,44 @@ def test_callback_records_each_job_and_rewrites_the_summary(tmp_path):
     assert row["status"] == "ok" and row["reward_last5_mean"] == "0.25"
     SweepSummary().on_multirun_end(config)
     assert (tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_interpolated_output_dirs_give_each_job_its_own_metrics(tmp_path):
+    """``trainer.output_dir=.../outs/${hydra:job.num}``: Hydra saves it unresolved, and
+    re-resolving it later (under another job's HydraConfig, or none at the sweep's end) named
+    the wrong job. The callback records each job's resolved dir while that job is current."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import setup_globals
+    from hydra.types import RunMode
+
+    setup_globals()  # registers the ``hydra:`` resolver, as Hydra's main does
+    sweep_dir, outs = tmp_path / "multirun", tmp_path / "outs"
+    output_dir = str(outs) + "/${hydra:job.num}"
+
+    def assert_own_metrics(rows: list[dict[str, str]]) -> None:
+        assert [r["reward_last5_mean"] for r in rows] == ["0.1", "0.9"]
+        assert [r["output_dir"] for r in rows] == [str(outs / "0"), str(outs / "1")]
+
+    callback = SweepSummary()
+    try:
+        for num, reward in ((0, 0.1), (1, 0.9)):
+            job_dir = make_job(sweep_dir, num, [f"trainer.reward={reward}"], [reward], None,
+                               output_dir=output_dir)  # fmt: skip
+            config = OmegaConf.create({"hydra": HydraConf(), "trainer": {"output_dir": output_dir}})
+            config.hydra.mode = RunMode.MULTIRUN
+            config.hydra.job.num = num
+            config.hydra.runtime.output_dir = str(job_dir)
+            config.hydra.sweep.dir = str(sweep_dir)
+            HydraConfig.instance().set_config(config)  # as Hydra's run_job does for each job
+            callback.on_job_start(config=config, task_function=None)
+            callback.on_job_end(config, job_return(JobStatus.COMPLETED, reward))
+        assert_own_metrics(read_csv(sweep_dir / "summary.csv"))  # written after the last job
+        HydraConfig.instance().cfg = None  # none at the end of the multirun
+        callback.on_multirun_end(config)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert_own_metrics(read_csv(sweep_dir / "summary.csv"))
 
 
 def test_a_placeholder_objective_is_null_and_a_compact_error_is_its_line(tmp_path):

@@ -42,7 +42,7 @@ class ConsoleSink:
         )
         self.bar.update(max(0, step - self.bar.n))
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """Leave the finished bar on screen."""
         self.bar.close()
 

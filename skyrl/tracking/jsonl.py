@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skyrl.tracking.sink import RunInfo
+from skyrl.tracking.sink import RunInfo, move_aside
 
 FILENAME = "metrics.jsonl"
 
@@ -29,7 +29,7 @@ class JsonlSink:
             if run.start_step > 0:
                 drop_records_after(self.path, run.start_step)
             else:
-                os.replace(self.path, _unused_name(self.path))
+                move_aside(self.path)
         self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -38,17 +38,9 @@ class JsonlSink:
         self.file.write(json.dumps(record, allow_nan=False) + "\n")
         self.file.flush()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """Close the file."""
         self.file.close()
-
-
-def _unused_name(path: Path) -> Path:
-    """``path`` with the first free ``.N`` suffix (``metrics.jsonl.1``, ``.2``, ...)."""
-    n = 1
-    while path.with_name(f"{path.name}.{n}").exists():
-        n += 1
-    return path.with_name(f"{path.name}.{n}")
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

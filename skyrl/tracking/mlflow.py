@@ -66,9 +66,9 @@ class MlflowSink:
         for start in range(0, len(batch), METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch[start : start + METRICS_PER_BATCH])
 
-    def close(self) -> None:
-        """Mark the run finished."""
-        self.client.set_terminated(self.run_id)
+    def close(self, failed: bool = False) -> None:
+        """Mark the run FINISHED, or FAILED if it ended with an error."""
+        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
 
 def sanitize_name(name: str) -> str:

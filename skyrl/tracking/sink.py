@@ -1,9 +1,10 @@
-"""What every metric sink shares: the run it logs for, its two-method protocol, and the check
-that an optional package is installed."""
+"""What every metric sink shares: the run it logs for, its two-method protocol, the check
+that an optional package is installed, and how a fresh run moves an earlier run's files aside."""
 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -32,8 +33,22 @@ class Sink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record one step's metrics (values are already Python floats)."""
 
-    def close(self) -> None:
-        """Flush and finish; called exactly once."""
+    def close(self, failed: bool = False) -> None:
+        """Flush and finish; called exactly once. ``failed``: the run ended with an error (a
+        sink that records a run's status marks it failed; the others ignore it). A sink whose
+        ``close`` takes no ``failed`` (written before it existed) is called as ``close()``."""
+
+
+def move_aside(path: Path) -> Path:
+    """Rename ``path`` (a file or folder an earlier run left: one killed before its first
+    checkpoint, so nothing resumes it) to the first free ``<name>.N`` (``metrics.jsonl.1``,
+    ``.2``, ...), so a fresh run starts its own; returns the new path."""
+    n = 1
+    while path.with_name(f"{path.name}.{n}").exists():
+        n += 1
+    aside = path.with_name(f"{path.name}.{n}")
+    os.replace(path, aside)
+    return aside
 
 
 def require(module: str, pip_name: str, logger: str) -> ModuleType:

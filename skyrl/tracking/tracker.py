@@ -6,6 +6,7 @@ end-of-run summary read, whatever else the user picked.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +27,7 @@ are imported only by the chosen sinks. A recipe adds its own sink by registering
     from skyrl.tracking import SINKS
 
     @SINKS.register("my_sink")
-    class MySink:  # skyrl.tracking.sink.Sink: log(step, metrics) and close()
+    class MySink:  # skyrl.tracking.sink.Sink: log(step, metrics) and close(failed=False)
         def __init__(self, run: RunInfo): ...
 
 and selects it with ``trainer.loggers=[console,my_sink] imports=[my.module]``."""
@@ -86,16 +87,17 @@ class Tracker:
         for sink in self.sinks:
             sink.log(step, values)
 
-    def close(self) -> None:
-        """Flush and finish every sink once; later calls do nothing. Closes all sinks even if
-        one fails, then raises the first failure."""
+    def close(self, failed: bool = False) -> None:
+        """Flush and finish every sink once; later calls do nothing. ``failed``: the run ended
+        with an error (mlflow marks it FAILED, wandb finishes with exit code 1). Closes all
+        sinks even if one fails, then raises the first failure."""
         if self.closed:
             return
         self.closed = True
         errors = []
         for sink in self.sinks:
             try:
-                sink.close()
+                _close(sink, failed)
             except Exception as error:
                 errors.append(error)
         if errors:
@@ -110,4 +112,13 @@ class Tracker:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(failed=exc_type is not None)
+
+
+def _close(sink: Sink, failed: bool) -> None:
+    """``sink.close(failed=True)`` for a failed run if its ``close`` takes ``failed``; else
+    ``sink.close()`` (a recipe sink written before ``failed`` existed keeps working)."""
+    if failed and "failed" in inspect.signature(sink.close).parameters:
+        sink.close(failed=True)
+    else:
+        sink.close()

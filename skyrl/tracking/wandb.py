@@ -32,6 +32,7 @@ class WandbSink:
         """Log the step's metrics at wandb step ``step``."""
         self.run.log(metrics, step=step)
 
-    def close(self) -> None:
-        """Finish the run (writes the offline run file)."""
-        self.run.finish()
+    def close(self, failed: bool = False) -> None:
+        """Finish the run (writes the offline run file); exit code 1 if it ended with an error
+        (wandb then shows it as failed)."""
+        self.run.finish(exit_code=1 if failed else 0)

@@ -151,8 +151,10 @@ class RLTrainer:
                     self._unpublished = None
                 self.check_nonfinite()
             self.wait_for_engines()
-        finally:
-            tracker.close()
+        except BaseException:  # a crash or an interrupt: the trackers mark the run failed
+            tracker.close(failed=True)
+            raise
+        tracker.close()
         return self.history
 
     def run_step(self, step: int) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from skyrl.tracking import Tracker
@@ -30,6 +31,27 @@ def test_file_store_has_params_and_metrics(tmp_path, monkeypatch):
     assert [(m.step, m.value) for m in history] == [(0, 0.1), (1, 0.3)]
     (reward,) = client.get_metric_history(run.info.run_id, "generate/reward_mean")
     assert math.isnan(reward.value)
+
+
+def test_a_failed_run_is_marked_failed_and_a_finished_one_finished(tmp_path, monkeypatch):
+    """The trainer closes the tracker in its ``finally``; a crashed run must not read FINISHED."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for name, failed in (("ok", False), ("failed", True)):
+        tracker = Tracker(["mlflow"], output_dir=tmp_path, total_steps=2, run_name=name)
+        tracker.log(1, {"generate/reward_mean": 0.5})
+        tracker.close(failed=failed)
+    with pytest.raises(RuntimeError, match="rank 0 died"):  # the reviewer's case: a with block
+        with Tracker(["mlflow"], output_dir=tmp_path, total_steps=2, run_name="raised") as t:
+            t.log(1, {"generate/reward_mean": 0.5})
+            raise RuntimeError("rank 0 died at step 2")
+
+    client = MlflowClient(tracking_uri=f"file:{(tmp_path / 'mlruns').resolve()}")
+    runs = client.search_runs([client.get_experiment_by_name("skyrl").experiment_id])
+    assert {r.info.run_name: r.info.status for r in runs} == {
+        "ok": "FINISHED", "failed": "FAILED", "raised": "FAILED",
+    }  # fmt: skip
 
 
 def test_sanitize_name():

@@ -53,3 +53,39 @@ def test_context_manager_closes_on_error(tmp_path):
     with pytest.raises(KeyError), Tracker([], output_dir=tmp_path, total_steps=1) as tracker:
         raise KeyError("boom")
     assert tracker.closed
+
+
+class StatusSink:
+    """Records how it was closed; its ``close`` takes ``failed`` as the built-in sinks' does."""
+
+    def __init__(self) -> None:
+        self.closed_failed: list[bool] = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self, failed: bool = False) -> None:
+        self.closed_failed.append(failed)
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_close_tells_each_sink_whether_the_run_failed(tmp_path, failed):
+    """``failed`` reaches sinks whose ``close`` takes it; a recipe sink with a plain ``close()``
+    (the earlier protocol: ``recipe_plugins.RecordingSink``) is still closed."""
+    import recipe_plugins  # noqa: F401  (tests/ is on sys.path; registers "recording")
+
+    tracker = Tracker(["recording"], output_dir=tmp_path, total_steps=1)
+    jsonl, recording = tracker.sinks
+    status = StatusSink()
+    tracker.sinks.append(status)
+    tracker.close(failed=failed)
+    assert status.closed_failed == [failed]
+    assert jsonl.file.closed and recording.file.closed
+
+
+def test_leaving_the_with_block_on_an_error_closes_as_failed(tmp_path):
+    status = StatusSink()
+    with pytest.raises(KeyError), Tracker([], output_dir=tmp_path, total_steps=1) as tracker:
+        tracker.sinks.append(status)
+        raise KeyError("boom")
+    assert status.closed_failed == [True]

@@ -64,3 +64,25 @@ def test_offline_run_has_name_config_and_metrics(tmp_path, monkeypatch):
     ]
     assert [(h["_step"], h["generate/reward_mean"]) for h in history] == [(1, 0.5), (2, 0.75)]
     assert history[0]["eval/pass@1"] == 0.25
+
+
+def test_a_failed_run_finishes_with_exit_code_1(tmp_path, monkeypatch):
+    """The run file's exit record: 1 after ``close(failed=True)``, 0 after a normal close."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    for name, failed in (("ok", False), ("failed", True)):
+        tracker = Tracker(["wandb"], output_dir=tmp_path / name, total_steps=2)
+        tracker.log(1, {"generate/reward_mean": 0.5})
+        tracker.close(failed=failed)
+    wandb.teardown()
+
+    exit_codes = {}
+    for name in ("ok", "failed"):
+        (run_file,) = (tmp_path / name).glob("wandb/offline-run-*/run-*.wandb")
+        records = read_wandb_records(run_file)
+        (exit_codes[name],) = [
+            r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"
+        ]
+    assert exit_codes == {"ok": 0, "failed": 1}
