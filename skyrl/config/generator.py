@@ -18,7 +18,8 @@ class SamplingConfig:
     top_k: int = -1
     """Keep the k most likely tokens; -1 = all."""
     min_p: float = 0.0
-    """Drop tokens below min_p x the top token's probability."""
+    """Drop tokens below min_p x the top token's probability. Applied before top_k and
+    top_p (vLLM's order), so top_p counts only the mass min_p kept."""
     stop: list[str] = field(default_factory=list)
     """Stop strings (the stop string is kept in the response)."""
     stop_token_ids: list[int] = field(default_factory=list)

@@ -119,7 +119,9 @@ class InferenceEngine(Protocol):
         ...
 
     def update_weights(self, weights: WeightItems) -> None:
-        """Load new weights (all or some parameters, by HF name)."""
+        """Load new weights (all or some parameters, by HF name). The vllm engine takes
+        each of its layers only whole: all of q/k/v_proj (weights and biases) or none, all
+        of gate/up_proj or none; it refuses (``ValueError``) a part of one."""
         ...
 
     def join_weight_sync(
@@ -132,7 +134,10 @@ class InferenceEngine(Protocol):
         """Receive and load the buckets of ``plan`` from the broadcast group."""
         ...
 
-    def reset_prefix_cache(self) -> None: ...
+    def reset_prefix_cache(self) -> None:
+        """Drop cached KV (computed with earlier weights). The vllm engine preempts the
+        requests in flight too; they recompute theirs under the current weights."""
+        ...
 
     def sleep(self) -> None: ...
 

@@ -17,8 +17,8 @@ this module's own decode loop (left padding, position ids from the attention mas
   of the CDF;
 - tempered, untruncated logprobs (the convention of ``skyrl.inference.base``):
   ``log_softmax(logits / T)`` at the sampled token, while the token is drawn from the
-  top-k, then top-p, then min-p truncated distribution. ``generate`` exposes only raw
-  logits or the processed (truncated) scores.
+  min-p, then top-k, then top-p truncated distribution (vLLM's order). ``generate``
+  exposes only raw logits or the processed (truncated) scores.
 Finished rows (EOS, stop token, stop string, max_tokens) are dropped from the batch and
 its KV cache once a quarter of the batch has finished, so stragglers run at their size.
 """
@@ -416,8 +416,12 @@ class _Rows:
         return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 
     def truncate(self, probs: torch.Tensor) -> torch.Tensor:
-        """``probs`` with the tokens outside each row's top-k, then top-p (of what top-k
-        kept), then min-p (relative to the top token) set to 0 (not renormalised)."""
+        """``probs`` with the tokens outside each row's min-p (relative to the top token),
+        then top-k, then top-p (of the mass the two left) set to 0 (not renormalised).
+        vLLM's order: min-p is one of its logits processors, run before top-k / top-p."""
+        if self.any_min_p:
+            floor = self.min_p[:, None] * probs.amax(-1, keepdim=True)
+            probs = probs.masked_fill(probs < floor, 0.0)
         if self.max_top_k:
             kth = probs.topk(self.max_top_k, dim=-1).values  # ties with the k-th are kept
             kth = kth.gather(
@@ -430,7 +434,4 @@ class _Rows:
             cut = mass_before >= self.top_p[:, None] * ranked.sum(-1, keepdim=True)
             cut &= (self.top_p < 1)[:, None]
             probs = probs.masked_fill(torch.zeros_like(cut).scatter_(1, order, cut), 0.0)
-        if self.any_min_p:
-            floor = self.min_p[:, None] * probs.amax(-1, keepdim=True)
-            probs = probs.masked_fill(probs < floor, 0.0)
         return probs

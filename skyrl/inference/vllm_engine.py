@@ -192,8 +192,8 @@ class VLLMEngine(LocalEngine):
         if isinstance(weights, SharedWeights):  # the handle crosses the RPC, not the tensors
             self.on_owner(self._rpc, "skyrl_reload_weights", (weights,), True)
             return
-        named = list(iter_named_tensors(weights))
-        self.on_owner(self._rpc, "skyrl_reload_weights", (iter(named),), True)
+        named = list(iter_named_tensors(weights))  # a list: the worker checks its names
+        self.on_owner(self._rpc, "skyrl_reload_weights", (named,), True)
 
     def _next_adapter_dir(self) -> tuple[int, Path]:
         adapter_id = (self._adapters[-1].lora_int_id + 1) if self._adapters else 1
@@ -250,10 +250,23 @@ class VLLMEngine(LocalEngine):
         """A worker-extension method on every worker (on the serving thread, if serving)."""
         self.llm.collective_rpc(method, args=args)
         if then_reset_prefix_cache:  # cached KV of the old weights
-            self.llm.reset_prefix_cache()
+            self._reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:
-        self.on_owner(self.llm.reset_prefix_cache)
+        """Drop all cached KV, that of the requests in flight too (``_reset_prefix_cache``)."""
+        self.on_owner(self._reset_prefix_cache)
+
+    def _reset_prefix_cache(self) -> None:
+        """Drop every KV block. vLLM refuses a plain reset while requests hold blocks
+        (trainer.partial_rollouts=true updates weights mid-rollout), and the next request
+        then reused KV of the old weights; ``reset_running_requests`` preempts the running
+        requests first, and they recompute their prompt and tokens so far under the
+        current weights when rescheduled."""
+        if not self.llm.reset_prefix_cache(reset_running_requests=True):
+            raise RuntimeError(
+                "vllm engine: resetting the prefix cache failed; requests would reuse KV "
+                "computed with the previous weights"
+            )
 
     def sleep(self) -> None:
         self.on_owner(self._call_if_supported, "sleep")
@@ -301,6 +314,10 @@ def _vllm_params(sp: SamplingParams):
         seed=sp.seed,
         logprobs=0,
         detokenize=bool(sp.stop),
+        # stop strings match text with special tokens kept, as in the hf engine: a stop
+        # string such as "<|im_start|>" never matched text decoded without them
+        skip_special_tokens=False,
+        spaces_between_special_tokens=False,
         output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when it ends
     )
 

@@ -14,6 +14,11 @@ layer stays at the initial weights forever (measured on SmolLM2: logprobs 1.6 na
 off after one update). ``skyrl_reload_weights`` ties them again after every reload
 and rebuilds the output layer's kernel state from the new weight.
 
+Partial updates: vLLM reloads a layer only whole, and one layer may hold several Hugging
+Face modules (q/k/v in ``qkv_proj``, gate/up in ``gate_up_proj``); given part of a layer
+it left the rest uninitialised (NaN logprobs). ``check_whole_layers`` refuses such an
+update before anything loads.
+
 Logprobs (``skyrl_report_tempered_logprobs``): vLLM reports either raw logprobs (before
 temperature) or "processed" ones (after temperature AND after min-p / top-k / top-p
 truncation). The convention here (``skyrl.inference.base``) is in between: tempered,
@@ -54,10 +59,18 @@ class WeightSyncWorkerExtension:
         self.skyrl_sync_group = join_group(host, port, rank, world_size, backend)
 
     def skyrl_receive_weights(self, plan: list) -> None:
-        """Receive every bucket of ``plan`` and reload it into the running model."""
+        """Receive every bucket of ``plan`` and reload it into the running model. A plan that
+        covers a layer in part is received (the sender is not left waiting) and refused."""
         from skyrl.inference.weight_sync import receive_stream
 
-        self.skyrl_reload_weights(receive_stream(self.skyrl_sync_group, plan, self.device))
+        stream = receive_stream(self.skyrl_sync_group, plan, self.device)
+        try:
+            check_whole_layers(self.model_runner.get_model(), [s[0] for b in plan for s in b])
+        except ValueError:
+            for _ in stream:
+                pass
+            raise
+        self.skyrl_reload_weights(stream)
 
     def skyrl_receive_adapter(self, plan: list, path: str, lora: dict) -> None:
         """Receive every bucket of ``plan`` (LoRA adapter tensors); worker 0 writes them as a
@@ -71,8 +84,16 @@ class WeightSyncWorkerExtension:
             write_adapter_dir(path, tensors, LoraConfig(**lora))
 
     def skyrl_reload_weights(self, weights) -> None:
-        """vLLM's in-place reload of ``(name, tensor)`` pairs, then the embedding tie restored."""
+        """vLLM's in-place reload of ``(name, tensor)`` pairs, then the embedding tie restored.
+        ``weights`` given as a list or a ``SharedWeights`` is checked first
+        (``check_whole_layers``); a stream by the caller that has its plan."""
+        from skyrl.inference.shared_weights import SharedWeights
+
         model = self.model_runner.get_model()
+        if isinstance(weights, SharedWeights):
+            check_whole_layers(model, [spec[0] for spec in weights.specs()])
+        elif isinstance(weights, list):
+            check_whole_layers(model, [name for name, _ in weights])
         config = self.model_runner.model_config.hf_text_config
         tied = getattr(config, "tie_word_embeddings", False)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
@@ -106,6 +127,31 @@ class WeightSyncWorkerExtension:
             # an instance attribute shadows the method (nn.Module keeps plain callables there)
             sampler.__dict__["sample"] = _TemperedLogprobsSample(sampler.sample)
         return True
+
+
+def check_whole_layers(model: torch.nn.Module, names: list[str]) -> None:
+    """Refuse (``ValueError``) a weight update that covers some of one vLLM layer's tensors
+    but not all. vLLM's in-place reload rebuilds a layer from the tensors it is given and
+    leaves the rest uninitialised (NaN logprobs from then on), and its layers fuse several
+    Hugging Face modules: q/k/v weights and biases are one ``qkv_proj``, gate/up one
+    ``gate_up_proj`` (the model's ``packed_modules_mapping``). The hf engine takes any
+    subset. Names this mapping does not produce (a model whose vLLM names differ) are not
+    checked."""
+    given = set(names)
+    packed: dict[str, list[str]] = getattr(model, "packed_modules_mapping", None) or {}
+    for layer_name, layer in model.named_modules():
+        parent, _, leaf = layer_name.rpartition(".")
+        modules = [f"{parent}.{m}" if parent else m for m in packed.get(leaf, [leaf])]
+        params = [n for n, p in layer.named_parameters(recurse=False) if p is not None]
+        expected = [f"{m}.{param}" for param in params for m in modules]
+        present = [n for n in expected if n in given]
+        missing = [n for n in expected if n not in given]
+        if present and missing:
+            raise ValueError(
+                f"vllm engine: the update has {present[0]!r} but not {', '.join(missing)}: "
+                f"vLLM holds them as one layer ({layer_name}) and reloads a layer only "
+                "whole, so send all of them or none"
+            )
 
 
 class _TemperedLogprobsSample:

@@ -123,6 +123,21 @@ def test_sampling_takes_the_quantile_of_the_truncated_distribution():
         torch.testing.assert_close(logprobs, torch.tensor([0.1, 0.2, 0.3, 0.4])[expected].log())
 
 
+def test_min_p_applies_before_top_k_and_top_p_as_in_vllm():
+    # p = (.45, .30, .15, .10), min_p=0.3, top_p=0.8. vLLM (Sampler.sample) applies min-p
+    # first: floor .3 x .45 = .135 drops token 3; renormalised (.5, .333, .167), top-p keeps
+    # the fewest tokens reaching .8: .5 + .333 = .833, so {0, 1}. Top-p first over the full
+    # mass kept {0, 1, 2} (.45 + .30 = .75 < .8 needs token 2), min-p then dropped nothing.
+    # With top_k=3 as well the answer is the same (top-k after min-p keeps the 3 left).
+    probs = torch.tensor([[0.45, 0.30, 0.15, 0.10]])
+    for extra in ({}, {"top_k": 3}):
+        sp = SamplingParams(temperature=1.0, top_p=0.8, min_p=0.3, max_tokens=1, **extra)
+        rows = _Rows.build([[1]], [sp], [set()], vocab_size=4, device="cpu")
+        kept = rows.truncate(probs.clone())
+        assert (kept > 0)[0].tolist() == [True, True, False, False], extra
+        torch.testing.assert_close(kept[0, :2], probs[0, :2])  # not renormalised
+
+
 def test_a_requests_seed_alone_fixes_its_tokens(setup, engine):
     path, tok, prompts = setup
     sp = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=12, seed=11)

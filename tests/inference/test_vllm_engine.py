@@ -271,6 +271,96 @@ def test_control_call_from_another_thread_runs_on_the_serving_thread(engine, tok
     torch.testing.assert_close(torch.tensor(after.logprobs), expected, atol=1e-4, rtol=0)
 
 
+def test_a_weight_update_while_requests_decode_drops_all_old_kv(engine, tok):
+    """trainer.partial_rollouts=true: weights change while requests decode. vLLM refused to
+    reset its prefix cache while they held blocks ("some blocks are not freed yet"), the
+    engine ignored the refusal, and a cached prompt sent afterwards reused KV of the old
+    weights (3.7 nats off). Now the running requests are preempted and recomputed under
+    the new weights: the cached prompt and the last token of each running request match a
+    forward of the new weights."""
+    load_seed(engine, 0)
+    new = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1))
+    named = [(n, p.detach()) for n, p in new.named_parameters()]
+    prompt = torch.randint(3, 400, (70,), generator=torch.Generator().manual_seed(7)).tolist()
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    generate_batch(engine, [prompt], greedy)  # its 2 full blocks (of 32) cached, seed-0 KV
+    gen = torch.Generator().manual_seed(100)
+    longs = [torch.randint(3, 400, (20,), generator=gen).tolist() for _ in range(3)]
+    long_sp = SamplingParams(temperature=1.0, max_tokens=200, seed=1)  # seeded, as in training
+
+    async def run():
+        tasks = [asyncio.ensure_future(engine.generate(p, long_sp)) for p in longs]
+        await asyncio.sleep(0)  # queued first
+        await engine.generate(longs[0], SamplingParams(temperature=0.0, max_tokens=2))
+        await asyncio.to_thread(engine.update_weights, named)
+        in_flight = not any(t.done() for t in tasks)
+        after = await engine.generate(prompt, greedy)
+        return in_flight, after, await asyncio.gather(*tasks)
+
+    in_flight, after, completions = run_serving(engine, run())
+    assert in_flight
+    expected, _ = forward_logprobs(new, prompt, after.token_ids)
+    torch.testing.assert_close(torch.tensor(after.logprobs), expected, atol=1e-4, rtol=0)
+    for long, c in zip(longs, completions, strict=True):
+        assert len(c.token_ids) > 20  # went on well past the update
+        expected, _ = forward_logprobs(new, long, c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs[-1]), expected[-1], atol=1e-4, rtol=0)
+
+
+def test_an_update_covering_a_fused_layer_in_part_is_refused(engine, tok):
+    """vLLM fuses q/k/v (weights and biases) into one qkv_proj layer and gate/up into
+    gate_up_proj, and reloads a layer only whole: given q_proj alone it filled the rest from
+    uninitialised memory (NaN logprobs from then on). Such an update is refused before
+    anything loads; a whole layer alone (down_proj) still loads."""
+    model = load_seed(engine, 0)
+    new = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1)).state_dict()
+    attn = "model.layers.0.self_attn"
+    prompt = tok.encode("What is 12 + 7?")
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    qkv_weights = [f"{attn}.{m}_proj.weight" for m in "qkv"]
+    qkv_biases = [f"{attn}.{m}_proj.bias" for m in "qkv"]
+    partial = [  # (the names sent, the names the refusal must list as missing)
+        (qkv_weights[:1], qkv_weights[1:] + qkv_biases),
+        (qkv_weights, qkv_biases),
+        (["model.layers.1.mlp.up_proj.weight"], ["model.layers.1.mlp.gate_proj.weight"]),
+    ]
+    for names, missing in partial:
+        with pytest.raises(ValueError) as refused:
+            engine.update_weights([(n, new[n]) for n in names])
+        message = str(refused.value)
+        assert names[0] in message
+        assert all(name in message for name in missing), message
+        [[c]] = generate_batch(engine, [prompt], greedy)  # still the seed-0 weights
+        expected, _ = forward_logprobs(model, prompt, c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+    down = "model.layers.0.mlp.down_proj.weight"
+    engine.update_weights([(down, new[down])])
+    model.state_dict()[down].copy_(new[down])
+    [[c]] = generate_batch(engine, [prompt], greedy)
+    expected, _ = forward_logprobs(model, prompt, c.token_ids)
+    torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_a_stop_string_that_is_a_special_tokens_text(engine, tok):
+    """stop=["<|im_start|>"] stops at that special token, as in the hf engine. vLLM matched
+    stop strings against text decoded without special tokens, so it never stopped."""
+    model = load_seed(engine, 0)
+    im_start = tok.convert_tokens_to_ids("<|im_start|>")
+    head = model.lm_head.weight.detach().clone()
+    head[im_start] = head[325] * 1.5  # <|im_start|> becomes the greedy pick where 325 was
+    engine.update_weights([("lm_head.weight", head)])
+    prompt = tok.encode("What is 12 + 7?")
+    [[free]] = generate_batch(engine, [prompt], SamplingParams(temperature=0.0, max_tokens=12))
+    assert im_start in free.token_ids[:-1]
+    end = free.token_ids.index(im_start) + 1
+    sp = SamplingParams(temperature=0.0, max_tokens=12, stop=["<|im_start|>"])
+    [[stopped]] = generate_batch(engine, [prompt], sp)
+    assert stopped.token_ids == free.token_ids[:end]
+    assert stopped.finish_reason == "stop"
+    load_seed(engine, 0)
+
+
 def test_a_request_vllm_rejects_fails_alone(engine, tok):
     """A prompt longer than max_model_len (512) raises in its own generate call; the request
     beside it completes and the engine keeps serving."""
