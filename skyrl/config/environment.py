@@ -23,7 +23,9 @@ class EnvironmentConfig:
     max_observation_chars: int = 2048
     """Tool output longer than this is truncated, in characters."""
     tool_timeout_s: float = 5.0
-    """tools: wall-clock limit of one Python tool call, in seconds."""
+    """tools: wall-clock limit of one Python tool call, in seconds; below ``timeout_s``. The
+    calls of one reply share a deadline a margin (1 s, at most a tenth) before ``timeout_s``:
+    each gets this or what is left, and those past it are not run."""
     tool_memory_bytes: int = 512 * 1024 * 1024
     """tools: address-space limit of the Python tool subprocess, in bytes."""
     tool_format: str = "auto"
@@ -51,6 +53,13 @@ class EnvironmentConfig:
             "tool_format",
             f"must be auto, native or tags, got {self.tool_format!r}",
         )
+        if self.name == "tools" and not self._target_:
+            require(
+                self.tool_timeout_s < self.timeout_s,
+                "tool_timeout_s",
+                f"must be < environment.timeout_s ({self.timeout_s:g}), which limits a whole env "
+                f"step (all its tool calls); got {self.tool_timeout_s:g}",
+            )
         if self.name == "reasoning_gym" and not self._target_:
             require(
                 self.dataset is not None,

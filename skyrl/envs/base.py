@@ -127,6 +127,8 @@ def make_checked_env(cfg) -> TextEnv:
     else:
         try:
             return factory()
+        except ConfigError as exc:  # the env names the key itself
+            key, problem = exc.key, exc.message
         except Exception as exc:
             key = "environment.kwargs" if isinstance(exc, TypeError) else key
             problem = f"cannot build the environment: {type(exc).__name__}: {exc}"
@@ -144,4 +146,5 @@ def make_env_factory(cfg) -> Callable[[], TextEnv]:
         kwargs.setdefault("tool_timeout_s", cfg.tool_timeout_s)
         kwargs.setdefault("tool_memory_bytes", cfg.tool_memory_bytes)
         kwargs.setdefault("tool_format", cfg.tool_format)
+        kwargs.setdefault("step_timeout_s", cfg.timeout_s)
     return lambda: cls(**kwargs)

@@ -22,7 +22,12 @@ import re
 import threading
 from decimal import Decimal
 
-_HASH = re.compile(r"####\s*([^\n]+)")
+_HASH = re.compile(r"(?<!#)####(#*)\s*([^\n]+)")
+_HEADING = re.compile(r"[A-Z][a-z]+(?![A-Za-z])")
+"""How a markdown heading after ``####`` starts (``Final Answer``, ``Step 1: add``,
+``Explanation``), unlike an answer (``42``, ``\\frac{1}{2}``, ``x = 3``, ``(1,2)``)."""
+_BRACE = re.compile(r"\\boxed\{|[{}]")
+_BOLD = re.compile(r"\*\*((?:(?!\*\*).)+)\*\*", re.DOTALL)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
 _GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
@@ -46,30 +51,55 @@ _COMPUTED_WHILE_PARSING = re.compile(r"\\(?:det|gcd|lcm|operatorname)(?![a-zA-Z]
 """What math-verify's LaTeX parser computes at once: determinants, gcds, matrix functions."""
 
 
-def _boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed{") - 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j]
-    return None
+def _boxes(text: str) -> list[tuple[int, str]]:
+    """Where each closed ``\\boxed{..}`` starts, and its content (braces balanced), read in
+    one pass: a reply of many unclosed boxes is not rescanned from each."""
+    found: list[tuple[int, str]] = []
+    # per open brace: (the start of its \boxed, or -1 for a plain brace; its content's start)
+    open_braces: list[tuple[int, int]] = []
+    for match in _BRACE.finditer(text):
+        if match.group() == "}":
+            if open_braces:
+                box_start, content_start = open_braces.pop()
+                if box_start >= 0:
+                    found.append((box_start, text[content_start : match.start()]))
+        elif match.group() == "{":
+            open_braces.append((-1, match.end()))
+        else:
+            open_braces.append((match.start(), match.end()))
+    return found
+
+
+def _unbold(text: str) -> str:
+    """``text`` without markdown bold around all of it (``**42**`` is ``42``)."""
+    match = _BOLD.fullmatch(text.strip())
+    return match.group(1).strip() if match else text.strip()
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer: ``<answer>..</answer>``, else ``#### x``, else the last ``\\boxed{x}``.
+    """The final answer: the last ``<answer>..</answer>``, else the last answer marker.
 
-    After ``####`` a trailing ``.`` and thousands separators (``1,234``) are dropped.
+    The answer markers are ``#### x`` (GSM8K) and ``\\boxed{x}``; whichever comes last
+    wins, so ``#### 42`` then ``\\boxed{41}`` answers 41 (a model that boxes after the
+    ``####`` line has revised its answer). A ``####`` line that reads as a markdown heading
+    (it starts with a capitalised word: ``#### Final Answer``, ``#### Explanation``) or has
+    more than four ``#`` is not a marker while another marker exists, so a heading before
+    or after the answer does not replace it; with no other marker it is still the answer,
+    as before. Markdown bold around an answer (``**42**``) is dropped, and after ``####`` a
+    trailing ``.`` and thousands separators (``1,234``) too.
     """
     tags = _ANSWER_TAG.findall(text)
     if tags:
-        return tags[-1].strip()
-    hashes = _HASH.findall(text)
-    if hashes:
-        return _THOUSANDS_COMMA.sub("", hashes[-1].strip().rstrip("."))
-    return _boxed(text)
+        return _unbold(tags[-1])
+    markers = [(start, _unbold(content)) for start, content in _boxes(text)]
+    headings: list[tuple[int, str]] = []
+    for match in _HASH.finditer(text):
+        answer = _unbold(match.group(2).strip().rstrip(".")).rstrip(".")
+        answer = _THOUSANDS_COMMA.sub("", answer)
+        is_heading = match.group(1) or _HEADING.match(answer)
+        (headings if is_heading else markers).append((match.start(), answer))
+    markers = markers or headings
+    return max(markers, key=lambda marker: marker[0])[1] if markers else None
 
 
 def plain_number(text: str) -> Decimal | None:

@@ -7,20 +7,28 @@ model's chat template supports, ``skyrl.generators.tool_calls``):
   template declares; the model calls them in its own format (Qwen2.5:
   ``<tool_call>{"name": "calculator", "arguments": {"expression": "2 * 7"}}</tool_call>``),
   parsed by vLLM's tool parser; each call's result comes back as a ``tool`` message.
-- tags (templates without tool support): told in the system message,
+- tags (templates without tool support): told in the system message (added after a row's
+  own system text, as the native prompt is),
   ``<calculator>2 * (3 + 4)</calculator>`` or ``<python>print(6 * 7)</python>`` calls a
   tool and the result comes back as a ``tool`` message.
 
 ``<answer>42</answer>`` ends the episode and is graded against ``extras["answer"]`` with
 math-verify. A turn with no call and no answer ends the episode and is graded as a whole
 (``#### x`` / ``\\boxed{x}`` also count).
+
+The calls of one reply run one after another under one deadline, ``STEP_MARGIN_S`` before
+the generator's limit on the whole step (``environment.timeout_s``): each gets
+``tool_timeout_s`` or what is left, and those past the deadline are not run, so slow calls
+come back as timeouts instead of the step being cancelled (reward 0, an env error).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
+from skyrl.config.errors import ConfigError
 from skyrl.envs.base import StepResult, TextEnv, register_env
 from skyrl.envs.grading import grade
 from skyrl.envs.tools import calculator, run_python
@@ -35,6 +43,10 @@ NATIVE_SYSTEM_PROMPT = (
     "You can use the calculator and python tools; their output comes back to you. "
     "When done, write <answer>final answer</answer>."
 )
+
+STEP_MARGIN_S = 1.0
+"""Time a step keeps back from its limit (at most a tenth of it) after its tool calls' deadline,
+to start and stop the last call's process and return before the generator cancels the step."""
 
 _CALL = re.compile(r"<(calculator|python)>(.*?)</\1>", re.DOTALL)
 
@@ -80,12 +92,22 @@ class ToolEnv(TextEnv):
         tool_memory_bytes: int = 512 << 20,
         system_prompt: str | None = None,
         tool_format: str = "auto",
+        step_timeout_s: float = 10.0,
         **kwargs,
     ):
+        """``step_timeout_s``: the generator's limit on one ``step`` (``environment.timeout_s``),
+        which all the calls of one reply share; ``tool_timeout_s`` must be below it."""
         super().__init__(**kwargs)
         if tool_format not in ("auto", "native", "tags"):
             raise ValueError(f"tool_format must be auto, native or tags, got {tool_format!r}")
+        if not tool_timeout_s < step_timeout_s:  # the typed field is checked at validation
+            raise ConfigError(
+                "environment.kwargs.tool_timeout_s",
+                f"must be < environment.timeout_s ({step_timeout_s:g}), which limits a whole "
+                f"env step (all its tool calls); got {tool_timeout_s:g}",
+            )
         self.tool_timeout_s = tool_timeout_s
+        self.step_timeout_s = step_timeout_s
         self.tool_memory_bytes = tool_memory_bytes
         self.custom_system_prompt = system_prompt
         self.tool_format = tool_format
@@ -107,20 +129,29 @@ class ToolEnv(TextEnv):
         return NATIVE_SYSTEM_PROMPT if self.parse is not None else SYSTEM_PROMPT
 
     def init(self, prompt, extras):
+        """The row's messages with the tools prompt: the system message, or added after the
+        row's own system text (a blank line between) when it has one."""
         messages, info = super().init(prompt, extras)
-        if self.system_prompt and messages[0]["role"] != "system":
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        added = self.system_prompt
+        if added and messages and messages[0]["role"] == "system":
+            own = messages[0]["content"]
+            if added not in own:
+                messages[0]["content"] = f"{own}\n\n{added}" if own else added
+        elif added:
+            messages.insert(0, {"role": "system", "content": added})
         self.tool_calls = 0
         return messages, info
 
-    def run_tool(self, tool: str, arg: str) -> str:
+    def run_tool(self, tool: str, arg: str, timeout_s: float | None = None) -> str:
+        """One call's output; ``timeout_s`` (default ``tool_timeout_s``) limits ``python``."""
         if tool == "calculator":
             return calculator(arg)
-        return run_python(arg, self.tool_timeout_s, self.tool_memory_bytes)
+        timeout_s = self.tool_timeout_s if timeout_s is None else timeout_s
+        return run_python(arg, timeout_s, self.tool_memory_bytes)
 
     def step(self, action_text: str) -> StepResult:
         if "<answer>" not in action_text:
-            calls = self._calls(action_text)
+            calls = self._calls(action_text, _CallClock(self.step_timeout_s))
             if calls:
                 self.tool_calls += len(calls)
                 obs = [{"role": "tool", "content": self.truncate(out)} for _, out in calls]
@@ -128,11 +159,11 @@ class ToolEnv(TextEnv):
         reward = grade(action_text, self.extras["answer"])
         return StepResult([], reward, True, {"tool_calls": self.tool_calls})
 
-    def _calls(self, text: str) -> list[tuple[str, str]]:
+    def _calls(self, text: str, clock: _CallClock) -> list[tuple[str, str]]:
         """``(tool, output)`` of each call in the reply: every native call, or the first tag."""
         if self.parse is None:
             tag = _CALL.search(text)
-            return [(tag.group(1), self.run_tool(tag.group(1), tag.group(2)))] if tag else []
+            return [(tag.group(1), self._run_by(clock, tag.group(1), tag.group(2)))] if tag else []
         out = []
         for call in self.parse(text):
             name, args = call["name"], call["arguments"]
@@ -141,5 +172,25 @@ class ToolEnv(TextEnv):
             elif not isinstance(args, dict) or not isinstance(args.get(_ARGUMENT[name]), str):
                 out.append((name, f"error: {name} takes {{{_ARGUMENT[name]!r}: string}}"))
             else:
-                out.append((name, self.run_tool(name, args[_ARGUMENT[name]])))
+                out.append((name, self._run_by(clock, name, args[_ARGUMENT[name]])))
         return out
+
+    def _run_by(self, clock: _CallClock, tool: str, arg: str) -> str:
+        """One call, limited to ``tool_timeout_s`` and the step's deadline (not run past it)."""
+        left_s = clock.left_s()
+        if left_s <= 0:
+            budget_s = round(clock.budget_s, 2)
+            return f"error: not run: this turn's tool calls used up their {budget_s:g} s"
+        return self.run_tool(tool, arg, min(self.tool_timeout_s, left_s))
+
+
+class _CallClock:
+    """The deadline of one step's tool calls: ``STEP_MARGIN_S`` (at most a tenth of the
+    step's limit) before the generator's limit on the step, counted from now."""
+
+    def __init__(self, step_timeout_s: float):
+        self.budget_s = step_timeout_s - min(STEP_MARGIN_S, step_timeout_s / 10)
+        self.deadline = time.monotonic() + self.budget_s
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()

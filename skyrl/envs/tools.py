@@ -145,7 +145,7 @@ def run_python(
         finally:
             _kill_all(proc.pid, token)
     if ending == "timeout":
-        return f"error: timed out after {timeout_s} s"
+        return f"error: timed out after {round(timeout_s, 2):g} s"
     text = _decode(out) + _decode(err)
     if ending == "cut":
         text += f"\n...[output cut at {max_output_bytes} bytes]"

@@ -135,6 +135,13 @@ def _validate(*overrides: str):
             "must be < generator.max_generate_length (64)",
         ),
         (["algorithm.overlong_penalty_factor=-5"], "algorithm.overlong_penalty_factor", ">= 0"),
+        # the tools env runs its calls within one env step's limit
+        (
+            ["environment=tools", "environment.timeout_s=5"],
+            "environment.tool_timeout_s",
+            "must be < environment.timeout_s (5), which limits a whole env step (all its "
+            "tool calls); got 5",
+        ),
         # the dual clip bounds PPO's clipped surrogate; CISPO has none and would ignore it
         (
             ["algorithm=cispo", "algorithm.clip_ratio_c=3.0"],
@@ -148,6 +155,11 @@ def test_bad_values_name_the_key(overrides, key, fragment):
         _validate(*overrides)
     assert info.value.key == key
     assert fragment in info.value.message
+
+
+def test_tool_timeout_s_binds_only_the_tools_env():
+    # environment.tool_timeout_s (default 5) is read by the tools env only
+    assert _validate("environment.timeout_s=3").environment.timeout_s == 3
 
 
 def test_step_wise_relaxes_dp_divisibility():

@@ -1,10 +1,13 @@
 """Built-in envs: grading, registry, reasoning-gym scoring, tools and their sandbox."""
 
+import time
+
 import pytest
 
 from skyrl.config.environment import EnvironmentConfig
 from skyrl.envs import env_class, make_env_factory
 from skyrl.envs.grading import extract_answer, grade
+from skyrl.envs.tool_env import ToolEnv
 from skyrl.envs.tools import calculator, run_python
 
 
@@ -46,6 +49,11 @@ def test_checked_env_names_the_key():
             "environment.kwargs",
             "cannot build the environment: TypeError: ",
         ),
+        (
+            EnvironmentConfig(name="tools", kwargs={"tool_timeout_s": 20.0}),
+            "environment.kwargs.tool_timeout_s",
+            "must be < environment.timeout_s (10)",
+        ),
     ]
     for cfg, key, start in cases:
         with pytest.raises(ConfigError) as err:
@@ -77,6 +85,35 @@ def test_tool_env_multi_turn_and_truncation():
     assert r2.observations[0]["content"].startswith("x" * 20 + "\n...[truncated 81 chars]")
     r3 = env.step("<answer>42</answer>")
     assert r3.done and r3.reward == 1.0
+
+
+def test_the_tool_calls_of_one_step_share_a_deadline_below_the_step_limit():
+    # 4 native calls of a tool that sleeps 5 s, 1 s each: 4 s run one after another, past the
+    # step limit of 3 s. They share a deadline 3 - min(1, 0.1 * 3) = 2.7 s in: call 1 times
+    # out at 1 s, call 2 at 1 s or what is left, call 3 gets what is left (<= 0.7 s) if any,
+    # and call 4 starts after >= 1 + 1 + 0.7 s (each call runs its whole limit): not run.
+    env = ToolEnv(tool_timeout_s=1.0, step_timeout_s=3.0)
+    sleep = {"name": "python", "arguments": {"code": "import time; time.sleep(5)"}}
+    env.use_native_tools(lambda text: [sleep] * 4, None)
+    env.init("What is 6*7?", {"answer": "42"})
+    start = time.monotonic()
+    result = env.step("four calls")
+    elapsed = time.monotonic() - start
+    assert 2.7 <= elapsed < 3.0, elapsed
+    notes = [o["content"] for o in result.observations]
+    assert notes[0] == "error: timed out after 1 s"
+    assert notes[1].startswith("error: timed out after ")
+    assert notes[2].startswith(("error: timed out after 0.", "error: not run"))
+    assert notes[3] == "error: not run: this turn's tool calls used up their 2.7 s"
+    assert not result.done and result.reward == 0.0
+
+
+def test_tool_timeout_s_must_be_below_the_step_limit():
+    with pytest.raises(ValueError, match=r"must be < environment.timeout_s \(4\)"):
+        ToolEnv(tool_timeout_s=4.0, step_timeout_s=4.0)
+    # the factory hands the env environment.timeout_s as its step limit
+    env = make_env_factory(EnvironmentConfig(name="tools", timeout_s=7.0, tool_timeout_s=6.0))()
+    assert env.step_timeout_s == 7.0
 
 
 def test_calculator_and_python_sandbox():

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,55 @@ def test_thousands_separators_only_are_removed():
     assert extract_answer("so #### 1,234,567.") == "1234567"
     assert extract_answer("#### 28, 29") == "28, 29"
     assert extract_answer("#### (1,2)") == "(1,2)"
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("#### 42", "42"),
+        ("\\boxed{42}", "42"),
+        # the last answer marker wins, whichever kind it is
+        ("#### 42\n\\boxed{41}", "41"),
+        ("\\boxed{41}\n#### 42", "42"),
+        ("#### \\boxed{28}", "28"),  # the box starts after the ####
+        # a #### markdown heading (a capitalised word first) is not an answer marker ...
+        ("#### Step 1: add\n2+40=42\n#### Final Answer\n\\boxed{42}", "42"),
+        ("### Step 1\n...\n#### Final Answer\nThe answer is $\\boxed{42}$", "42"),
+        ("#### 42\n\n#### Explanation\nI added 2 and 40.", "42"),
+        ("\\boxed{42}\n#### **Why**\nI added 2 and 40.", "42"),
+        ("\\boxed{42}\n##### Check\nfine", "42"),  # a level-5 heading
+        # ... unless there is no other: then it is the answer, as before (and scores 0)
+        ("#### The answer is 28", "The answer is 28"),
+        # markdown bold around the answer is dropped
+        ("#### **42**", "42"),
+        ("#### **1,000**.", "1000"),
+        ("<answer>**7**</answer>", "7"),
+    ],
+)
+def test_the_last_answer_marker_is_the_answer(text, answer):
+    assert extract_answer(text) == answer
+
+
+def test_a_degenerate_reply_of_unclosed_boxes_is_read_in_one_pass():
+    # 5000 unclosed boxes (35,000 chars, what a policy stuck repeating writes): scanning to
+    # the end from each would be 5000 * 17,500 chars on average, seconds under the env limit
+    start = time.monotonic()
+    assert extract_answer("\\boxed{" * 5000) is None
+    assert extract_answer("\\boxed{" * 5000 + "7}") == "7"  # the innermost box closes
+    assert time.monotonic() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "#### Step 1: add\n2+40=42\n#### Final Answer\n\\boxed{42}",
+        "### Step 1\n...\n#### Final Answer\nThe answer is $\\boxed{42}$",
+        "#### 42\n\n#### Explanation\nI added 2 and 40.",
+        "#### **42**",
+    ],
+)
+def test_a_heading_or_bold_does_not_cost_a_correct_answer_its_reward(text):
+    assert grade(text, "42") == 1.0
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import logging
 import pytest
 from transformers import AutoTokenizer
 
+from skyrl.data.generated import ARITHMETIC_SYSTEM_PROMPT, arithmetic_rows
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.tool_env import NATIVE_SYSTEM_PROMPT, SYSTEM_PROMPT, ToolEnv
 from skyrl.generators import AgentLoop, LoopSettings, tool_calls
@@ -45,10 +46,11 @@ def tok():
     return AutoTokenizer.from_pretrained(build_tiny_model())
 
 
-def run(tok, replies, **env_kwargs):
+def run(tok, replies, row=None, **env_kwargs):
     engine = Replies(tok, replies)
-    loop = AgentLoop(engine, tok, lambda: ToolEnv(**env_kwargs), LoopSettings(4096, 512, 3, 10.0))
-    row = PromptRow("What is 6 * 7?", "toy", {"answer": "42"}, uid="p0")
+    settings = LoopSettings(4096, 512, 3, env_kwargs.get("step_timeout_s", 10.0))
+    loop = AgentLoop(engine, tok, lambda: ToolEnv(**env_kwargs), settings)
+    row = row or PromptRow("What is 6 * 7?", "toy", {"answer": "42"}, uid="p0")
     (traj,) = run_serving(engine, loop.run([row], 1, SamplingParams(max_tokens=128)))
     return traj, engine
 
@@ -101,3 +103,42 @@ def test_tags_can_be_forced_and_native_refuses_a_template_without_tools(tok):
         ValueError, match="tool_format=native, but the chat template does not render tools"
     ):
         run(tok, ["x"], tool_format="native")
+
+
+@pytest.mark.parametrize("tool_format", ["tags", "native"])
+def test_a_row_with_its_own_system_message_is_told_about_the_tools(tok, tool_format):
+    # experiment=multi_turn_tools: the arithmetic rows open with a system message
+    (row,) = arithmetic_rows(1, seed=0)
+    _, engine = run(tok, ["<answer>0</answer>"], row=row, tool_format=tool_format)
+    first = tok.decode(engine.prompts[0])
+    # one system message: the row's own text, a blank line, then the tools prompt
+    tools_prompt = SYSTEM_PROMPT if tool_format == "tags" else NATIVE_SYSTEM_PROMPT
+    assert first.count("<|im_start|>system") == 1
+    assert f"{ARITHMETIC_SYSTEM_PROMPT}\n\n{tools_prompt}" in first
+    # the tag protocol only where the model calls tools by tags (native: the template's <tools>)
+    assert ("<calculator>" in first) == (tool_format == "tags")
+    assert ("<tools>" in first) == (tool_format == "native")
+
+
+def test_a_custom_system_prompt_is_added_to_the_rows_own(tok):
+    (row,) = arithmetic_rows(1, seed=0)
+    _, engine = run(tok, ["<answer>0</answer>"], row=row, system_prompt="Use the tools.")
+    assert f"{ARITHMETIC_SYSTEM_PROMPT}\n\nUse the tools." in tok.decode(engine.prompts[0])
+    # and without a system message of its own, the custom prompt is the system message
+    _, engine = run(tok, ["<answer>0</answer>"], system_prompt="Use the tools.")
+    assert tok.decode(engine.prompts[0]).startswith("<|im_start|>system\nUse the tools.\n")
+
+
+def test_slow_calls_in_one_reply_time_out_within_the_env_step_limit(tok):
+    # 3 calls of a tool that sleeps 5 s, 1.2 s each, would run 3.6 s: past the loop's 3 s
+    # limit on env.step, which would cancel the step (reward 0, an env error). They share a
+    # deadline at 3 - min(1, 0.3) = 2.7 s instead, and the episode goes on to its answer.
+    sleep = CALL.replace('"calculator"', '"python"').replace(
+        '"expression": "6 * 7"', '"code": "import time; time.sleep(5)"'
+    )
+    replies = ["\n".join([sleep] * 3), "<answer>42</answer>"]
+    traj, _ = run(tok, replies, tool_timeout_s=1.2, step_timeout_s=3.0)
+    assert traj.env_errors == 0 and traj.reward == 1.0 and len(traj.turns) == 2
+    notes = tok.decode(traj.turns[0].appended_ids).split("<tool_response>\n")[1:]
+    assert len(notes) == 3 and notes[0].startswith("error: timed out after 1.2 s")
+    assert all(n.startswith(("error: timed out after ", "error: not run")) for n in notes)
