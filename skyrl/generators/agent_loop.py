@@ -9,7 +9,7 @@ over all turns) runs out. Env calls run in threads under ``timeout_s``; an env
 that raises or times out ends its trajectory with reward 0 and counts in
 ``env/errors``; the run goes on. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
-template's turn-end token when that is not EOS (``AgentLoop.turn_stop_ids``).
+template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 """
 
 from __future__ import annotations
@@ -59,11 +59,6 @@ class AgentLoop:
     ):
         self.engine = engine
         self.chat = ChatTokens(tokenizer)
-        end = self.chat.turn_end_id
-        self.turn_stop_ids = [] if end is None or end == self.chat.eos_id else [end]
-        """Stop ids every request gets beside the engine's EOS: the template's turn end when
-        it is not EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), so a
-        sampled turn end ends the reply instead of the model inventing the next turn."""
         self.parser = ToolCallParser(tokenizer, tool_parser)
         self.env_factory = env_factory
         self.settings = settings
@@ -117,7 +112,7 @@ class AgentLoop:
         version = await self.clock.dispatch_version()
         started = time.monotonic()
         stop_ids = list(sampling.stop_token_ids)
-        stop_ids += [t for t in self.turn_stop_ids if t not in stop_ids]
+        stop_ids += [t for t in self.chat.turn_stop_ids if t not in stop_ids]
         request = replace(sampling, n=1, seed=seed, stop_token_ids=stop_ids)
         out = await self.engine.generate(context, request, row.uid)
         return Turn(

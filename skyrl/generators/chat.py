@@ -42,6 +42,11 @@ class ChatTokens:
         """Whether the chat template renders ``tools=``."""
         self.eos_id: int = tokenizer.eos_token_id
         self.turn_end, self.turn_end_id, self.assistant_tail = self._turn_end()
+        end = self.turn_end_id
+        self.turn_stop_ids: list[int] = [] if end is None or end == self.eos_id else [end]
+        """Stop ids a reply needs beside the engine's EOS: the turn end when it is not EOS
+        (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), so a sampled turn end
+        ends the reply instead of the model inventing the next turn."""
 
     def _turn_end(self) -> tuple[str, int | None, str]:
         """``(turn_end, turn_end_id, assistant_tail)``: the template's text after an assistant

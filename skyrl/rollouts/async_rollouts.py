@@ -62,7 +62,7 @@ from skyrl.inference.client import EngineClient
 from skyrl.rollouts import dynamic_sampling as ds
 from skyrl.rollouts.base import WeightSyncTimeout
 from skyrl.rollouts.evaluation import evaluate_prompts
-from skyrl.rollouts.sync import base_seed, dump_rollouts, prompt_loader, shape_rewards
+from skyrl.rollouts.sync import base_seed, dump_rollouts, eval_seed, prompt_loader, shape_rewards
 from skyrl.tracking import metric_names as names
 
 T = TypeVar("T")
@@ -322,7 +322,7 @@ class AsyncRollouts:
     def evaluate(self) -> dict[str, float]:
         """Held-out prompts with eval sampling, beside the training stream."""
         metrics, _ = evaluate_prompts(
-            self.eval_generator, self.eval_rows, self.cfg.generator, base_seed(self.cfg, 0, 0)
+            self.eval_generator, self.eval_rows, self.cfg.generator, eval_seed(self.cfg)
         )
         return metrics
 

@@ -26,16 +26,15 @@ def evaluate_prompts(
     generator: Generator, rows: list[PromptRow], cfg: GeneratorConfig, seed: int
 ) -> tuple[dict[str, float], GeneratorOutput]:
     """Roll out ``generator.eval_n_samples_per_prompt`` samples of every row with
-    ``generator.eval_sampling`` from base seed ``generator.eval_sampling.seed``, or ``seed``
-    when that is unset (the callers derive it from the run seed); the ``eval/...`` metrics
+    ``generator.eval_sampling`` from base seed ``seed`` (``skyrl.rollouts.sync.eval_seed``);
+    the ``eval/...`` metrics
     (``eval/seconds`` included) and the rollouts."""
     started = time.perf_counter()
     n = cfg.eval_n_samples_per_prompt
     sampling = SamplingParams.from_config(
         cfg.eval_sampling, n=n, max_tokens=cfg.max_generate_length
     )
-    if sampling.seed is None:
-        sampling.seed = seed
+    sampling.seed = seed
     rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(rows)]
     out = generator.generate(rows, n, sampling)
     metrics = eval_metrics(out, n)

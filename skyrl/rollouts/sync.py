@@ -86,7 +86,7 @@ class SyncRollouts:
     def evaluate(self) -> dict[str, float]:
         """Held-out prompts with eval sampling: pass@1 (and pass@k) per data source."""
         metrics, _ = evaluate_prompts(
-            self.generator, self.eval_rows, self.cfg.generator, base_seed(self.cfg, 0, 0)
+            self.generator, self.eval_rows, self.cfg.generator, eval_seed(self.cfg)
         )
         return metrics
 

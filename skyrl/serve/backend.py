@@ -215,11 +215,9 @@ class OpenAIBackend:
 
     @functools.cached_property
     def turn_stop_ids(self) -> list[int]:
-        """Stop ids of chat requests beside the engine's EOS: the template's turn end when it
-        is not EOS (read from the template on the first chat request)."""
-        chat = ChatTokens(self.tokenizer)
-        end = chat.turn_end_id
-        return [] if end is None or end == chat.eos_id else [end]
+        """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``,
+        read from the template on the first chat request)."""
+        return ChatTokens(self.tokenizer).turn_stop_ids
 
     # -- endpoints -------------------------------------------------------------------
 

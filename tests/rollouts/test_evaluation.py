@@ -15,6 +15,7 @@ from skyrl.inference.hf import HFEngine
 from skyrl.models import build_tiny_model
 from skyrl.rollouts.evaluation import evaluate_prompts
 from skyrl.rollouts.sync import base_seed
+from skyrl.rollouts.sync import eval_seed as eval_base_seed
 
 ROWS = [PromptRow("What is 12 + 7?", "s", {}), PromptRow("def add", "s", {})]
 
@@ -42,7 +43,7 @@ def generator_and_seeds():
 
 def _eval(generator_and_seeds, eval_seed: int | None, trainer_seed: int = 42):
     """The eval's responses and request seeds (2 prompts x 2 samples at T=1), called as the
-    trainer and skyrl-eval call it: base seed ``base_seed(cfg, 0, 0)``."""
+    trainer and skyrl-eval call it: base seed ``skyrl.rollouts.sync.eval_seed(cfg)``."""
     generator, seeds = generator_and_seeds
     g = GeneratorConfig(
         max_generate_length=8,
@@ -51,7 +52,7 @@ def _eval(generator_and_seeds, eval_seed: int | None, trainer_seed: int = 42):
     )
     cfg = SkyRLConfig(generator=g, trainer=TrainerConfig(seed=trainer_seed))
     seeds.clear()
-    _, out = evaluate_prompts(generator, ROWS, cfg.generator, base_seed(cfg, 0, 0))
+    _, out = evaluate_prompts(generator, ROWS, cfg.generator, eval_base_seed(cfg))
     return out.response_token_ids, sorted(seeds), cfg
 
 
