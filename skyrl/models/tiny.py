@@ -106,7 +106,7 @@ def _cache_key(arch: str, seed: int, config_kwargs: dict, vocab_size: int) -> st
             "seed": seed,
             "cfg": config_kwargs,
             "vocab": vocab_size,
-            "v": 1,
+            "v": 2,
             "template": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:8],
         },  # fmt: skip
         sort_keys=True,
@@ -174,10 +174,14 @@ def _build_into(out: Path, arch: str, seed: int, vocab_size: int, overrides: dic
     config = _model_config(arch, len(tokenizer), tokenizer, **overrides)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():  # a wider init than 0.02 so the random model is not uniform
+    # A wider init than 0.02 so the random model is not uniform. One generator draws
+    # every matrix in turn, so no two are equal (k and v, gate and up, the layers, the
+    # untied embedding and head): a test that swaps two of them sees it.
+    draws = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2:
-                p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(seed + p.numel()))
+                p.normal_(0.0, 0.2, generator=draws)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )

@@ -38,3 +38,15 @@ def test_deterministic_and_cached(tmp_path):
         assert torch.equal(p, q), n
     other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=4))
     assert not torch.equal(other.lm_head.weight, ma.lm_head.weight)
+
+
+def test_no_two_weight_matrices_are_equal():
+    """Each matrix has its own draw, so a test that swaps k and v, gate and up, two
+    layers, or the untied embedding and head sees different numbers."""
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model())
+    mats = [(n, p) for n, p in model.named_parameters() if p.dim() >= 2]
+    assert len(mats) == 2 * 7 + 2  # q k v o gate up down per layer, embed and head
+    for i, (n, p) in enumerate(mats):
+        for m, q in mats[i + 1 :]:
+            same_shape = p.shape == q.shape
+            assert not (same_shape and torch.equal(p, q)), f"{n} == {m}"
