@@ -25,6 +25,8 @@ import numbers
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
+
 from skyrl.config.errors import ConfigError
 from skyrl.data.prompts import PromptRow
 from skyrl.generators.trajectory import DriverContext, Trajectory
@@ -197,8 +199,9 @@ class HarnessDriver:
             source = "generator.agent_reward_fn"
         else:
             source = "the agent"
-        # any real number (numpy's, a bool) as the built-in loop's float(StepResult.reward)
-        if not isinstance(result, numbers.Real):
+        # any real number (numpy's, a bool, numpy's bool) as the built-in loop's
+        # float(StepResult.reward); numpy's bool is no numbers.Real, so it is named
+        if not isinstance(result, (numbers.Real, np.bool_)):
             raise TypeError(f"{source} returned {result!r}, not a number (the reward)")
         reward = float(result)
         if not math.isfinite(reward):

@@ -143,6 +143,7 @@ REWARDS = [
     (np.int64(2), 2.0),
     (Fraction(1, 4), 0.25),
     (True, 1.0),  # as the built-in loop takes float(StepResult.reward)
+    (np.bool_(True), 1.0),  # what `answer == gold` gives on numpy values
     (3, 3.0),
     (float("nan"), None),
     (np.float32("inf"), None),
