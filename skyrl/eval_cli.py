@@ -40,8 +40,6 @@ from skyrl.config.root import SkyRLConfig
 EVAL_RUN_DIR = "hydra.run.dir=outputs/eval/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 """Where an eval's Hydra run directory goes unless the command line says otherwise."""
 RESULTS_FILE = "eval_results.json"
-TRAIN_FILES_RULE = "error: data.train_files: source=files needs"
-"""The start of the error line of the data schema's rule that an eval has no use for."""
 SAMPLES_SUFFIX = ".samples.jsonl"
 """The samples file is the output file's name with this in place of its suffix."""
 
@@ -318,9 +316,13 @@ def _check_command_line() -> None:
 
 def _is_train_files_rule(problem: Exception | None) -> bool:
     """Whether ``problem`` is the data schema's "source=files needs a training file" rule."""
-    from skyrl.config.cli_errors import one_line_error
+    from skyrl.config.data import NO_TRAIN_FILES
 
-    return problem is not None and one_line_error(problem).startswith(TRAIN_FILES_RULE)
+    return (
+        isinstance(problem, ConfigError)
+        and problem.key == "data.train_files"
+        and problem.message == NO_TRAIN_FILES
+    )
 
 
 def main() -> None:

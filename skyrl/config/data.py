@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from skyrl.config.errors import require, require_choice
 
+NO_TRAIN_FILES = "source=files needs at least one training file"
+"""The message of the rule an eval, which reads no training files, has no use for."""
+
 
 @dataclass
 class DataConfig:
@@ -49,5 +52,5 @@ class DataConfig:
             require(
                 len(self.train_files) > 0,
                 "train_files",
-                "source=files needs at least one training file",
+                NO_TRAIN_FILES,
             )
