@@ -31,11 +31,11 @@ def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]
         / len(trajs),
         names.REWARD: sum(t.reward for t in trajs) / len(trajs),
         names.ENV_ERRORS: float(sum(t.env_errors for t in trajs)),
-        "generate/tokens_per_s": sum(gen_lens) / max(elapsed_s, 1e-9),
+        names.GENERATE_TOKENS_PER_S: sum(gen_lens) / max(elapsed_s, 1e-9),
         names.GENERATE_SECONDS: elapsed_s,
     }
     for source, vals in passes.items():
-        m[f"generate/pass@{n_samples}/{source}"] = sum(vals) / len(vals)
+        m[f"{names.PASS_AT_PREFIX}{n_samples}/{source}"] = sum(vals) / len(vals)
     for tr in trajs:
         for key, value in tr.counts.items():
             m[key] = m.get(key, 0.0) + value

@@ -123,7 +123,7 @@ class SyncRollouts:
             flat += [u for u in ds.group_rows(out) if u not in informative]
             if len(good) >= need or len(rounds) >= a.max_sample_batches:
                 break
-        metrics = merge_rollout_metrics([r.metrics for r in rounds])
+        metrics = merge_rollout_metrics(rounds)
         if a.dynamic_sampling == "filter":
             uids, ds_metrics = filled_batch(good, flat, need, len(rounds))
             picked = ds.keep_groups(GeneratorOutput.concat(generated), uids)
@@ -223,21 +223,35 @@ def filled_batch(
     return (good + flat)[:need], metrics
 
 
-def merge_rollout_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
-    """Rollout metrics of several sampling rounds: maxima as max, counts and seconds summed,
-    the rest averaged (rounds have the same number of prompts)."""
+def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
+    """Rollout metrics of a step's sampling rounds, as of all their samples together: maxima
+    as max, counts and seconds summed, tokens per second as all tokens over all seconds,
+    ``pass@n/<source>`` weighted by the prompts each round drew of the source, the rest
+    averaged (every round samples the same number of prompts)."""
     if len(rounds) == 1:
-        return dict(rounds[0])
+        return dict(rounds[0].metrics)
+    seconds = [r.metrics.get(names.GENERATE_SECONDS, 0.0) for r in rounds]
     out = {}
-    for key in rounds[0]:
-        values = [r[key] for r in rounds if key in r]
+    for key in dict.fromkeys(k for r in rounds for k in r.metrics):
+        values = [r.metrics[key] for r in rounds if key in r.metrics]
         if key.endswith("_max"):
             out[key] = max(values)
         elif key in (names.ENV_ERRORS, names.GENERATE_SECONDS) or key.startswith("agent/"):
             out[key] = sum(values)
+        elif key == names.GENERATE_TOKENS_PER_S:
+            tokens = sum(r.metrics.get(key, 0.0) * s for r, s in zip(rounds, seconds, strict=True))
+            out[key] = tokens / max(sum(seconds), 1e-9)
+        elif key.startswith(names.PASS_AT_PREFIX):
+            source = key.rsplit("/", 1)[1]
+            weights = [len(_prompts_of(r, source)) for r in rounds if key in r.metrics]
+            out[key] = sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
         else:
             out[key] = sum(values) / len(values)
     return out
+
+
+def _prompts_of(out: GeneratorOutput, source: str) -> set[str]:
+    return {u for u, s in zip(out.uids, out.data_sources, strict=True) if s == source}
 
 
 def dump_rollouts(out: GeneratorOutput, tokenizer, path: Path) -> None:

@@ -260,3 +260,34 @@ def test_check_dynamic_filter_checks_the_config():
     source.cfg.algorithm.dynamic_filter = "no_such_filter"
     with pytest.raises(ConfigError, match=r"^algorithm\.dynamic_filter: unknown group filter"):
         ds.check_dynamic_filter(source.cfg)
+
+
+def test_rounds_merge_into_the_metrics_of_all_their_samples():
+    """Two sampling rounds of one step: the speed is all tokens over all seconds, pass@n per
+    source is weighted by the prompts each round drew of it, and a key only a later round
+    has is kept."""
+    from skyrl.rollouts.sync import merge_rollout_metrics
+
+    first = _output({"u1": [1.0, 0.0], "u2": [0.0, 0.0]})  # 2 prompts of source a
+    first.metrics = {
+        "generate/tokens_per_s": 100.0,  # 100 tokens in 1 s
+        names.GENERATE_SECONDS: 1.0,
+        "generate/pass@2/a": 0.5,  # u1 passes, u2 does not
+        names.REWARD: 0.25,
+    }
+    second = _output({"u3": [1.0, 1.0], "u4": [0.0, 1.0]})
+    second.data_sources = ["a", "a", "b", "b"]  # u3 of source a, u4 of source b
+    second.metrics = {
+        "generate/tokens_per_s": 100.0 / 9.0,  # 100 tokens in 9 s
+        names.GENERATE_SECONDS: 9.0,
+        "generate/pass@2/a": 1.0,
+        "generate/pass@2/b": 1.0,
+        names.REWARD: 0.75,
+    }
+    merged = merge_rollout_metrics([first, second])
+    assert merged["generate/tokens_per_s"] == pytest.approx(200 / 10)  # not (100 + 11.1) / 2
+    assert merged[names.GENERATE_SECONDS] == 10.0
+    # source a: 3 prompts (u1, u2, u3), 2 pass: 2/3, not the rounds' mean (0.5 + 1) / 2
+    assert merged["generate/pass@2/a"] == pytest.approx(2 / 3)
+    assert merged["generate/pass@2/b"] == 1.0  # only the second round drew b
+    assert merged[names.REWARD] == 0.5  # rounds of equal samples: their mean
