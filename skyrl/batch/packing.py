@@ -245,6 +245,8 @@ class PackedMicroBatch:
       its first row: a shared prompt holds no loss token); ``row_fields``: per-row fields
       ``[n]`` (``rewards``).
     - ``sample_count``: real (non-padding) rows; 0 for an empty filler micro batch.
+    - ``padding_rows``: per row of ``row_indices``, whether it is a data-parallel padding row
+      (a zero-loss copy: computed, but no data).
     - ``token_masks``: per row the boolean ``[S]`` mask of its real tokens (for unpack).
     """
 
@@ -259,6 +261,7 @@ class PackedMicroBatch:
     sample_count: int
     seq_len: int
     token_masks: torch.Tensor = field(repr=False)
+    padding_rows: list[bool] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -270,6 +273,11 @@ class PackedMicroBatch:
     def sequence_tokens(self) -> int:
         """Real tokens of the rows, a shared prompt counted once per row."""
         return sum(self.seq_lens)
+
+    @property
+    def padding_tokens(self) -> int:
+        """Tokens of padding rows (never sharing a prompt: each has a uid of its own)."""
+        return sum(n for n, pad in zip(self.seq_lens, self.padding_rows, strict=False) if pad)
 
     @property
     def is_empty(self) -> bool:
@@ -395,6 +403,7 @@ def _pack_units(
         sample_count=sum(not is_padding[r] for r in rows),
         seq_len=attention.shape[1],
         token_masks=attention,
+        padding_rows=[bool(is_padding[r]) for r in rows],
     )
 
 
@@ -484,30 +493,38 @@ def micro_batch_metrics(
 ) -> dict[str, float]:
     """Step metrics of one rank's micro batches (sum them over mini-batches/ranks
     as needed; throughput should use ``local_tokens``, the real packed tokens, which count a
-    shared prompt once; ``shared_prefix_tokens`` is what sharing saved).
+    shared prompt once; ``shared_prefix_tokens`` is what sharing saved; ``padding_tokens``
+    what data-parallel padding rows cost on top).
 
     ``fill_ratio`` = real tokens / (micro batches x cap).
     """
+    padding = sum(mb.padding_tokens for mb in micro_batches)
     tokens = [mb.num_tokens for mb in micro_batches]
+    real = sum(tokens) - padding
     loss_tokens = sum(
         float(mb.token_fields["loss_mask"].sum())
         for mb in micro_batches
         if "loss_mask" in mb.token_fields and not mb.is_empty
     )
+    data_lens = [
+        n
+        for mb in micro_batches
+        for n, pad in zip(mb.seq_lens, mb.padding_rows or [False] * len(mb.seq_lens), strict=True)
+        if not pad
+    ]
     metrics = {
-        "local_tokens": float(sum(tokens)),
+        "local_tokens": float(real),
         "local_loss_tokens": loss_tokens,
         "local_samples": float(sum(mb.sample_count for mb in micro_batches)),
         "local_micro_batches": float(len(micro_batches)),
         "max_micro_batch_tokens": float(max(tokens, default=0)),
         "micro_batch_max_tokens": float(max_tokens),
-        "fill_ratio": sum(tokens) / (len(micro_batches) * max_tokens) if micro_batches else 0.0,
-        "oversized_sequences": float(
-            sum(n > max_tokens for mb in micro_batches for n in mb.seq_lens)
-        ),
+        "fill_ratio": real / (len(micro_batches) * max_tokens) if micro_batches else 0.0,
+        "oversized_sequences": float(sum(n > max_tokens for n in data_lens)),
         "shared_prefix_tokens": float(
             sum(mb.sequence_tokens - mb.num_tokens for mb in micro_batches)
         ),
+        "padding_tokens": float(padding),
     }
     if rank_token_imbalance is not None:
         metrics["rank_token_imbalance"] = float(rank_token_imbalance)

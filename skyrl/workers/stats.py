@@ -90,10 +90,13 @@ class PackingStats:
     max_micro_batch_tokens: float
     """Tokens of the fullest micro batch: max over ranks and mini-batches."""
     micro_batch_max_tokens: float
-    """The token budget per micro batch: the same everywhere."""
+    """The token budget per micro batch; combined, the mean budget of the micro batches run
+    (the budget itself when every rank has the same; GPU ranks size theirs from their own
+    free memory)."""
     fill_ratio: float
-    """``local_tokens / (local_micro_batches x micro_batch_max_tokens)``, recomputed from the
-    totals whenever records are combined."""
+    """``local_tokens / (local_micro_batches x micro_batch_max_tokens)``: real tokens over
+    the budgets of the micro batches run, recomputed from the totals whenever records are
+    combined."""
     oversized_sequences: float
     """Sequences longer than the budget (each packed alone)."""
     shared_prefix_tokens: float = 0.0
@@ -102,13 +105,17 @@ class PackingStats:
     rank_token_imbalance: float = 1.0
     """Tokens of the busiest rank / the least busy one: per mini-batch over its ranks; the
     step reports the max over its mini-batches."""
+    padding_tokens: float = 0.0
+    """Tokens of the zero-loss rows that pad a mini-batch to the data-parallel size: computed,
+    but not in ``local_tokens``."""
 
     @staticmethod
     def combine(parts: Sequence[PackingStats], rank_token_imbalance: float) -> PackingStats:
         """The record of several disjoint parts (ranks of a mini-batch, mini-batches of a step)."""
         tokens = sum(p.local_tokens for p in parts)
         micro = sum(p.local_micro_batches for p in parts)
-        cap = parts[0].micro_batch_max_tokens
+        capacity = sum(p.local_micro_batches * p.micro_batch_max_tokens for p in parts)
+        cap = capacity / micro if micro else parts[0].micro_batch_max_tokens
         return PackingStats(
             local_tokens=tokens,
             local_loss_tokens=sum(p.local_loss_tokens for p in parts),
@@ -116,10 +123,11 @@ class PackingStats:
             local_micro_batches=micro,
             max_micro_batch_tokens=max(p.max_micro_batch_tokens for p in parts),
             micro_batch_max_tokens=cap,
-            fill_ratio=tokens / (micro * cap) if micro and cap else 0.0,
+            fill_ratio=tokens / capacity if capacity else 0.0,
             oversized_sequences=sum(p.oversized_sequences for p in parts),
             shared_prefix_tokens=sum(p.shared_prefix_tokens for p in parts),
             rank_token_imbalance=rank_token_imbalance,
+            padding_tokens=sum(p.padding_tokens for p in parts),
         )
 
 

@@ -240,3 +240,18 @@ def test_without_sharing_every_row_is_packed_whole():
     (mb,) = plan_micro_batches(chunk, max_tokens=22)
     assert mb.num_tokens == mb.sequence_tokens == 22
     assert micro_batch_metrics([mb], 22)["shared_prefix_tokens"] == 0
+
+
+def test_padding_rows_are_computed_but_not_counted_as_data():
+    """dp padding copies row 0: its tokens are computed (``padding_tokens``) but are neither
+    ``local_tokens`` nor an oversized sequence of the data."""
+    chunk = pad_training_input_batch(make_chunk([20, 6, 6]), 1)  # row 3 copies the 20-row
+    micro = plan_micro_batches(chunk, 16)
+    metrics = micro_batch_metrics(micro, 16)
+    assert metrics["local_tokens"] == 20 + 6 + 6  # 32, not 52
+    assert metrics["padding_tokens"] == 20
+    assert metrics["oversized_sequences"] == 1  # the real 20-token row only
+    assert metrics["local_samples"] == 3
+    # 3 micro batches ([20], [20 padding], [6 6]) of 16: real fill 32 / 48
+    assert metrics["local_micro_batches"] == 3
+    assert metrics["fill_ratio"] == pytest.approx(32 / 48)

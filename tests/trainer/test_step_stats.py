@@ -156,3 +156,26 @@ def test_loss_sums_read_the_loss_metric_convention():
     assert sums + LossSums() == sums
     with pytest.raises(ValueError, match="'policy_loss' is neither a token count"):
         LossSums.from_loss_metrics(0.7, {"policy_loss": 0.7})
+
+
+def test_ranks_with_different_budgets_combine_into_the_fill_of_their_capacity():
+    """GPU ranks size their budgets from their own free memory: rank 0 runs 2 micro batches
+    of 4096, rank 1 two of 8192, each 95% full. Fill = (2*4096*0.95 + 2*8192*0.95) /
+    (2*4096 + 2*8192) = 0.95 (rank 0's budget alone gave 1.425); the combined budget is the
+    mean per micro batch, (2*4096 + 2*8192) / 4 = 6144, and combining again keeps both."""
+
+    def rank(cap: float) -> TrainStats:
+        pack = PackingStats(
+            local_tokens=2 * cap * 0.95, local_loss_tokens=1.0, local_samples=2.0,
+            local_micro_batches=2.0, max_micro_batch_tokens=cap * 0.95,
+            micro_batch_max_tokens=cap, fill_ratio=0.95, oversized_sequences=0.0,
+        )  # fmt: skip
+        return record(0.1, 1, pack=pack)
+
+    combined = combine_ranks([rank(4096.0), rank(8192.0)])
+    assert combined.packing.fill_ratio == pytest.approx(0.95, abs=1e-12)
+    assert combined.packing.micro_batch_max_tokens == 6144.0
+    metrics = step_metrics(POLICY, [combined, combine_ranks([rank(4096.0), rank(4096.0)])])
+    # 3 * 2 micro batches of 4096 and 2 of 8192: capacity 40960, fill still 0.95
+    assert metrics[POLICY.pack("fill_ratio")] == pytest.approx(0.95, abs=1e-12)
+    assert metrics[POLICY.pack("micro_batch_max_tokens")] == 40960 / 8
