@@ -170,7 +170,8 @@ class TrainingInputBatch:
 
     # ---- new batches ----------------------------------------------------------
     def select_rows(self, index: RowIndex) -> TrainingInputBatch:
-        """Rows by int, slice, or index list/array/tensor (in the given order)."""
+        """Rows by int, slice, index list/array/tensor (in the given order), or boolean mask
+        of ``len(self)`` (the rows it marks)."""
         if isinstance(index, int):
             index = slice(index, index + 1 if index != -1 else None)
         if isinstance(index, slice):
@@ -179,7 +180,14 @@ class TrainingInputBatch:
                 k: (v[index] if isinstance(v, list) else v) for k, v in self.metadata.items()
             }
             return TrainingInputBatch(tensors, metadata)
-        idx = torch.as_tensor(np.asarray(index, dtype=np.int64).reshape(-1))
+        if isinstance(index, torch.Tensor):
+            index = index.detach().cpu().numpy()
+        rows = np.asarray(index).reshape(-1)
+        if rows.dtype == np.bool_:
+            if len(rows) != len(self):
+                raise ValueError(f"mask of {len(rows)} rows for a batch of {len(self)}")
+            rows = np.flatnonzero(rows)
+        idx = torch.as_tensor(rows.astype(np.int64))
         idx_list = idx.tolist()
         tensors = {k: v.index_select(0, idx.to(v.device)) for k, v in self.tensors.items()}
         metadata = {

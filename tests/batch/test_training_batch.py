@@ -127,3 +127,16 @@ def test_pad_zeroes_loss_weights_and_rejects_negative():
     assert pad_training_input_batch(b, 2).loss_weights[4:].sum() == 0
     with pytest.raises(ValueError, match="pad_size"):
         pad_training_input_batch(b, -1)
+
+
+def test_a_boolean_mask_selects_the_rows_it_marks():
+    """``batch[batch.rewards > 1]`` keeps rows 2 and 3 (rewards 0, 1, 2, 3), not rows 0 and
+    1 as 0/1 row numbers; a mask of the wrong length is refused."""
+    batch = make_batch()
+    picked = batch[batch.rewards > 1]
+    assert picked.metadata["trajectory_ids"] == ["t2", "t3"]
+    assert picked.rewards.tolist() == [2.0, 3.0]
+    assert batch[[True, False, True, False]].metadata["trajectory_ids"] == ["t0", "t2"]
+    assert len(batch[torch.zeros(4, dtype=torch.bool)]) == 0
+    with pytest.raises(ValueError, match="mask of 3 rows for a batch of 4"):
+        batch[[True, False, True]]
