@@ -30,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -72,9 +73,10 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     path = Path(typed.eval.output_file or out / RESULTS_FILE).expanduser()
     samples = samples_file_for(path)
     _check_output_files(path, samples)
+    rows, tokenizer = _eval_rows(typed)  # before any weights are read
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
         typed, label = _weights_to_evaluate(typed, Path(scratch))
-        metrics, num_prompts = _run_eval(typed, samples)
+        metrics, num_prompts = _run_eval(typed, rows, tokenizer, samples)
     result = EvalResult(label, metrics, num_prompts, path, samples)
     _write_results(result, typed)
     print(format_eval_table(result, typed), flush=True)
@@ -149,6 +151,21 @@ def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, 
     return _with_model(cfg, hf_dir), str(ckpt)
 
 
+def _tokenizer_to_evaluate(cfg: SkyRLConfig) -> str:
+    """The tokenizer directory of what ``_weights_to_evaluate`` will load (nothing exported)."""
+    from skyrl.config.preflight import local_model_paths
+
+    target = cfg.eval.checkpoint
+    if target is not None:
+        path = Path(target).expanduser()
+        if (path / "final_hf" / "config.json").is_file():
+            return str(path / "final_hf")
+        cfg = _run_model(cfg, _checkpoint_with_weights(target, path))
+    tokenizer_path = local_model_paths(cfg).model.tokenizer_path
+    assert tokenizer_path is not None  # local_model_paths sets it
+    return tokenizer_path
+
+
 def _checkpoint_with_weights(target: str, path: Path) -> Path:
     """The checkpoint ``eval.checkpoint`` (``target``, at ``path``) names, its policy weights
     on disk (the files ``policy_state_dict`` reads; checked, not read)."""
@@ -197,27 +214,37 @@ def _with_model(cfg: SkyRLConfig, model_dir: Path) -> SkyRLConfig:
     return dataclasses.replace(cfg, model=model)
 
 
-def _run_eval(cfg: SkyRLConfig, samples_file: Path) -> tuple[dict[str, float], dict[str, int]]:
-    """The eval pass on the engines ``generator`` names, its samples written to
-    ``samples_file``; the metrics and the prompts per source."""
-    from collections import Counter
-
+def _eval_rows(cfg: SkyRLConfig) -> tuple[list, Any]:
+    """The eval prompts (``data.overlong_prompts`` applied) and the tokenizer of the weights
+    to evaluate (the checkpoint's run's, or the model's), refused when there are none; the
+    env and agent checked. No weights are read."""
     from skyrl.config.preflight import check_env_and_agent, load_tokenizer
     from skyrl.data import load_checked_prompts
-    from skyrl.generators import VersionClock, make_generator
-    from skyrl.inference.factory import make_engine
-    from skyrl.rollouts.evaluation import evaluate_prompts
-    from skyrl.rollouts.sync import dump_rollouts, eval_seed
 
     check_env_and_agent(cfg)
-    assert cfg.model.tokenizer_path is not None  # _weights_to_evaluate resolved it
-    tokenizer = load_tokenizer(cfg, cfg.model.tokenizer_path)
-    rows = load_checked_prompts(cfg, "eval", tokenizer)  # data.overlong_prompts applies
+    tokenizer_path = _tokenizer_to_evaluate(cfg)
+    tokenizer = load_tokenizer(cfg, tokenizer_path)
+    rows = load_checked_prompts(cfg, "eval", tokenizer)
     if not rows:
         raise ConfigError(
             "data.num_eval_prompts" if cfg.data.source != "files" else "data.eval_files",
             "no eval prompts to evaluate on",
         )
+    return rows, tokenizer
+
+
+def _run_eval(
+    cfg: SkyRLConfig, rows: list, tokenizer: Any, samples_file: Path
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The eval pass over ``rows`` on the engines ``generator`` names, its samples written to
+    ``samples_file``; the metrics and the prompts per source."""
+    from collections import Counter
+
+    from skyrl.generators import VersionClock, make_generator
+    from skyrl.inference.factory import make_engine
+    from skyrl.rollouts.evaluation import evaluate_prompts
+    from skyrl.rollouts.sync import dump_rollouts, eval_seed
+
     g = cfg.generator
     if g.num_engines > 1 or g.num_gpus_per_engine > 0:
         from skyrl.api import start_ray

@@ -214,6 +214,11 @@ Z3_STATE = "z3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
             "error: eval.checkpoint: z3: z3/policy/state holds ZeRO-3 partitions without",
         ),
         ({}, "data=fake", "error: data.source: fake has no prompts"),
+        (  # a checkpoint with weights, but nothing to evaluate them on: no export first
+            {"ck/trainer_state.json": "{}", "ck/policy/state/mp_rank_00_model_states.pt": ""},
+            "eval.checkpoint=ck data.num_eval_prompts=0",
+            "error: data.num_eval_prompts: no eval prompts to evaluate on",
+        ),
         ({}, "data.source=files", "error: data.eval_files: source=files needs at least one"),
         (
             {},
