@@ -1,12 +1,13 @@
-"""LoRA vs full weights on SmolLM2-135M-Instruct, the main job's layout (2 DeepSpeed policy
-ranks, ZeRO 0, fp32; one in-process vLLM engine).
+"""LoRA vs full weights on SmolLM2-135M-Instruct, the main job's layout (its config's
+``trainer.dp_size`` DeepSpeed policy ranks, ``zero_stage`` and ``precision``: 1 rank, ZeRO 0,
+fp32 as of this writing; one in-process vLLM engine). The table's title prints the layout.
 
 Run: ``python tests/bench/bench_lora.py [--rank 16] [--backend vllm|hf] [--main-job]``.
 
 For each of ``full`` (rank 0), ``adapter`` (rank r, ``trainer.lora_sync=adapter``) and
 ``merged`` (rank r, ``trainer.lora_sync=merged``): the bytes one weight sync sends and its
 seconds (object store into the engine; median of ``REPEATS`` after a warm-up), the Adam
-state over both ranks, one training step on a main-job-sized batch (8 prompts x 4 samples of
+state over all ranks, one training step on a main-job-sized batch (8 prompts x 4 samples of
 fake rollouts, up to 192 tokens; the step's train and logprob-forward seconds, best of
 ``REPEATS``), and each rank's peak resident memory (``VmHWM``) after it.
 
@@ -97,7 +98,9 @@ def bench_mode(mode: str, rank: int, backend: str) -> dict[str, float]:
         def weights(mb):
             return compute_loss_weights("token_mean", mb.loss_mask, mb.metadata["uids"], 192)
 
-        staged = MeshDispatch.stage_chunks(2, batch, bounds, loss_weights_fn=weights)
+        staged = MeshDispatch.stage_chunks(
+            cfg.trainer.dp_size, batch, bounds, loss_weights_fn=weights
+        )
         forward_s = min(repeat_times(lambda: policy.forward(staged, len(batch))))
         train_s = min(repeat_times(lambda: policy.train_mini_batch(staged[0])))
         peak = [peak_rss_mb(pid) for pid in policy.run("pid")]
@@ -143,6 +146,12 @@ def main() -> None:
 
     import ray
 
+    import skyrl
+    from skyrl.config.validate import resolve_precision, validate
+
+    cfg = validate(skyrl.compose([f"generator={args.backend}"]))
+    t = cfg.trainer
+    layout = f"dp {t.dp_size} ZeRO-{t.zero_stage} {resolve_precision(cfg)}"
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     rows = {
         mode: bench_mode(mode, args.rank, args.backend) for mode in ("full", "adapter", "merged")
@@ -150,7 +159,7 @@ def main() -> None:
     ray.shutdown()
     columns = list(rows["full"])
     print(
-        f"\nLoRA rank {args.rank} vs full, SmolLM2-135M fp32, dp 2 ZeRO-0, {args.backend} "
+        f"\nLoRA rank {args.rank} vs full, SmolLM2-135M, {layout}, {args.backend} "
         f"engine, {os.cpu_count()} CPUs; train/fwd: {PROMPTS}x{SAMPLES} fake rollouts"
     )
     print(f"{'mode':<8} " + " ".join(f"{c:>14}" for c in columns))

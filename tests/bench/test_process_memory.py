@@ -10,7 +10,17 @@ import textwrap
 import time
 
 import pytest
-from process_memory import PeakTreeMemory, TreePss, available, children_of, resident_slack
+from process_memory import (
+    PAGE_BYTES,
+    PeakTreeMemory,
+    ProcessRead,
+    TreePss,
+    available,
+    children_of,
+    minor_faults,
+    resident_slack,
+    shared_anon_bytes,
+)
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs Linux /proc/<pid>/smaps_rollup")
 
@@ -144,3 +154,97 @@ def test_a_process_that_goes_makes_a_full_read_and_leaves_the_total():
         assert 100 * MIB <= both - after < 125 * MIB
     finally:
         proc.wait(timeout=60)
+
+
+def test_copy_on_write_after_a_fork_makes_a_full_read():
+    # a child writes 64 MiB and forks; the grandchild shares those pages until it rewrites
+    # them, which copies each one (copy on write): the tree's PSS grows by 64 MiB while no
+    # resident size moves (the grandchild maps as many pages as before). Before the rewrite
+    # each process counts half the buffer (32 + 32 MiB), after it each counts its own 64 MiB
+    child = textwrap.dedent("""
+        import os, sys
+        buf = bytearray(64 << 20)
+        for i in range(0, len(buf), 4096):
+            buf[i] = 1
+        if os.fork() == 0:
+            sys.stdin.readline()
+            for i in range(0, len(buf), 4096):
+                buf[i] = 2
+            print("rewritten", flush=True)
+            sys.stdin.readline()
+            os._exit(0)
+        print("forked", flush=True)
+        os.wait()
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "forked\n"
+        tree = TreePss(proc.pid)
+        shared = tree.total_bytes()  # a full read: the first
+        assert len(children_of(proc.pid)) == 2
+        reads = tree.full_reads
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "rewritten\n"
+        rewritten = tree.total_bytes()
+        assert tree.full_reads == reads + 1
+        # 64 MiB of copies, plus the interpreter pages the grandchild copied by running
+        # (refcounts): a few MiB
+        assert 64 * MIB <= rewritten - shared < 72 * MIB
+    finally:
+        proc.stdin.write("done\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_faults_without_shared_pages_make_no_full_read():
+    # a process that shares no anonymous pages faults 20 x 50 MiB of fresh pages in, and
+    # frees them (malloc churn, as a training step's activations): its resident size ends
+    # where it began, and only a copy on write could have moved its PSS unseen: no full read
+    churn = textwrap.dedent("""
+        import sys
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for _ in range(20):
+            b = b"x" * (50 << 20)
+            del b
+        print("churned", flush=True)
+        sys.stdin.readline()
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", churn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        tree = TreePss(proc.pid)
+        tree.total_bytes()
+        reads, faults = tree.full_reads, minor_faults(proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "churned\n"
+        tree.total_bytes()
+        assert minor_faults(proc.pid) - faults >= 20 * (50 * MIB // PAGE_BYTES)
+        assert tree.full_reads == reads
+    finally:
+        proc.stdin.write("done\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_unseen_bytes_bound_a_copy_on_write_by_the_shared_pages():
+    # 100 MiB anonymous, counted 60 MiB in PSS: 40 MiB less, which n >= 2 sharers make out of
+    # at most 80 MiB of shared pages (each counts 1 - 1/n >= 1/2 less); none shared at all
+    # where Anonymous = Pss_Anon; all of Anonymous where Pss_Anon is not reported
+    assert shared_anon_bytes({"Anonymous": 100 * MIB, "Pss_Anon": 60 * MIB}) == 80 * MIB
+    assert shared_anon_bytes({"Anonymous": 100 * MIB, "Pss_Anon": 100 * MIB}) == 0
+    assert shared_anon_bytes({"Anonymous": 100 * MIB}) == 100 * MIB
+    read = ProcessRead(pss=50 * MIB, resident=100 * MIB, minor_faults=1000, shared_anon=2 * MIB)
+    pages = MIB // PAGE_BYTES
+    # 1 MiB of faults, all possibly copies: 1 MiB; plus 3 MiB of resident growth
+    assert read.unseen_bytes(103 * MIB, 1000 + pages) == 4 * MIB
+    # 10 MiB of faults, but only 2 MiB shared to copy: 2 MiB; the resident size fell 1 MiB
+    assert read.unseen_bytes(99 * MIB, 1000 + 10 * pages) == 3 * MIB
