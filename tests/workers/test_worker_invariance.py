@@ -272,6 +272,59 @@ def test_a_refused_step_leaves_no_gradient_behind_under_zero(
         group.shutdown()
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_an_inf_gradient_under_a_finite_loss_refuses_the_step(
+    ray_cluster, tiny_model_path, batch, zero_stage
+):
+    """One gradient entry on rank 0 is inf (a hook on one weight's gradient), every loss is
+    finite. At ZeRO 0/1 the worker finds it in the local gradients; at 2/3 they live in the
+    optimizer's partitions and DeepSpeed's own check of the step's grad norm skips the step
+    (the worker reported DeepSpeed's inf grad norm and counted the skipped step in
+    ``global_steps``). Either way: no weight, schedule or step count moves, the grad norm is
+    NaN, and the next step is a fresh first step."""
+
+    def poison(worker):  # nested: Ray pickles it by value into the actor
+        name = "model.layers.0.self_attn.q_proj.weight"
+        param = dict(worker.engine.module.named_parameters())[name]
+
+        def to_inf(grad):
+            grad = grad.clone()
+            grad.view(-1)[0] = float("inf")
+            return grad
+
+        worker.poison_hook = param.register_hook(to_inf)
+
+    def cure(worker):
+        worker.poison_hook.remove()
+
+    def counters(worker):  # optimizer steps, and the LR schedule's steps
+        return worker.global_steps(), worker.engine.lr_scheduler.last_epoch
+
+    cfg = make_config(tiny_model_path, zero_stage=zero_stage, micro_batch_max_tokens=16)
+    group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
+    try:
+        before = group.run("state_dict_for_sync")[0]
+        group.get([group.actors[0].__ray_call__.remote(poison)])
+        stats = train_one_step(group, batch, "token_mean", 2, 2)
+        group.get([group.actors[0].__ray_call__.remote(cure)])
+        assert math.isfinite(stats.losses.loss)
+        assert stats.nonfinite and math.isnan(stats.grad_norm)
+        assert group.get([a.__ray_call__.remote(counters) for a in group.actors]) == [(0, 0)] * 2
+        assert_weights_close(group.run("state_dict_for_sync")[0], before, atol=0.0)
+        # nothing of the refused step is left: the next step is exactly a fresh first step
+        # (AdamW at step 2 from zero moments: lr 0.526 g / (0.707 |g| + eps), not lr g / (|g| + eps))
+        stats = train_one_step(group, batch, "token_mean", 2, 2)
+        assert not stats.nonfinite and math.isfinite(stats.grad_norm)
+        assert group.get([a.__ray_call__.remote(counters) for a in group.actors]) == [(1, 1)] * 2
+        assert_weights_close(
+            group.run("state_dict_for_sync")[0],
+            reference_weights(tiny_model_path, batch, "token_mean"),
+            atol=1e-5,
+        )
+    finally:
+        group.shutdown()
+
+
 def test_streamed_weight_buckets_are_the_full_state_dict(dp2_small_micro):
     group, _ = dp2_small_micro
     buckets = list(group.stream_weight_buckets(64 << 10))  # 64 KiB: many buckets
