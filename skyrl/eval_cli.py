@@ -147,7 +147,13 @@ def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, 
     ckpt = _checkpoint_with_weights(target, path)
     base = local_model_paths(_run_model(cfg, ckpt))
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
-    hf_dir = export_checkpoint_hf(ckpt, base.model.path, base.model.tokenizer_path, scratch)
+    hf_dir = export_checkpoint_hf(
+        ckpt,
+        base.model.path,
+        base.model.tokenizer_path,
+        scratch,
+        trust_remote_code=cfg.model.trust_remote_code,
+    )
     return _with_model(cfg, hf_dir), str(ckpt)
 
 
@@ -250,7 +256,12 @@ def _run_eval(
         from skyrl.api import start_ray
 
         start_ray()
-    engine = make_engine(g, cfg.model.path, cfg.model.tokenizer_path)
+    engine = make_engine(
+        g,
+        cfg.model.path,
+        cfg.model.tokenizer_path,
+        trust_remote_code=cfg.model.trust_remote_code,
+    )
     try:
         generator = make_generator(g, cfg.environment, engine, tokenizer, VersionClock())
         metrics, output = evaluate_prompts(generator, rows, g, eval_seed(cfg))

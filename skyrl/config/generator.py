@@ -165,10 +165,15 @@ class VLLMGeneratorConfig(GeneratorConfig):
     backend: str = "vllm"
     """Inference engine by name, checked against ``skyrl.inference.ENGINE_BACKENDS`` after
     ``imports`` ran: ``hf`` (transformers in-process), ``vllm``, or one a recipe registers."""
-    kv_cache_memory_bytes: int = 256 * 1024 * 1024
-    """KV cache size per engine, in bytes (vLLM on CPU refuses to start without one)."""
+    kv_cache_memory_bytes: int | None = None
+    """KV cache size per engine, in bytes, on GPU and CPU alike. null: on a GPU vLLM sizes
+    the cache from ``gpu_memory_utilization``; on CPU, where vLLM needs a size, 256 MiB
+    (``skyrl.inference.vllm_engine.CPU_KV_CACHE_MEMORY_BYTES``). A set value overrides
+    ``gpu_memory_utilization`` for the cache size."""
     gpu_memory_utilization: float = 0.8
-    """Fraction of GPU memory vLLM may take (GPU only)."""
+    """Fraction of the GPU's memory vLLM may take: weights, activations and, with
+    ``kv_cache_memory_bytes=null``, a KV cache filling the rest. With a set
+    ``kv_cache_memory_bytes`` vLLM only checks at start that this fraction is free. GPU only."""
     tensor_parallel_size: int = 1
     """GPUs per engine."""
     enforce_eager: bool = True
@@ -194,9 +199,9 @@ class VLLMGeneratorConfig(GeneratorConfig):
             f"must be a multiple of 16 tokens, got {self.block_size}",
         )
         require(
-            self.kv_cache_memory_bytes >= 1 << 20,
+            self.kv_cache_memory_bytes is None or self.kv_cache_memory_bytes >= 1 << 20,
             "kv_cache_memory_bytes",
-            f"must be >= 1 MiB, got {self.kv_cache_memory_bytes}",
+            f"must be >= 1 MiB or null, got {self.kv_cache_memory_bytes}",
         )
         require(
             0 < self.gpu_memory_utilization <= 1,

@@ -68,7 +68,9 @@ class ModelConfig:
     tokenizer_path: str | None = None
     """Tokenizer directory or HF id, resolved like ``path``; None = ``path``."""
     trust_remote_code: bool = False
-    """Passed to transformers ``from_pretrained``."""
+    """Run the model's and tokenizer's own code (``auto_map`` in their config): passed to
+    every transformers ``from_pretrained`` of the policy, reference and critic models and
+    tokenizer (workers, engines, export) and to vLLM."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA adapters (``model.lora.rank`` > 0); the reference is the policy, adapters off."""
 

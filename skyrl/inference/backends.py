@@ -24,7 +24,10 @@ which engine reads it.
 
 With LoRA and ``trainer.lora_sync=adapter`` ``make_engine`` adds ``lora=`` (the fields of
 ``model.lora``) to the kwargs; an engine class that takes no ``lora`` argument is refused
-at validation (use ``trainer.lora_sync=merged`` for it).
+at validation (use ``trainer.lora_sync=merged`` for it). With ``model.trust_remote_code``
+it adds ``trust_remote_code=True`` (``skyrl.inference.factory.engine_spec``): the built-in
+engines pass it to transformers / vLLM; a recipe's engine class for such a model must take
+it too (a subclass of a built-in one does).
 """
 
 from __future__ import annotations

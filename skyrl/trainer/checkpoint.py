@@ -126,20 +126,25 @@ def policy_state_dict(ckpt: Path) -> dict[str, Any]:
     return dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt / "policy"), tag="state"))
 
 
-def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: Path) -> Path:
+def export_checkpoint_hf(
+    ckpt: Path, base_model: str, tokenizer: str, out_dir: Path, trust_remote_code: bool = False
+) -> Path:
     """The checkpoint's policy as a ``from_pretrained`` directory (with ``tokenizer``'s
     files): the architecture of the local model dir ``base_model``, the checkpoint's weights.
     Weights tied to a loaded one (the output layer of tied-embedding models) may be absent;
-    anything else missing or unexpected is an error."""
+    anything else missing or unexpected is an error. ``trust_remote_code``: the model's and
+    tokenizer's own code may run (``model.trust_remote_code``)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    remote = {"trust_remote_code": trust_remote_code}
     weights = policy_state_dict(ckpt)
     if (ckpt / "policy" / "adapter_config.json").is_file():  # LoRA: adapters only
-        model = _merged_lora_policy(ckpt, base_model, weights)
+        model = _merged_lora_policy(ckpt, base_model, weights, trust_remote_code)
         model.save_pretrained(out_dir, safe_serialization=True)
-        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
+        AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
         return out_dir
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_model))
+    config = AutoConfig.from_pretrained(base_model, **remote)
+    model = AutoModelForCausalLM.from_config(config, **remote)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     model.tie_weights()
     loaded = {
@@ -152,11 +157,13 @@ def export_checkpoint_hf(ckpt: Path, base_model: str, tokenizer: str, out_dir: P
             f"missing {untied[:3]}, unexpected {list(unexpected)[:3]}"
         )
     model.save_pretrained(out_dir, safe_serialization=True)
-    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
     return out_dir
 
 
-def _merged_lora_policy(ckpt: Path, base_model: str, weights: dict[str, Any]):
+def _merged_lora_policy(
+    ckpt: Path, base_model: str, weights: dict[str, Any], trust_remote_code: bool
+):
     """The base model at ``base_model`` with a LoRA checkpoint's adapters merged in."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -167,7 +174,9 @@ def _merged_lora_policy(ckpt: Path, base_model: str, weights: dict[str, Any]):
 
     # in memory: the merged model may be saved over the base model's own files; in fp32, as
     # the run trained and served it (a bf16-stored base merged in bf16 lost most of an update)
-    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32, **IN_MEMORY)
+    base = AutoModelForCausalLM.from_pretrained(
+        base_model, dtype=torch.float32, trust_remote_code=trust_remote_code, **IN_MEMORY
+    )
     model = get_peft_model(base, config)
     named = list(model.named_parameters(remove_duplicate=False))
     adapters = {n for n, p in named if p.requires_grad}

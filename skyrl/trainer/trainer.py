@@ -73,7 +73,9 @@ class RLTrainer:
         cfg, t = self.cfg, self.cfg.trainer
         self.output_dir = Path(output_dir)
         self.plan = make_plan(cfg)
-        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            cfg.model.tokenizer_path, trust_remote_code=cfg.model.trust_remote_code
+        )
         self.rollouts: RolloutSource = make_rollouts(
             cfg, self.tokenizer, self.output_dir, prompts=prompts
         )

@@ -27,6 +27,11 @@ def _validate(*overrides: str):
             "needs trainer.zero_stage >= 1",
         ),
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
+        (
+            ["generator.kv_cache_memory_bytes=1000"],
+            "generator.kv_cache_memory_bytes",
+            "must be >= 1 MiB or null, got 1000",
+        ),
         (["trainer.train_batch_size=10"], "trainer.policy_mini_batch_size", "divisible"),
         # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
         (

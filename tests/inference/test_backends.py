@@ -49,3 +49,54 @@ def test_a_backend_on_the_wrong_schema_says_which_option_it_reads():
     with pytest.raises(TypeError, match="'hf' reads the fields of generator=hf; got a VLLM"):
         make_engine(VLLMGeneratorConfig(backend="hf"), "unused")
     assert "hf" in ENGINE_BACKENDS and "vllm" in ENGINE_BACKENDS
+
+
+def test_trust_remote_code_reaches_the_hf_engine(tiny_model_path, tmp_path):
+    from custom_code_model import custom_code_model  # tests/ is on sys.path
+
+    path = custom_code_model(tiny_model_path, tmp_path / "custom_model")
+    client = make_engine(HFGeneratorConfig(), path, use_ray=False, trust_remote_code=True)
+    try:
+        [engine] = client.engines
+        assert type(engine.model).__name__ == "CustomForCausalLM"  # the model's own class
+        [[c]] = generate_batch(
+            client, [[1, 380, 201]], SamplingParams(temperature=0.0, max_tokens=3)
+        )
+        assert 1 <= len(c.token_ids) == len(c.logprobs) <= 3
+    finally:
+        client.shutdown()
+
+
+def test_trust_remote_code_reaches_the_vllm_engine_kwargs():
+    from skyrl.inference.factory import engine_spec
+    from skyrl.inference.vllm_engine import VLLMEngine
+
+    spec = engine_spec(VLLMGeneratorConfig(), "m", None, trust_remote_code=True)
+    assert spec.cls is VLLMEngine and spec.kwargs["trust_remote_code"] is True
+    # off (the default): not passed, so an engine class without the argument still builds
+    assert "trust_remote_code" not in engine_spec(VLLMGeneratorConfig(), "m", None).kwargs
+
+
+def test_vllm_kv_cache_size_on_cpu_and_gpu():
+    """generator.kv_cache_memory_bytes=null (the default) sizes the cache by
+    gpu_memory_utilization on a GPU and at 256 MiB on CPU; a set value is used on both."""
+    from skyrl.api import compose
+    from skyrl.config.validate import validate
+    from skyrl.inference.backends import vllm_engine_kwargs
+    from skyrl.inference.vllm_engine import cache_memory_kwargs
+
+    def engine_memory_kwargs(on_gpu: bool, *overrides: str) -> dict:
+        kwargs = vllm_engine_kwargs(validate(compose(list(overrides))).generator, "m", None)
+        return cache_memory_kwargs(
+            on_gpu, kwargs["kv_cache_memory_bytes"], kwargs["gpu_memory_utilization"]
+        )
+
+    util = "generator.gpu_memory_utilization=0.3"
+    assert engine_memory_kwargs(False, util) == {"kv_cache_memory_bytes": 256 * 1024 * 1024}
+    assert engine_memory_kwargs(True, util) == {"gpu_memory_utilization": 0.3}
+    fixed = "generator.kv_cache_memory_bytes=16777216"  # 16 MiB
+    assert engine_memory_kwargs(False, util, fixed) == {"kv_cache_memory_bytes": 16777216}
+    assert engine_memory_kwargs(True, util, fixed) == {
+        "kv_cache_memory_bytes": 16777216,
+        "gpu_memory_utilization": 0.3,  # vLLM still checks this much is free at start
+    }

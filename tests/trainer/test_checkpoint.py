@@ -89,3 +89,28 @@ def test_a_rewound_run_never_prunes_the_checkpoint_it_just_published(tmp_path):
     assert manager.steps() == [4, 6, 8, 16]
     _save(manager, 8)  # the re-run of step 8 replaces the old one: 6 and 8 kept
     assert manager.steps() == [6, 8, 16] and read_trainer_state(manager.latest()) == {"step": 8}
+
+
+def test_export_of_a_model_with_its_own_code(tiny_model_path, tmp_path):
+    """model.trust_remote_code: the export builds the model's own class from its config."""
+    import torch
+    from custom_code_model import custom_code_model  # tests/ is on sys.path
+    from transformers import AutoModelForCausalLM
+
+    from skyrl.trainer.checkpoint import export_checkpoint_hf
+
+    torch.set_num_threads(1)
+    base = custom_code_model(tiny_model_path, tmp_path / "custom_model")
+    model = AutoModelForCausalLM.from_pretrained(base, trust_remote_code=True)
+    weights = {k: v + 1 for k, v in model.state_dict().items()}  # "trained": every weight + 1
+    state = tmp_path / "ckpt" / "policy" / "state"
+    state.mkdir(parents=True)
+    torch.save({"module": weights}, state / "mp_rank_00_model_states.pt")  # ZeRO <= 2 layout
+
+    out = export_checkpoint_hf(
+        tmp_path / "ckpt", base, base, tmp_path / "exported", trust_remote_code=True
+    )
+    exported = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    assert type(exported).__name__ == "CustomForCausalLM"
+    for name, tensor in exported.state_dict().items():
+        torch.testing.assert_close(tensor, weights[name], rtol=0, atol=0)
