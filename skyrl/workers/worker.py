@@ -311,8 +311,9 @@ class TrainingWorker:
 
     def active_dropout(self) -> list[str]:
         """What makes this rank's training forward random: dropout layers with ``p > 0`` and
-        dropout fields of the model config above 0 (e.g. ``lora_dropout`` layers, a config's
-        ``attention_dropout``). Empty = the training forward computes what ``forward`` does."""
+        dropout, jitter or noise fields of the model config above 0 (e.g. ``lora_dropout``
+        layers, a config's ``attention_dropout``, a MoE router's ``router_jitter_noise``).
+        Empty = the training forward computes what ``forward`` does."""
         module = self.engine.module
         found = [
             f"{name} (p={m.p:g})"
@@ -321,7 +322,7 @@ class TrainingWorker:
         ]
         config = getattr(module, "config", None)
         for key, value in sorted(vars(config).items() if config is not None else ()):
-            dropout_key = "dropout" in key or "pdrop" in key
+            dropout_key = any(word in key for word in ("dropout", "pdrop", "jitter", "noise"))
             if dropout_key and isinstance(value, float) and value > 0:
                 found.append(f"config.{key}={value:g}")
         return found
@@ -522,7 +523,9 @@ class TrainingWorker:
         base = module.get_base_model() if lora else module
         base.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
         tok_path = tokenizer_path or self.cfg.model.tokenizer_path or self.cfg.model.path
-        tokenizer = AutoTokenizer.from_pretrained(tok_path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            tok_path, trust_remote_code=self.cfg.model.trust_remote_code
+        )
         tokenizer.save_pretrained(out_dir)
         if adapter is not None and adapter_dir is not None:
             from skyrl.models.lora import write_adapter_dir

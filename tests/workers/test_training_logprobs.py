@@ -100,6 +100,9 @@ def test_dropout_in_the_model_or_its_adapters_is_found(tiny_model_path):
     model.config.attention_dropout = 0.1
     assert active_dropout(model) == ["config.attention_dropout=0.1"]
     model.config.attention_dropout = 0.0
+    model.config.router_jitter_noise = 0.1  # Mixtral-style MoE: noise in train mode only
+    assert active_dropout(model) == ["config.router_jitter_noise=0.1"]
+    model.config.router_jitter_noise = 0.0
     lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], lora_dropout=0.05))
     found = active_dropout(lora)
     assert found and all("lora_dropout" in f and "p=0.05" in f for f in found)
