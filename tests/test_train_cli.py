@@ -209,16 +209,17 @@ def test_overlong_prompts_dropped_with_one_warning_and_the_count_in_the_plan(tmp
 
 
 def test_keys_can_be_added_under_a_free_form_mapping(tmp_path):
+    # a key the env's constructor takes: the math env refuses one it does not know
     result = run_cli(
         tmp_path,
-        "+environment.kwargs.foo=1",
+        "+environment.kwargs.max_observation_chars=1",
         "trainer.dry_run=true",
         f"trainer.output_dir={tmp_path / 'out'}",
         f"hydra.run.dir={tmp_path / 'hydra'}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     saved = yaml.safe_load((tmp_path / "out" / "resolved_config.yaml").read_text())
-    assert saved["environment"]["kwargs"] == {"foo": 1}
+    assert saved["environment"]["kwargs"] == {"max_observation_chars": 1}
 
 
 def test_unknown_option_lists_available(tmp_path):

@@ -10,9 +10,10 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   ``data.overlong_prompts``: ``skyrl.data.load_checked_prompts``'s own code, the function
   the loaders call, so a run drops or rejects what its dry run reported;
 - at least ``trainer.train_batch_size`` training prompts remain;
-- ``model.path`` / ``model.tokenizer_path`` resolve (``skyrl.models.resolve``): a dry run
-  fetches no weights (``locate_model_path``; only tokenizer files, which it loads), a real
-  run resolves once and hands the local paths on;
+- ``model.path`` / ``model.tokenizer_path``, and a critic's ``trainer.critic_model_path``,
+  resolve (``skyrl.models.resolve``): a dry run fetches no weights (``locate_model_path``;
+  only tokenizer files, which it loads), a real run resolves once and hands the local paths
+  on; ``model.path`` and the critic's path are model folders (their configs load);
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
   the meta device);
@@ -43,8 +44,9 @@ class Preflight:
     """What the check found, for the plan and for the run."""
 
     cfg: SkyRLConfig
-    """The config; for a real run with ``model.path`` / ``model.tokenizer_path`` resolved to
-    local directories (the run uses these, resolving nothing again)."""
+    """The config; for a real run with ``model.path`` / ``model.tokenizer_path`` (and a
+    critic's ``trainer.critic_model_path``) resolved to local directories (the run uses
+    these, resolving nothing again)."""
     prompts: PromptSplits | None
     """A real run's checked rows, for the loaders to use as they are (None: dry run or
     ``data.source=fake``)."""
@@ -77,6 +79,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         _check_gpus(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     model_config = _model_config(resolved, for_run)
+    _check_critic_model(resolved, for_run)
     _check_lora_modules(resolved, for_run)
     if model_config is not None:  # the longest sequence, the micro batch budget's memory
         from skyrl.batch.budget import check_micro_batch_budget
@@ -206,17 +209,37 @@ def _model_config(cfg: SkyRLConfig, for_run: bool):
     """The language model's config of ``model.path``, loaded once for the checks that read
     it; None for a dry run of a model not on disk yet (the run checks it). A folder without a
     model config is a ``ConfigError``."""
-    from skyrl.batch.budget import text_config
     from skyrl.models.resolve import locate_model_path
 
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
     if not model_dir:
         return None
+    return _text_config(model_dir, "model.path", cfg.model.trust_remote_code)
+
+
+def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
+    """A critic's own ``trainer.critic_model_path`` is a model folder (the critic worker loads
+    it); a dry run of a model not on disk yet skips this, the run checks it."""
+    from skyrl.models.resolve import CRITIC_KEY, critic_model_path, locate_model_path
+
+    critic = critic_model_path(cfg)
+    if critic is None:  # no critic, or one that starts from model.path (checked above)
+        return
+    folder = critic if for_run else locate_model_path(critic, CRITIC_KEY)
+    if folder:
+        _text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+
+
+def _text_config(model_dir: str, key: str, trust_remote_code: bool):
+    """The language model's config in ``model_dir``; a folder without one is a
+    ``ConfigError`` on ``key``."""
+    from skyrl.batch.budget import text_config
+
     try:
-        return text_config(model_dir, cfg.model.trust_remote_code)
+        return text_config(model_dir, trust_remote_code)
     except Exception as exc:  # no config.json, a broken one, an unknown model type, a file
         problem = f"{model_dir} is not a model folder: {_one_line(exc)}"
-    raise ConfigError("model.path", problem)
+    raise ConfigError(key, problem)
 
 
 def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
@@ -235,8 +258,9 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories
-    (fetched if needed); one that names nothing is a one-line ``ConfigError``."""
-    return _model_paths(cfg, fetch=True)[0]
+    (fetched if needed); one that names nothing is a one-line ``ConfigError``. A critic's
+    ``trainer.critic_model_path`` is left as it is: evaluation and serving load no critic."""
+    return _model_paths(cfg, fetch=True, critic=False)[0]
 
 
 def check_files_exist(cfg: SkyRLConfig, splits: tuple[str, ...] = SPLITS) -> None:
@@ -263,33 +287,41 @@ def _check_agent(name: str) -> None:
     raise ConfigError("generator.agent", problem)
 
 
-def _model_paths(cfg: SkyRLConfig, fetch: bool) -> tuple[SkyRLConfig, str]:
-    """The config to run with and the tokenizer's local directory; a path that names nothing
-    is a one-line ``ConfigError`` (what was tried included)."""
+def _model_paths(cfg: SkyRLConfig, fetch: bool, critic: bool = True) -> tuple[SkyRLConfig, str]:
+    """The config to run with and the tokenizer's local directory (``critic``: a critic's
+    path too); a path that names nothing is a one-line ``ConfigError`` (what was tried
+    included)."""
     from skyrl.models.resolve import ModelNotFoundError
 
     try:
-        return _resolve_model_paths(cfg, fetch)
+        return _resolve_model_paths(cfg, fetch, critic)
     except ModelNotFoundError as exc:
         missing = exc
     raise ConfigError(missing.key, missing.one_line())  # raised here: no exception context
 
 
-def _resolve_model_paths(cfg: SkyRLConfig, fetch: bool) -> tuple[SkyRLConfig, str]:
+def _resolve_model_paths(cfg: SkyRLConfig, fetch: bool, critic: bool) -> tuple[SkyRLConfig, str]:
     from skyrl.models.resolve import (
+        CRITIC_KEY,
+        critic_model_path,
         locate_model_path,
         resolve_tokenizer_path,
         with_local_model_paths,
     )
 
     if fetch:
-        resolved = with_local_model_paths(cfg)
+        resolved = with_local_model_paths(cfg, critic)
         assert resolved.model.tokenizer_path is not None  # with_local_model_paths sets it
         return resolved, resolved.model.tokenizer_path
     model_dir = locate_model_path(cfg.model.path)
     if cfg.model.tokenizer_path:
-        return cfg, resolve_tokenizer_path(cfg.model.tokenizer_path)
-    return cfg, model_dir or resolve_tokenizer_path(cfg.model.path, key="model.path")
+        tokenizer_dir = resolve_tokenizer_path(cfg.model.tokenizer_path)
+    else:
+        tokenizer_dir = model_dir or resolve_tokenizer_path(cfg.model.path, key="model.path")
+    critic_path = critic_model_path(cfg) if critic else None
+    if critic_path is not None:
+        locate_model_path(critic_path, CRITIC_KEY)
+    return cfg, tokenizer_dir
 
 
 def load_tokenizer(cfg: SkyRLConfig, folder: str):

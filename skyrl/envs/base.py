@@ -10,6 +10,7 @@ slow env gives reward 0 and counts in ``env/errors``).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,12 @@ class TextEnv:
     """Row fields (``PromptRow.extras``) the env reads, e.g. the answer it grades against: a
     row without one, or with null, is refused when the prompts load."""
 
-    def __init__(self, max_observation_chars: int = 2048, **kwargs: Any):
+    def __init__(self, max_observation_chars: int = 2048, **unknown: Any):
+        """``unknown``: what no constructor of the subclass took (a subclass passes its
+        leftover ``**kwargs`` on), refused: a misspelt ``environment.kwargs`` key would
+        otherwise do nothing, silently."""
+        if unknown:
+            raise UnknownEnvArguments(type(self), sorted(unknown))
         self.max_observation_chars = max_observation_chars
 
     def init(
@@ -79,6 +85,37 @@ class TextEnv:
         return text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
 
 
+class UnknownEnvArguments(TypeError):
+    """An env's constructors, the subclass's down to ``TextEnv``'s, took none of ``names``.
+    The message names them, the closest argument they take, and every one they take."""
+
+    def __init__(self, cls: type, names: list[str]):
+        self.names = names
+        taken = constructor_arguments(cls)
+        listed = ", ".join(repr(n) for n in names)
+        hint = did_you_mean(names[0], taken) if len(names) == 1 else ""
+        plural = "s" if len(names) > 1 else ""
+        super().__init__(
+            f"{cls.__name__} takes no argument{plural} {listed}{hint}; it takes: "
+            + ", ".join(taken)
+        )
+
+
+def constructor_arguments(cls: type) -> list[str]:
+    """The keyword arguments ``cls``'s constructor takes: its own and, while each passes
+    ``**kwargs`` on, its bases' (up to ``TextEnv``), sorted."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # without self
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if klass is TextEnv or not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return sorted(names)
+
+
 ENV_REGISTRY: dict[str, type[TextEnv]] = {}
 
 
@@ -107,8 +144,8 @@ def env_class(name: str | None = None, target: str | None = None) -> type[TextEn
 def make_checked_env(cfg) -> TextEnv:
     """One env from an ``EnvironmentConfig``, with every way that fails raised as a
     ``ConfigError`` naming its key: a ``_target_`` that does not import, an unknown ``name``,
-    a constructor that rejects ``kwargs``. The pre-flight check calls this before anything
-    starts; the caller closes the env."""
+    a constructor that rejects ``kwargs`` (an unknown key: ``environment.kwargs.<key>``). The
+    pre-flight check calls this before anything starts; the caller closes the env."""
     key = "environment._target_" if cfg._target_ else "environment.name"
     if not cfg._target_:
         import skyrl.envs.builtin  # noqa: F401  (registers the built-ins)
@@ -129,6 +166,9 @@ def make_checked_env(cfg) -> TextEnv:
             return factory()
         except ConfigError as exc:  # the env names the key itself
             key, problem = exc.key, exc.message
+        except UnknownEnvArguments as exc:
+            only = exc.names[0] if len(exc.names) == 1 else None
+            key, problem = "environment.kwargs" + (f".{only}" if only else ""), str(exc)
         except Exception as exc:
             key = "environment.kwargs" if isinstance(exc, TypeError) else key
             problem = f"cannot build the environment: {type(exc).__name__}: {exc}"
@@ -136,11 +176,13 @@ def make_checked_env(cfg) -> TextEnv:
 
 
 def make_env_factory(cfg) -> Callable[[], TextEnv]:
-    """A zero-argument constructor of fresh envs from an ``EnvironmentConfig``."""
+    """A zero-argument constructor of fresh envs from an ``EnvironmentConfig``: its ``kwargs``,
+    ``max_observation_chars``, ``dataset`` when the constructor takes one (``data=reasoning_gym``
+    reads it too, for envs that do not), and the ``tool_*`` fields for ``tools``."""
     cls = env_class(cfg.name, cfg._target_)
     kwargs = dict(cfg.kwargs or {})
     kwargs.setdefault("max_observation_chars", cfg.max_observation_chars)
-    if cfg.dataset is not None:
+    if cfg.dataset is not None and _takes_argument(cls, "dataset"):
         kwargs.setdefault("dataset", cfg.dataset)
     if cfg.name == "tools" and not cfg._target_:
         kwargs.setdefault("tool_timeout_s", cfg.tool_timeout_s)
@@ -148,3 +190,15 @@ def make_env_factory(cfg) -> Callable[[], TextEnv]:
         kwargs.setdefault("tool_format", cfg.tool_format)
         kwargs.setdefault("step_timeout_s", cfg.timeout_s)
     return lambda: cls(**kwargs)
+
+
+def _takes_argument(factory: Callable, name: str) -> bool:
+    """``factory(name=...)`` is taken: a ``TextEnv`` whose constructors name ``name``; any other
+    factory that names it or takes ``**kwargs``."""
+    if isinstance(factory, type) and issubclass(factory, TextEnv):
+        return name in constructor_arguments(factory)
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call decide
+        return True
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)

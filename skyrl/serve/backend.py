@@ -25,7 +25,8 @@ client sends). A session's requests are:
   the finish reason and the policy versions at dispatch and finish.
 
 Without a session (``skyrl-serve``), requests are plain inference: the client's
-sampling and seed, ``max_tokens`` up to ``generator.max_generate_length``.
+sampling and seed, ``max_tokens`` up to ``generator.max_generate_length`` (a 400 above it),
+capped to ``generator.max_tokens_per_turn`` when set, as a session's turn is.
 
 Chat requests, in a session or not, also stop on the chat template's turn end when it is not
 the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), as the
@@ -119,6 +120,7 @@ class Limits:
     max_prompt_length: int
     max_generate_length: int
     max_tokens_per_turn: int | None = None
+    """Cap on one request's ``max_tokens``, with a session or without (None: no cap)."""
 
 
 @dataclass
@@ -375,6 +377,7 @@ class OpenAIBackend:
                 f"{lim.max_generate_length}",
                 param="max_tokens",
             )
+        max_tokens = min(max_tokens, lim.max_tokens_per_turn or max_tokens)  # as a session's
         seed = _number(body, "seed", int, None)
         if seed is not None and not -(2**63) <= seed < 2**63:
             raise APIError(400, f"seed must fit in 64 bits (signed), got {seed}", param="seed")

@@ -113,6 +113,11 @@ def test_a_folder_without_a_tokenizer(tmp_path):
             "environment.name",
             "unknown environment 'mathh' (did you mean 'math'?); registered: ",
         ),
+        (  # a misspelt constructor argument: the env did nothing with it, silently
+            "+environment.kwargs.system_promt=x",
+            "environment.kwargs.system_promt",
+            "MathEnv takes no argument 'system_promt'; it takes: max_observation_chars",
+        ),
         (
             "generator.agent=no.such.driver",
             "generator.agent",
@@ -303,3 +308,51 @@ def test_a_row_without_what_the_env_grades_against_is_refused(tmp_path, row):
     error = refused(cfg_for("data.source=files", f"data.train_files=[{path}]"))
     assert error.key == "data.train_files[0]"
     assert error.message == (f"{path}: row 2: no 'answer' (environment 'math' grades against it)")
+
+
+def test_a_critic_model_path_that_names_nothing_is_refused_before_anything_starts():
+    # it passed the pre-flight; the critic worker then failed to load it inside its Ray actor
+    cfg = cfg_for("algorithm=ppo", "trainer.critic_model_path=/nonexistent")
+    for for_run in (False, True):
+        error = refused(cfg, for_run=for_run)
+        assert (error.key, error.message) == (
+            "trainer.critic_model_path",
+            "'/nonexistent': no such directory (/nonexistent)",
+        )
+        assert error.__context__ is None
+
+
+def test_a_critic_hub_id_offline_is_refused_naming_its_key(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error = refused(cfg_for("algorithm=ppo", "trainer.critic_model_path=Nope/NotACritic"))
+    assert error.key == "trainer.critic_model_path" and "\n" not in error.message
+    assert error.message.startswith("'Nope/NotACritic' could not be resolved. Tried: local dir")
+    assert error.message.endswith("or set trainer.critic_model_path to a local directory.")
+
+
+def test_a_critic_path_that_is_not_a_model_is_refused(tmp_path):
+    (tmp_path / "critic").mkdir()
+    cfg = cfg_for("algorithm=ppo", f"trainer.critic_model_path={tmp_path / 'critic'}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run=for_run)
+        assert error.key == "trainer.critic_model_path"
+        assert error.message.startswith(f"{tmp_path / 'critic'} is not a model folder: ")
+
+
+def test_a_run_resolves_the_critic_path():
+    from skyrl.models.resolve import resolve_model_path
+
+    checked = preflight(cfg_for("algorithm=ppo", "trainer.critic_model_path=skyrl-tiny"), True)
+    assert checked.cfg.trainer.critic_model_path == resolve_model_path("skyrl-tiny")
+    # no critic path: the critic starts from the policy's (resolved) model
+    assert preflight(cfg_for("algorithm=ppo"), True).cfg.trainer.critic_model_path is None
+
+
+def test_eval_and_serve_resolve_no_critic():
+    # skyrl-eval / skyrl-serve load the policy only: a PPO config's critic is not fetched
+    from skyrl.config.preflight import local_model_paths
+
+    cfg = cfg_for("algorithm=ppo", "trainer.critic_model_path=/nonexistent")
+    resolved = local_model_paths(cfg)
+    assert Path(resolved.model.path).is_dir()
+    assert resolved.trainer.critic_model_path == "/nonexistent"

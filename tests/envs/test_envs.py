@@ -135,3 +135,84 @@ def test_grading_works_off_the_main_thread():
     with ThreadPoolExecutor(1) as pool:
         # a non-numeric gold, so math-verify runs (a numeric one wants a plain number)
         assert pool.submit(grade, "\\boxed{0.5}", "\\frac{1}{2}").result() == 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "key", "message"),
+    [
+        (  # a typo: the tools prompt stayed the default and nothing said so
+            "tools",
+            {"system_promt": "Answer in French."},
+            "environment.kwargs.system_promt",
+            "ToolEnv takes no argument 'system_promt' (did you mean 'system_prompt'?); it takes: "
+            "max_observation_chars, step_timeout_s, system_prompt, tool_format, "
+            "tool_memory_bytes, tool_timeout_s",
+        ),
+        (
+            "math",
+            {"strict_format": True},
+            "environment.kwargs.strict_format",
+            "MathEnv takes no argument 'strict_format'; it takes: max_observation_chars",
+        ),
+        (  # math grades extras["answer"]; a dataset in its kwargs did nothing
+            "math",
+            {"dataset": "gsm8k"},
+            "environment.kwargs.dataset",
+            "MathEnv takes no argument 'dataset'; it takes: max_observation_chars",
+        ),
+        (
+            "reasoning_gym",
+            {"datset": "chain_sum"},
+            "environment.kwargs.datset",
+            "ReasoningGymEnv takes no argument 'datset' (did you mean 'dataset'?); it takes: "
+            "dataset, max_observation_chars",
+        ),
+        (  # several: the key is the mapping, the message names each
+            "math",
+            {"b_arg": 1, "a_arg": 2},
+            "environment.kwargs",
+            "MathEnv takes no arguments 'a_arg', 'b_arg'; it takes: max_observation_chars",
+        ),
+    ],
+)
+def test_unknown_env_kwargs_are_refused_naming_the_key(name, kwargs, key, message):
+    from skyrl.config import ConfigError
+    from skyrl.envs import make_checked_env
+
+    extra = {"dataset": "chain_sum"} if name == "reasoning_gym" else {}
+    with pytest.raises(ConfigError) as err:
+        make_checked_env(EnvironmentConfig(name=name, kwargs=kwargs, **extra))
+    assert (err.value.key, err.value.message) == (key, message)
+    assert err.value.__context__ is None
+
+
+def test_a_built_in_env_built_by_hand_refuses_an_unknown_argument():
+    with pytest.raises(TypeError, match=r"^ToolEnv takes no argument 'system_promt' \(did you"):
+        ToolEnv(system_promt="x")
+
+
+def test_environment_dataset_goes_only_to_envs_that_take_it():
+    # data=reasoning_gym reads environment.dataset for its rows (which carry an "answer"), so
+    # math or tools may grade them: the env is not handed a dataset it does not take
+    from skyrl.envs import register_env
+    from skyrl.envs.base import ENV_REGISTRY, TextEnv
+    from skyrl.envs.math_env import MathEnv
+
+    assert isinstance(make_env_factory(EnvironmentConfig(dataset="chain_sum"))(), MathEnv)
+
+    @register_env("test_takes_dataset")
+    class TakesDataset(TextEnv):
+        def __init__(self, dataset: str | None = None, **kwargs):
+            super().__init__(**kwargs)
+            self.dataset = dataset
+
+    try:
+        cfg = EnvironmentConfig(name="test_takes_dataset", dataset="chain_sum")
+        env = make_env_factory(cfg)()
+    finally:
+        ENV_REGISTRY.pop("test_takes_dataset")
+    assert isinstance(env, TakesDataset) and env.dataset == "chain_sum"
+    env = make_env_factory(
+        EnvironmentConfig(name="reasoning_gym", dataset="chain_sum", max_observation_chars=7)
+    )()
+    assert (env.dataset, env.max_observation_chars) == ("chain_sum", 7)

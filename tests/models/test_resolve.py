@@ -303,3 +303,35 @@ def test_locate_fetches_no_weights(no_real_caches, monkeypatch):
         locate_model_path("org/nowhere")
     assert err.value.key == "model.path" and "\n" not in err.value.one_line()
     assert err.value.one_line().startswith("'org/nowhere' could not be resolved. Tried: local")
+
+
+def _ppo_cfg(*overrides: str):
+    import skyrl
+    from skyrl.config.validate import validate
+
+    return validate(skyrl.compose(["experiment=smoke", "algorithm=ppo", *overrides]))
+
+
+def test_with_local_model_paths_resolves_the_critic_like_the_model(no_real_caches):
+    # the critic worker loaded the raw string: a hub id or skyrl-tiny was looked up inside
+    # the Ray actor, after the engines and policy workers had started
+    from skyrl.models.resolve import with_local_model_paths
+
+    snap = write_snapshot(no_real_caches / "hf", "org/critic", ["config.json", "model.bin"])
+    resolved = with_local_model_paths(_ppo_cfg("trainer.critic_model_path=org/critic"))
+    assert resolved.trainer.critic_model_path == str(snap)
+    tiny = with_local_model_paths(_ppo_cfg("trainer.critic_model_path=skyrl-tiny"))
+    assert tiny.trainer.critic_model_path == resolve_model_path("skyrl-tiny")
+    # unset: the critic starts from the policy's model (the worker reads model.path)
+    assert with_local_model_paths(_ppo_cfg()).trainer.critic_model_path is None
+
+
+def test_a_critic_path_that_names_nothing_is_reported_as_its_key(no_real_caches):
+    from skyrl.models.resolve import with_local_model_paths
+
+    with pytest.raises(ModelNotFoundError) as err:
+        with_local_model_paths(_ppo_cfg("trainer.critic_model_path=org/missing"))
+    assert err.value.key == "trainer.critic_model_path"
+    first, *rest = str(err.value).splitlines()
+    assert first == "trainer.critic_model_path='org/missing' could not be resolved. Tried:"
+    assert "set trainer.critic_model_path to a local directory" in rest[-1]

@@ -22,8 +22,11 @@ def tiny_tokenizer(tiny_model_path):
 
 
 @contextmanager
-def endpoint(engine, tokenizer, names=("tiny",), max_prompt=64, max_gen=32, **kwargs):
-    """``(base_url, backend)`` of an endpoint over ``engine`` (served on a thread here)."""
+def endpoint(
+    engine, tokenizer, names=("tiny",), max_prompt=64, max_gen=32, max_per_turn=None, **kwargs
+):
+    """``(base_url, backend)`` of an endpoint over ``engine`` (served on a thread here);
+    ``max_per_turn``: ``generator.max_tokens_per_turn``."""
     from skyrl.serve.app import HTTPServer, build_app
     from skyrl.serve.backend import EngineBinding, Limits, OpenAIBackend
 
@@ -31,7 +34,11 @@ def endpoint(engine, tokenizer, names=("tiny",), max_prompt=64, max_gen=32, **kw
     serving = threading.Thread(target=engine.serve, args=(done,), daemon=True)
     serving.start()
     backend = OpenAIBackend(
-        tokenizer, list(names), Limits(max_prompt, max_gen), EngineBinding(engine), **kwargs
+        tokenizer,
+        list(names),
+        Limits(max_prompt, max_gen, max_per_turn),
+        EngineBinding(engine),
+        **kwargs,
     )
     server = HTTPServer(build_app(backend))
     try:

@@ -166,6 +166,28 @@ def test_session_budget_caps_max_tokens_and_refuses_when_spent(tiny_tokenizer):
             client.chat.completions.create(model="tiny", messages=messages)
 
 
+def test_max_tokens_per_turn_caps_every_request_with_or_without_a_session(tiny_tokenizer):
+    # skyrl-serve passes generator.max_tokens_per_turn in, but requests without a session
+    # (every skyrl-serve request) were capped by max_generate_length only: [64, 40, 5, 8]
+    engine = ScriptedEngine(tiny_tokenizer)
+    long_reply = "SAY:" + "abc " * 20  # well over 8 tokens: a reply capped at 8 is cut
+    limits = {"max_prompt": 128, "max_gen": 64, "max_per_turn": 8}
+    with endpoint(engine, tiny_tokenizer, **limits) as (url, backend):
+        client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+        messages = [{"role": "user", "content": long_reply}]
+        r = client.chat.completions.create(model="tiny", messages=messages)  # min(64, 8) = 8
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+        c = client.completions.create(model="tiny", prompt=long_reply, max_tokens=40)
+        assert c.choices[0].finish_reason == "length" and c.usage.completion_tokens == 8
+        client.completions.create(model="tiny", prompt=long_reply, max_tokens=5)  # 5 < 8: 5
+        with pytest.raises(openai.BadRequestError, match="generator.max_generate_length=64"):
+            client.completions.create(model="tiny", prompt=long_reply, max_tokens=65)
+        session = open_session(backend, engine)  # a session's turn: min(500, room 64, 8) = 8
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=500)
+    assert [s.max_tokens for s in engine.samplings] == [8, 8, 5, 8]
+
+
 def test_a_forked_row_and_what_follows_it_fit_max_prompt_plus_max_generate(tiny_tokenizer):
     """max_prompt_length 64, max_generate_length 32: no engine request (prompt + max_tokens)
     and no training row exceeds 64 + 32 = 96, after a fork whose prompt is over 64."""
