@@ -8,6 +8,17 @@ from typing import Any
 from skyrl.config.errors import require
 
 
+def tool_deadline_problem(tool_timeout_s: float, timeout_s: float) -> str | None:
+    """Why a tools env cannot run with these limits (None when it can): the calls of one
+    reply share the env step's limit, so one call's limit must be below it."""
+    if tool_timeout_s < timeout_s:
+        return None
+    return (
+        f"must be < environment.timeout_s ({timeout_s:g}), which limits a whole env step "
+        f"(all its tool calls); got {tool_timeout_s:g}"
+    )
+
+
 @dataclass
 class EnvironmentConfig:
     """A registered environment by ``name``, or a user class by ``_target_``."""
@@ -23,8 +34,9 @@ class EnvironmentConfig:
     max_observation_chars: int = 2048
     """Tool output longer than this is truncated, in characters."""
     tool_timeout_s: float = 5.0
-    """tools: wall-clock limit of one Python tool call, in seconds; below ``timeout_s``. The
-    calls of one reply share a deadline a margin (1 s, at most a tenth) before ``timeout_s``:
+    """tools (``tools`` or any ``ToolEnv`` subclass, by name or ``_target_``; the same holds
+    for every ``tool_*`` key): wall-clock limit of one Python tool call, in seconds; below
+    ``timeout_s``. The calls of one reply share a deadline a margin (1 s, at most a tenth) before ``timeout_s``:
     each gets this or what is left, and those past it are not run."""
     tool_memory_bytes: int = 512 * 1024 * 1024
     """tools: address-space limit of the Python tool subprocess, in bytes."""
@@ -53,13 +65,9 @@ class EnvironmentConfig:
             "tool_format",
             f"must be auto, native or tags, got {self.tool_format!r}",
         )
-        if self.name == "tools" and not self._target_:
-            require(
-                self.tool_timeout_s < self.timeout_s,
-                "tool_timeout_s",
-                f"must be < environment.timeout_s ({self.timeout_s:g}), which limits a whole env "
-                f"step (all its tool calls); got {self.tool_timeout_s:g}",
-            )
+        if self.name == "tools" and not self._target_:  # other tools envs: when built
+            problem = tool_deadline_problem(self.tool_timeout_s, self.timeout_s)
+            require(problem is None, "tool_timeout_s", problem or "")
         if self.name == "reasoning_gym" and not self._target_:
             require(
                 self.dataset is not None,

@@ -164,8 +164,14 @@ def make_checked_env(cfg) -> TextEnv:
     else:
         try:
             return factory()
-        except ConfigError as exc:  # the env names the key itself
+        except ConfigError as exc:  # the env names the key, or the argument (no dot) it took
             key, problem = exc.key, exc.message
+            if "." not in key:
+                key = (
+                    f"environment.kwargs.{key}"
+                    if key in (cfg.kwargs or {})
+                    else f"environment.{key}"
+                )
         except UnknownEnvArguments as exc:
             only = exc.names[0] if len(exc.names) == 1 else None
             key, problem = "environment.kwargs" + (f".{only}" if only else ""), str(exc)
@@ -178,18 +184,25 @@ def make_checked_env(cfg) -> TextEnv:
 def make_env_factory(cfg) -> Callable[[], TextEnv]:
     """A zero-argument constructor of fresh envs from an ``EnvironmentConfig``: its ``kwargs``,
     ``max_observation_chars``, ``dataset`` when the constructor takes one (``data=reasoning_gym``
-    reads it too, for envs that do not), and the ``tool_*`` fields for ``tools``."""
+    reads it too, for envs that do not), and the ``tool_*`` fields and ``timeout_s`` for a
+    tools env (``ToolEnv`` or a subclass, whatever its name)."""
     cls = env_class(cfg.name, cfg._target_)
     kwargs = dict(cfg.kwargs or {})
     kwargs.setdefault("max_observation_chars", cfg.max_observation_chars)
     if cfg.dataset is not None and _takes_argument(cls, "dataset"):
         kwargs.setdefault("dataset", cfg.dataset)
-    if cfg.name == "tools" and not cfg._target_:
+    if _is_tool_env(cls):  # ``tools``, a subclass of its own name, or ToolEnv by _target_
         kwargs.setdefault("tool_timeout_s", cfg.tool_timeout_s)
         kwargs.setdefault("tool_memory_bytes", cfg.tool_memory_bytes)
         kwargs.setdefault("tool_format", cfg.tool_format)
         kwargs.setdefault("step_timeout_s", cfg.timeout_s)
     return lambda: cls(**kwargs)
+
+
+def _is_tool_env(factory: Callable) -> bool:
+    from skyrl.envs.tool_env import ToolEnv
+
+    return isinstance(factory, type) and issubclass(factory, ToolEnv)
 
 
 def _takes_argument(factory: Callable, name: str) -> bool:

@@ -28,6 +28,7 @@ import re
 import time
 from collections.abc import Callable
 
+from skyrl.config.environment import tool_deadline_problem
 from skyrl.config.errors import ConfigError
 from skyrl.envs.base import StepResult, TextEnv, register_env
 from skyrl.envs.grading import grade
@@ -100,12 +101,9 @@ class ToolEnv(TextEnv):
         super().__init__(**kwargs)
         if tool_format not in ("auto", "native", "tags"):
             raise ValueError(f"tool_format must be auto, native or tags, got {tool_format!r}")
-        if not tool_timeout_s < step_timeout_s:  # the typed field is checked at validation
-            raise ConfigError(
-                "environment.kwargs.tool_timeout_s",
-                f"must be < environment.timeout_s ({step_timeout_s:g}), which limits a whole "
-                f"env step (all its tool calls); got {tool_timeout_s:g}",
-            )
+        problem = tool_deadline_problem(tool_timeout_s, step_timeout_s)
+        if problem is not None:  # the argument's key: make_checked_env says where it was set
+            raise ConfigError("tool_timeout_s", problem)
         self.tool_timeout_s = tool_timeout_s
         self.step_timeout_s = step_timeout_s
         self.tool_memory_bytes = tool_memory_bytes

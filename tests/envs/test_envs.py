@@ -216,3 +216,32 @@ def test_environment_dataset_goes_only_to_envs_that_take_it():
         EnvironmentConfig(name="reasoning_gym", dataset="chain_sum", max_observation_chars=7)
     )()
     assert (env.dataset, env.max_observation_chars) == ("chain_sum", 7)
+
+
+def test_a_tools_env_of_its_own_name_or_target_gets_the_tool_settings():
+    """A ToolEnv subclass registered under its own name, or ToolEnv by ``_target_``, is a
+    tools env: it gets environment.tool_* and timeout_s (it got the constructor's defaults,
+    5 s / 10 s / auto / 512 MiB), and the deadline rule names the key that was set."""
+    from skyrl.config import ConfigError
+    from skyrl.envs import make_checked_env, register_env
+    from skyrl.envs.tool_env import ToolEnv
+
+    @register_env("test_my_tools")
+    class MyTools(ToolEnv):
+        pass
+
+    settings = dict(timeout_s=4.0, tool_timeout_s=2.0, tool_format="tags",
+                    tool_memory_bytes=64 << 20)  # fmt: skip
+    for cfg in (
+        EnvironmentConfig(name="test_my_tools", **settings),
+        EnvironmentConfig(_target_="skyrl.envs.tool_env.ToolEnv", **settings),
+    ):
+        env = make_checked_env(cfg)
+        got = (env.tool_timeout_s, env.step_timeout_s, env.tool_format, env.tool_memory_bytes)
+        assert got == (2.0, 4.0, "tags", 64 << 20), cfg
+        env.close()
+    too_slow = EnvironmentConfig(name="test_my_tools", timeout_s=4.0, tool_timeout_s=5.0)
+    with pytest.raises(ConfigError) as err:
+        make_checked_env(too_slow)
+    assert err.value.key == "environment.tool_timeout_s"
+    assert err.value.message.startswith("must be < environment.timeout_s (4)")
