@@ -308,7 +308,22 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
     )
 
 
+CALLS = {
+    "advantage_estimator": "(inputs, cfg)",
+    "policy_loss": (
+        "(logprobs, old_logprobs, advantages, loss_weights, loss_mask, cfg, rollout_logprobs)"
+    ),
+    "loss_reduction": "(loss_mask, uids, max_seq_len)",
+    "kl_estimator": "(logprobs, ref_logprobs)",
+}
+"""How skyrl calls each registered part of an algorithm (positional arguments)."""
+
+
 def _check_registered_names(a) -> None:
+    """Each part ``algorithm`` names is registered, and can take the call skyrl makes (a
+    recipe's wrong signature would otherwise fail inside a worker, mid-step)."""
+    import inspect
+
     from skyrl import algorithms
 
     for key, registry in (
@@ -323,6 +338,20 @@ def _check_registered_names(a) -> None:
             f"algorithm.{key}",
             f"unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}",
         )
+        fn, call = registry.get(name), CALLS[key]
+        count = call.count(",") + 1
+        try:
+            inspect.signature(fn).bind(*range(count))
+        except TypeError as exc:
+            problem = (
+                f"{registry.kind} {name!r} ({getattr(fn, '__qualname__', fn)}) is called with "
+                f"{count} arguments {call}, but it cannot take them: {exc}"
+            )
+        except ValueError:  # no signature to read (a builtin): the call decides
+            continue
+        else:
+            continue
+        raise ConfigError(f"algorithm.{key}", problem)  # outside the handler: no context
 
 
 def _check_dual_clip(a) -> None:

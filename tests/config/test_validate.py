@@ -249,3 +249,36 @@ def test_dual_clip_is_kept_where_a_loss_may_read_it(monkeypatch):
     monkeypatch.setattr(POLICY_LOSSES, "_entries", {**POLICY_LOSSES._entries, "cispo": my_cispo})
     typed = _validate("algorithm=cispo", "algorithm.clip_ratio_c=3.0")
     assert typed.algorithm.clip_ratio_c == 3.0
+
+
+@pytest.mark.parametrize(
+    ("key", "registry", "takes"),
+    [
+        ("policy_loss", "POLICY_LOSSES", 7),
+        ("advantage_estimator", "ADVANTAGE_ESTIMATORS", 2),
+        ("loss_reduction", "LOSS_REDUCTIONS", 3),
+        ("kl_estimator", "KL_ESTIMATORS", 2),
+    ],
+)
+def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, takes):
+    """A recipe's loss of 4 arguments passed validation and failed inside the first training
+    step as a worker traceback; it is refused naming its key, with the call it must take.
+    Extra arguments with defaults, or *args, are fine."""
+    from skyrl import algorithms
+
+    table = getattr(algorithms, registry)
+
+    def four(a, b, c, d):
+        raise AssertionError("never called")
+
+    def with_defaults(*args, extra=None):
+        raise AssertionError("never called")
+
+    table.register(f"test_four_{key}", override=True)(four)
+    table.register(f"test_star_{key}", override=True)(with_defaults)
+    if takes != 4:
+        with pytest.raises(ConfigError) as err:
+            _validate(f"algorithm.{key}=test_four_{key}")
+        assert err.value.key == f"algorithm.{key}"
+        assert f"is called with {takes} arguments" in err.value.message
+    _validate(f"algorithm.{key}=test_star_{key}")
