@@ -138,7 +138,8 @@ class TrainerConfig:
     critic_optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5.0e-6))
     """Optimizer of the critic."""
     critic_model_path: str | None = None
-    """Initial critic weights; None = the policy model with a fresh value head."""
+    """Initial critic weights (a directory or hub id, resolved like ``model.path``); None = the
+    policy model with a fresh value head. Only with a critic (``advantage_estimator=gae``)."""
 
     ckpt_interval: int = 0
     """Save a checkpoint every N training steps; 0 = only at the end."""

@@ -265,6 +265,12 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
                 f"is only read with data.source=files (source is {d.source!r}): set "
                 "data.source=files to train on these files",
             )
+    require(
+        t.critic_model_path is None or a.uses_critic,
+        "trainer.critic_model_path",
+        f"is only read with a critic (algorithm.advantage_estimator=gae); "
+        f"{a.advantage_estimator!r} trains none: set it to null, or use algorithm=ppo",
+    )
     if t.critic_only_steps > 0:
         require(
             a.uses_critic,

@@ -108,6 +108,11 @@ def _validate(*overrides: str):
         ),
         (["data.eval_files=[my/eval.jsonl]"], "data.eval_files", "only read with data.source"),
         (
+            ["trainer.critic_model_path=some/critic"],
+            "trainer.critic_model_path",
+            "is only read with a critic (algorithm.advantage_estimator=gae)",
+        ),
+        (
             ["trainer.critic_only_steps=3"],
             "trainer.critic_only_steps",
             "only with a critic (algorithm.advantage_estimator=gae); with 'grpo' the policy "
