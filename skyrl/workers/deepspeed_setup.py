@@ -35,8 +35,11 @@ from skyrl.config.trainer import OptimizerConfig, TrainerConfig
 
 
 def deepspeed_config(trainer: TrainerConfig, optimizer: OptimizerConfig | None) -> dict[str, Any]:
-    """The DeepSpeed JSON config for one role (``optimizer`` None = inference only)."""
-    zero: dict[str, Any] = {"stage": trainer.zero_stage}
+    """The DeepSpeed JSON config for one role (``optimizer`` None = inference only: ZeRO 1/2
+    shard only optimizer and gradient state, which it has none of, and DeepSpeed refuses them
+    without an optimizer, so it runs at stage 0; stage 3 still shards its weights)."""
+    stage = trainer.zero_stage if optimizer is not None or trainer.zero_stage == 3 else 0
+    zero: dict[str, Any] = {"stage": stage}
     if trainer.offload_optimizer and optimizer is not None and trainer.zero_stage > 0:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     if trainer.zero_stage == 3:

@@ -223,3 +223,42 @@ def test_bf16_zero0_first_step_is_adamw_step_one_from_the_models_weights(tiny_mo
     assert out["step_error"] < 5e-7
     assert out["moved"] > 5e-3  # the step did move weights (lr = 1e-2)
     assert out["model_vs_master"] == 0.0  # the model holds the masters rounded to bf16
+
+
+INFERENCE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skyrl.config.trainer import TrainerConfig
+    from skyrl.workers.deepspeed_setup import build_engine
+    from skyrl.workers.distributed import find_free_port, set_dist_env
+
+    model_path, zero_stage = sys.argv[1], int(sys.argv[2])
+    set_dist_env(0, 1, "127.0.0.1", find_free_port(), 1)
+    plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    ids = torch.randint(0, plain.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    engine = build_engine(model, TrainerConfig(zero_stage=zero_stage), None, 10)
+    with torch.no_grad():
+        diff = float((engine(input_ids=ids).logits - plain(input_ids=ids).logits).abs().max())
+    print(json.dumps({"diff": diff}))
+    """
+)
+
+
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_an_inference_engine_builds_at_every_zero_stage(tiny_model_path, zero_stage):
+    """The reference role has no optimizer; DeepSpeed refuses ZeRO 1/2 without one ("zero
+    stage 2 requires an optimizer"), so PPO or a KL loss could not start at those stages.
+    They only shard optimizer and gradient state, which an inference engine has none of:
+    it runs at stage 0 and computes what the plain model does."""
+    result = subprocess.run(
+        [sys.executable, "-c", INFERENCE_SCRIPT, tiny_model_path, str(zero_stage)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["diff"] == 0.0
