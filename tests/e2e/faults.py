@@ -41,10 +41,11 @@ def die_on_rank1(logprobs, old_logprobs, advantages, loss_weights, loss_mask, cf
 class ScriptedToolEnv(ToolEnv):
     """The real tool env, but turns 1 and 2 act as calculator calls whatever a random model
     wrote, so every trajectory has 3 turns; the last turn's reward is parity (varies). It
-    speaks the tag protocol (the calls it fakes are tags)."""
+    speaks the tag protocol (the calls it fakes are tags), whatever ``environment.tool_format``
+    (which reaches every tools env) says."""
 
     def __init__(self, **kwargs):
-        super().__init__(**{"tool_format": "tags", **kwargs})
+        super().__init__(**{**kwargs, "tool_format": "tags"})
 
     def step(self, action_text: str) -> StepResult:
         if self.tool_calls < 2:
