@@ -452,7 +452,12 @@ def plan_micro_batches(
     costs = [_unit_cost(lengths, rows, prefix) for rows, prefix in units]
     groups = pack_micro_batches(costs, max_tokens)
     is_padding = chunk.metadata.get("is_padding") or [False] * len(chunk)
-    micro = [_pack_units(chunk, [units[u] for u in g], is_padding) for g in groups]
+    micro = [  # rows of no tokens alone (an env that failed at init): nothing to compute
+        _pack_units(chunk, [units[u] for u in g], is_padding)
+        if any(costs[u] for u in g)
+        else _empty_micro_batch(chunk)
+        for g in groups
+    ]
     if num_micro_batches is None:
         return micro
     return pad_micro_batches(micro, chunk, num_micro_batches)
@@ -475,12 +480,12 @@ def unpack_to_rows(
     micro_batches: Sequence[PackedMicroBatch], packed_values: Sequence[torch.Tensor], num_rows: int
 ) -> torch.Tensor:
     """Scatter per-token results of all micro batches back to ``[num_rows, S]``
-    in the chunk's original row order (zeros at padding)."""
+    in the chunk's original row order (zeros at padding, and for rows no micro batch holds:
+    rows of no tokens)."""
+    if not micro_batches:
+        raise ValueError("no micro batch to unpack")
     real = [(mb, v) for mb, v in zip(micro_batches, packed_values, strict=True) if not mb.is_empty]
-    if not real:
-        raise ValueError("no non-empty micro batch to unpack")
-    first = real[0][0]
-    out = real[0][1].new_zeros(num_rows, first.seq_len)
+    out = packed_values[0].new_zeros(num_rows, micro_batches[0].seq_len)
     for mb, values in real:
         out[torch.as_tensor(mb.row_indices, dtype=torch.long)] = mb.unpack(values)
     return out

@@ -255,3 +255,17 @@ def test_padding_rows_are_computed_but_not_counted_as_data():
     # 3 micro batches ([20], [20 padding], [6 6]) of 16: real fill 32 / 48
     assert metrics["local_micro_batches"] == 3
     assert metrics["fill_ratio"] == pytest.approx(32 / 48)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_chunk_of_only_empty_rows_packs_into_a_filler(share):
+    """A prompt whose env failed at init gives rows of no tokens; a rank whose share is only
+    such rows packed a micro batch of 0 tokens (not ``is_empty``), and the model's forward
+    raised. It is a zero-loss filler now, and those rows unpack to zeros."""
+    chunk = make_chunk([0, 0], seq_len=4)
+    micro = plan_micro_batches(chunk, 8, share_prefixes=share)
+    assert len(micro) == 1 and micro[0].is_empty and micro[0].input_ids.shape == (1, 1)
+    out = unpack_to_rows(micro, [torch.ones(1, 1)], 2)
+    assert out.shape == (2, 4) and not out.any()
+    mixed = plan_micro_batches(make_chunk([3, 0], seq_len=4), 8, share_prefixes=share)
+    assert [mb.row_indices for mb in mixed] == [[0, 1]]  # an empty row beside others is kept
