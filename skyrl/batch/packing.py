@@ -306,13 +306,15 @@ def shared_prefix_units(chunk: TrainingInputBatch, max_tokens: int) -> list[tupl
     """The chunk's rows as packing units ``(rows, shared prefix length)``: rows whose tokens
     before their first loss token are the same (the samples of one prompt, say) form one
     unit that packs that prompt once, split where the unit would exceed ``max_tokens``; every
-    other row is a unit of its own with prefix 0. A shared prefix holds no loss token and
-    leaves every row at least one token of its own."""
+    other row is a unit of its own with prefix 0, and so is every data-parallel padding row
+    (a copy of row 0 with no loss token: its tokens are counted as padding, not shared). A
+    shared prefix holds no loss token and leaves every row at least one token of its own."""
     real_lengths = chunk.real_lengths()
     lengths = real_lengths.tolist()
     loss_mask = chunk["loss_mask"]
     if loss_mask is None:
         return [([row], 0) for row in range(len(lengths))]
+    is_padding = chunk.metadata.get("is_padding") or [False] * len(lengths)
     has_loss = loss_mask.ne(0)
     first_loss = torch.where(has_loss.any(1), has_loss.long().argmax(1), real_lengths)
     ids = chunk.input_ids.numpy()
@@ -320,7 +322,7 @@ def shared_prefix_units(chunk: TrainingInputBatch, max_tokens: int) -> list[tupl
     units: list[tuple[list[int], int]] = []
     for row, (length, first) in enumerate(zip(lengths, first_loss.tolist(), strict=True)):
         prefix = min(first, length - 1)
-        if prefix < 1:
+        if prefix < 1 or is_padding[row]:
             units.append(([row], 0))
             continue
         key = ids[row, :prefix].tobytes()

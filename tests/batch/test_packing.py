@@ -269,3 +269,17 @@ def test_a_chunk_of_only_empty_rows_packs_into_a_filler(share):
     assert out.shape == (2, 4) and not out.any()
     mixed = plan_micro_batches(make_chunk([3, 0], seq_len=4), 8, share_prefixes=share)
     assert [mb.row_indices for mb in mixed] == [[0, 1]]  # an empty row beside others is kept
+
+
+def test_padding_rows_share_no_prompt():
+    """Padding rows copy row 0 with loss mask 0, so their whole length looked like a prompt
+    shared with each other (and with row 0): ``local_tokens`` came out negative. Each is a
+    unit of its own. Rows: a 6-token row (prompt 5 + 1 response token) and two padding
+    copies; shared, 6 real tokens + 2 x 6 padding tokens are computed."""
+    chunk = make_chunk([6, 3])
+    chunk.tensors["loss_mask"][0, :5] = 0  # row 0: prompt of 5, one response token
+    padded = pad_training_input_batch(chunk.select_rows([0]), 2)
+    micro = plan_micro_batches(padded, 64, share_prefixes=True)
+    metrics = micro_batch_metrics(micro, 64)
+    assert metrics["local_tokens"] == 6 and metrics["padding_tokens"] == 12
+    assert sum(mb.num_tokens for mb in micro) == 18
