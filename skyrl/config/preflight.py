@@ -125,6 +125,7 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     else:
         if ckpt is not None:
             _check_resume_mode(cfg, ckpt, _check_checkpoint(ckpt, TRAINER_STATE))
+            _check_dp_size(cfg, ckpt)
         return ckpt
     raise ConfigError("trainer.resume", problem)
 
@@ -150,6 +151,21 @@ def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
         f"{ckpt} has no policy weights (no {ckpt / 'policy'})",
     )
     return state
+
+
+def _check_dp_size(cfg: SkyRLConfig, ckpt: Path) -> None:
+    """The checkpoint was saved by ``trainer.dp_size`` ranks (one ``rng_rank<r>.pt`` each):
+    every rank loads its own RNG state and, under ZeRO 1-3, its own optimizer partition, which
+    DeepSpeed finds by rank, failing or mis-loading on another number of ranks."""
+    dp_size = cfg.trainer.dp_size
+    ranks = len(list((ckpt / "policy").glob("rng_rank*.pt")))
+    require(
+        ranks == dp_size,
+        "trainer.dp_size",
+        f"{ckpt} was saved by {ranks} data-parallel rank{'' if ranks == 1 else 's'} "
+        f"({ranks} rng_rank*.pt in {ckpt / 'policy'}), but trainer.dp_size={dp_size}: a "
+        f"checkpoint resumes on the number of ranks that saved it (trainer.dp_size={ranks})",
+    )
 
 
 def _check_resume_mode(cfg: SkyRLConfig, ckpt: Path, state: dict) -> None:

@@ -5,6 +5,11 @@ part is on disk; only then is ``latest`` (a one-line text file naming the
 directory) replaced, atomically. A run killed mid-save therefore leaves the
 previous checkpoint and ``latest`` untouched; the half-written temp dir is
 removed by the next save or resume.
+
+A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
+step, or another run's) first points ``latest`` at it: the run drops the metrics
+records after its step, and a kill from then on resumes where the records end,
+never from a later checkpoint it is about to replace.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ class CheckpointManager:
         at it and prune; without ``publish`` the caller calls ``publish`` later."""
         _write_atomic(tmp / TRAINER_STATE, json.dumps(trainer_state))
         final = self.root / f"global_step_{step}"
-        if final.exists():  # a re-run of the same step after a resume from an earlier one
-            shutil.rmtree(final)
+        if final.exists():  # a re-run of the same step after a resume from an earlier one,
+            shutil.rmtree(final)  # which ``resume_from`` made `latest`: a kill here is safe
         os.replace(tmp, final)
         if publish:
             self.publish(final)
@@ -54,6 +59,18 @@ class CheckpointManager:
         step = STEP_DIR.match(checkpoint.name)
         assert step is not None, checkpoint  # commit names it global_step_N
         self._prune(up_to=int(step.group(1)))
+
+    def resume_from(self, checkpoint: Path) -> None:
+        """Point ``latest`` at ``checkpoint``, the one this run resumes from, unless it names it
+        already (by name under ``root``, else by its full path). Called before the run drops
+        the metrics records after the checkpoint's step; nothing is pruned."""
+        pointer = self.root / "latest"
+        checkpoint = checkpoint.resolve()
+        if pointer.is_file() and (self.root / pointer.read_text().strip()).resolve() == checkpoint:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = checkpoint.name if checkpoint.parent == self.root.resolve() else str(checkpoint)
+        _write_atomic(pointer, name + "\n")
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints, ascending."""

@@ -111,6 +111,9 @@ class RLTrainer:
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
         self._unpublished: Path | None = None
         """A checkpoint saved by the running step, published once the step is logged."""
+        self.moved_since_checkpoint = False
+        """Some step moved the policy's or critic's weights since the last checkpoint (or since
+        the start: the initial weights, or the resumed checkpoint's, are saved already)."""
         self.step = 0
         self.policy_version = 0
         """Weight syncs so far: the version of the weights the engines hold."""
@@ -178,9 +181,11 @@ class RLTrainer:
         metrics.update(train_metrics)
         metrics.update(rollout_logprob_mismatch(batch, self.policy_version))
         # a refused mini-batch leaves the weights as they were, but the step's other
-        # mini-batches still stepped: sync what moved, checkpoint if anything moved
+        # mini-batches still stepped: sync what moved; checkpoint (at the cadence and at the
+        # end) if anything moved since the last checkpoint, this step or an earlier one
         policy_moved = metrics.get(names.POLICY.optimizer_steps, 0.0) > 0
         moved = policy_moved or metrics.get(names.CRITIC.optimizer_steps, 0.0) > 0
+        self.moved_since_checkpoint |= moved
         nonfinite = any(metrics.get(r.nonfinite, 0.0) > 0 for r in (names.POLICY, names.CRITIC))
         self.consecutive_nonfinite = self.consecutive_nonfinite + 1 if nonfinite else 0
         metrics[names.TRAIN_REFUSED] = float(nonfinite and not moved)
@@ -188,9 +193,11 @@ class RLTrainer:
         if policy_moved:  # else the engines hold these weights already (refused, critic-only)
             with timer("sync"):
                 self.sync_weights(self.policy_version + 1)
-        if moved and ((t.ckpt_interval and step % t.ckpt_interval == 0) or last):
+        due = (t.ckpt_interval and step % t.ckpt_interval == 0) or last
+        if due and self.moved_since_checkpoint:
             with timer("checkpoint"):
                 self._unpublished = self.save_checkpoint(step, publish=False)
+            self.moved_since_checkpoint = False
         if self.rollouts.has_eval() and ((t.eval_interval and step % t.eval_interval == 0) or last):
             with timer("eval"):
                 metrics.update(self.evaluate())
@@ -441,6 +448,7 @@ class RLTrainer:
         self.policy_version = int(state.get("policy_version", self.step))
         self.kl_ctrl.value = float(state["kl_coef"])
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+        self.checkpoints.resume_from(ckpt)  # before the tracker drops the later records
         return ckpt
 
     def evaluate(self) -> dict[str, float]:

@@ -24,10 +24,13 @@ def refused(out: Path, *overrides: str) -> ConfigError:
     return err.value
 
 
-def checkpoint(run: Path, step: int, state: str | None = None) -> Path:
-    """A complete checkpoint of ``run`` at ``step`` (as the trainer leaves it) and ``latest``."""
+def checkpoint(run: Path, step: int, state: str | None = None, dp_size: int = 2) -> Path:
+    """A complete checkpoint of ``run`` at ``step`` (as the trainer leaves it) and ``latest``;
+    saved by ``dp_size`` ranks (the smoke experiment's), each with its RNG state file."""
     ckpt = run / "checkpoints" / f"global_step_{step}"
     (ckpt / "policy").mkdir(parents=True)
+    for rank in range(dp_size):
+        (ckpt / "policy" / f"rng_rank{rank}.pt").write_bytes(b"")
     (ckpt / "trainer_state.json").write_text(state or json.dumps({"step": step}))
     (run / "checkpoints" / "latest").write_text(f"global_step_{step}\n")
     return ckpt
@@ -65,7 +68,7 @@ def test_a_corrupt_trainer_state_is_refused_naming_the_file(tmp_path, state, fra
 
 
 def test_a_checkpoint_without_weights_is_refused(tmp_path):
-    ckpt = checkpoint(tmp_path / "run", 4)
+    ckpt = checkpoint(tmp_path / "run", 4, dp_size=0)
     (ckpt / "policy").rmdir()
     error = refused(tmp_path / "run")
     assert error.key == "trainer.resume" and "no policy weights" in error.message
@@ -109,3 +112,16 @@ def test_an_async_checkpoint_with_prompts_in_flight_needs_an_async_resume(tmp_pa
     done = json.dumps({"step": 2, "rollouts": {"loader": {}, "pending": []}})
     (tmp_path / "checkpoints" / "global_step_2" / "trainer_state.json").write_text(done)
     assert dry_run(tmp_path, "trainer.resume=auto") is not None
+
+
+def test_a_checkpoint_saved_on_another_dp_size_is_refused_naming_trainer_dp_size(tmp_path):
+    # each rank loads its own RNG state and (ZeRO 1-3) its own optimizer partition:
+    # DeepSpeed loads a checkpoint only on the number of ranks that saved it. Before, rank 1
+    # of a dp_size=2 run died on the missing rng_rank1.pt of a dp_size=1 checkpoint.
+    ckpt = checkpoint(tmp_path / "run", 3, dp_size=1)
+    error = refused(tmp_path / "run")  # the smoke experiment: trainer.dp_size=2
+    assert error.key == "trainer.dp_size"
+    assert f"{ckpt} was saved by 1 data-parallel rank" in error.message
+    assert "trainer.dp_size=2" in error.message and "trainer.dp_size=1" in error.message
+    assert "\n" not in error.message
+    assert dry_run(tmp_path / "run", "trainer.dp_size=1") is not None  # the size that saved it

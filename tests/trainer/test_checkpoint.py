@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
@@ -89,6 +92,62 @@ def test_a_rewound_run_never_prunes_the_checkpoint_it_just_published(tmp_path):
     assert manager.steps() == [4, 6, 8, 16]
     _save(manager, 8)  # the re-run of step 8 replaces the old one: 6 and 8 kept
     assert manager.steps() == [6, 8, 16] and read_trainer_state(manager.latest()) == {"step": 8}
+
+
+def test_a_rewound_run_keeps_latest_on_its_resume_checkpoint_at_every_kill_point(
+    tmp_path, monkeypatch
+):
+    # Run A published steps 2 and 4; run B resumes from step 2 (its tracker drops the records
+    # of steps 3 and 4), then re-saves step 4, unpublished until logged. Before, `latest` kept
+    # naming step 4 throughout: B killed during step 4's eval resumed from B's step 4 with no
+    # metrics record, and killed between removing A's step 4 and renaming B's, from nothing.
+    root = tmp_path / "checkpoints"
+    manager = CheckpointManager(root, max_to_keep=0)
+    for step in (2, 4):
+        _save(manager, step)
+    manager.resume_from(root / "global_step_2")
+    assert manager.latest() == root / "global_step_2"
+    # killed between the rmtree of A's step 4 and the rename of B's into place
+    real_replace = os.replace
+
+    def killed(src, dst):
+        if Path(dst).name == "global_step_4":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        manager.commit(manager.temp_dir(4), 4, {"step": 4}, publish=False)
+    assert manager.steps() == [2] and resolve_resume("auto", manager) == root / "global_step_2"
+    monkeypatch.setattr(os, "replace", real_replace)
+    # killed after the commit, during the step's eval or logging
+    manager.commit(manager.temp_dir(4), 4, {"step": 4, "run": "B"}, publish=False)
+    assert resolve_resume("auto", manager) == root / "global_step_2"
+    manager.publish(root / "global_step_4")  # after the record of step 4
+    assert read_trainer_state(manager.latest()) == {"step": 4, "run": "B"}
+
+
+def test_resuming_from_another_runs_checkpoint_points_latest_at_it(tmp_path):
+    # this run dir's own step 4 loses its records once the run resumes from the other run's
+    # step 2: `latest` names the other checkpoint (by its full path) until this run publishes
+    other = CheckpointManager(tmp_path / "other" / "checkpoints", max_to_keep=0)
+    _save(other, 2)
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", max_to_keep=0)
+    _save(manager, 4)
+    manager.resume_from(other.root / "global_step_2")
+    assert manager.latest() == other.root / "global_step_2"
+    assert resolve_resume("auto", manager) == other.root / "global_step_2"
+    _save(manager, 3)
+    assert manager.latest() == manager.root / "global_step_3"
+
+
+def test_resuming_from_latest_itself_leaves_the_pointer_alone(tmp_path):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    _save(manager, 2)
+    pointer = manager.root / "latest"
+    before = pointer.stat().st_mtime_ns
+    manager.resume_from(manager.root / "global_step_2")
+    assert pointer.read_text() == "global_step_2\n" and pointer.stat().st_mtime_ns == before
 
 
 def test_export_of_a_model_with_its_own_code(tiny_model_path, tmp_path):

@@ -14,6 +14,7 @@ from skyrl.algorithms.kl_controllers import AdaptiveKLController
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.algorithm import AlgorithmConfig
 from skyrl.tracking import metric_names as names
+from skyrl.trainer.checkpoint import CheckpointManager
 from skyrl.trainer.trainer import RLTrainer
 from skyrl.workers.stats import LossSums, PackingStats, TrainStats
 
@@ -51,15 +52,19 @@ def two_prompt_batch() -> TrainingInputBatch:
 
 
 def make_trainer(
-    policy: list[bool], critic: list[bool] | None = None, critic_only_steps: int = 0
+    policy: list[bool],
+    critic: list[bool] | None = None,
+    critic_only_steps: int = 0,
+    total_steps: int = 5,
+    ckpt_interval: int = 1,
 ) -> RLTrainer:
-    """A trainer of 5 steps with a checkpoint every step; ``synced`` and ``saved`` record the
-    versions it syncs and the steps it checkpoints."""
+    """A trainer of ``total_steps`` steps with a checkpoint every ``ckpt_interval`` (0: at the
+    end); ``synced`` and ``saved`` record the versions it syncs and the steps it checkpoints."""
     tr = RLTrainer.__new__(RLTrainer)
     t = SimpleNamespace(
         policy_mini_batch_size=1, critic_mini_batch_size=1, train_batch_size=2,
         update_epochs_per_batch=1, critic_only_steps=critic_only_steps, dp_size=1,
-        ckpt_interval=1, eval_interval=0,
+        ckpt_interval=ckpt_interval, eval_interval=0,
     )  # fmt: skip
     tr.cfg = SimpleNamespace(
         trainer=t,
@@ -69,7 +74,8 @@ def make_trainer(
     tr.policy, tr.reference = FakeGroup(policy), None
     tr.critic = FakeGroup(critic) if critic is not None else None
     tr.reuse_training_logprobs = False
-    tr.total_steps, tr.policy_version, tr.consecutive_nonfinite = 5, 0, 0
+    tr.total_steps, tr.policy_version, tr.consecutive_nonfinite = total_steps, 0, 0
+    tr.moved_since_checkpoint = False
     tr.rollouts = SimpleNamespace(
         next_batch=lambda step: (two_prompt_batch(), {}), has_eval=lambda: False
     )
@@ -130,6 +136,69 @@ def test_a_refused_critic_only_step_neither_syncs_nor_checkpoints():
     metrics = tr.run_step(1)
     assert tr.synced == [] and tr.saved == []
     assert metrics[names.TRAIN_REFUSED] == 1.0 and tr.consecutive_nonfinite == 1
+
+
+def saving_weights(tr: RLTrainer) -> RLTrainer:
+    """``saved`` records (step, policy optimizer steps so far): which weights each holds."""
+    tr.save_checkpoint = lambda step, publish=True: tr.saved.append(
+        (step, tr.policy.optimizer_steps)
+    )
+    return tr
+
+
+def test_a_refused_last_step_still_saves_what_earlier_steps_trained():
+    # ckpt_interval=0 (only at the end): step 1 takes 2 optimizer steps, step 2 (the last) is
+    # refused in full. The end-of-run checkpoint is step 2's, holding step 1's weights (2
+    # optimizer steps); step 2's batch is spent, so a resume continues at step 3.
+    tr = saving_weights(make_trainer(policy=[OK, OK, NAN, NAN], total_steps=2, ckpt_interval=0))
+    refused = [tr.run_step(step)[names.TRAIN_REFUSED] for step in (1, 2)]
+    assert refused == [0.0, 1.0]
+    assert tr.saved == [(2, 2)]
+
+
+def test_a_refused_cadence_step_saves_once_and_unmoved_weights_are_not_saved_again():
+    # every 2nd step of 5: step 1 trains (2 optimizer steps), steps 2-5 are refused. Step 2
+    # saves step 1's weights; steps 4 and 5 (the last) hold those same weights: no save.
+    tr = saving_weights(make_trainer(policy=[OK, OK] + [NAN] * 8, total_steps=5, ckpt_interval=2))
+    for step in range(1, 6):
+        tr.run_step(step)
+    assert tr.saved == [(2, 2)]
+
+
+def test_a_resumed_run_that_trains_nothing_saves_nothing():
+    # the checkpoint it loaded holds its weights (moved_since_checkpoint starts False): a
+    # refused last step has nothing new to save
+    tr = saving_weights(make_trainer(policy=[NAN, NAN], total_steps=4, ckpt_interval=0))
+    tr.run_step(4)  # resumed from step 3's checkpoint
+    assert tr.saved == []
+
+
+class FakeWorkers:
+    def __init__(self):
+        self.calls = []
+
+    def run(self, method: str, *args) -> list:
+        self.calls.append((method, *args))
+        return [None]
+
+
+def test_a_rewound_resume_points_latest_at_its_checkpoint_before_logging(tmp_path):
+    # run A published steps 2 and 4; run B resumes from step 2, and its tracker then drops the
+    # metrics records of steps 3 and 4. `latest` still naming A's step 4 made a kill anywhere
+    # in B's step 3 or 4 resume from a checkpoint whose records are gone (or, once B had
+    # re-saved step 4 unpublished, from one with no record at all).
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    for step in (2, 4):
+        tmp = manager.temp_dir(step)
+        manager.commit(tmp, step, {"step": step, "kl_coef": 0.1})
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume=str(manager.root / "global_step_2")))
+    tr.checkpoints, tr.policy, tr.critic = manager, FakeWorkers(), None
+    tr.rollouts = SimpleNamespace(load_state_dict=lambda state: None)
+    tr.kl_ctrl = SimpleNamespace(value=0.0)
+    assert tr.resume() == manager.root / "global_step_2"
+    assert tr.policy.calls == [("load_checkpoint", str(manager.root / "global_step_2"))]
+    assert tr.step == 2 and manager.latest() == manager.root / "global_step_2"
 
 
 def turns_batch(num_turns: int) -> TrainingInputBatch:
