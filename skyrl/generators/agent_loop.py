@@ -5,9 +5,13 @@ engine.generate`` for this turn alone (the engine batches whatever requests are
 in flight: no trajectory waits for another's turn), keep the sampled tokens,
 ``env.step`` the decoded text, append the observation tokens, until the env is
 done, ``max_turns`` is reached, or the token budget (``max_generate_length``
-over all turns) runs out. Env calls run in threads under ``timeout_s``; an env
-that raises or times out ends its trajectory with reward 0 and counts in
-``env/errors``; the run goes on. Each request's seed is
+over all turns) runs out. Each env call runs on a thread of its own (``EnvThreads``)
+under ``timeout_s``; an env that raises or times out ends its trajectory with reward
+0 and counts in ``env/errors``; the run goes on. Python cannot stop a thread, so a
+timed-out call's thread runs on unwatched: it no longer counts against the
+``max_env_threads`` calls that may run at once, the env is closed on that thread
+once the call returns (never under it), and more than ``max_stuck_env_calls``
+such calls still running stop the run with ``EnvHangError``. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
 template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 """
@@ -15,10 +19,12 @@ template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import Message, TextEnv
@@ -34,6 +40,8 @@ from skyrl.generators.trajectory import (
 )
 from skyrl.inference.base import InferenceEngine, SamplingParams, request_seed
 
+logger = logging.getLogger(__name__)
+
 
 def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
     """The messages a row's first turn is generated from: the env's ``init`` (which may add a
@@ -42,6 +50,131 @@ def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
     renders a row with these same three calls."""
     messages, _info = env.init(row.prompt, row.extras)
     return messages
+
+
+class EnvHangError(RuntimeError):
+    """More env calls are still running past their time limit than ``EnvThreads`` allows."""
+
+
+@dataclass(eq=False)
+class _Call:
+    """One env call's thread, as ``EnvThreads`` tracks it (fields under ``EnvThreads.lock``)."""
+
+    returned: bool = False
+    abandoned: bool = False
+    """Its caller stopped waiting (time limit, or cancelled) before it returned: it counts
+    in ``EnvThreads.stuck`` until it does."""
+    then: list[Callable[[], object]] = field(default_factory=list)
+    """Run on its thread once it returns (an abandoned call's env close)."""
+
+
+class EnvThreads:
+    """Env calls (user code that may block for good), each on a daemon thread of its own.
+
+    At most ``max_running`` calls run at once; a call's time limit starts when it gets a
+    slot, so time queued does not count against it. A call past its limit is abandoned:
+    its caller gets ``TimeoutError`` and its slot frees, while the thread (which nothing can
+    stop; daemon, so it never holds up exit) runs on. ``close`` of an env whose call hangs
+    runs on that thread after the call returns. More than ``max_stuck`` abandoned calls still
+    running raise ``EnvHangError``: a fixed pool instead loses a thread to each one for good
+    until every env call waits forever."""
+
+    def __init__(self, max_running: int, max_stuck: int):
+        self.max_running, self.max_stuck = max_running, max_stuck
+        self.lock = threading.Lock()
+        self.stuck = 0
+        """Abandoned calls still running."""
+        self._hung: dict[int, _Call] = {}  # id(env) -> its abandoned call
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
+
+    def _slots_here(self) -> asyncio.Semaphore:
+        """The slots of the running event loop (``Generator.generate`` runs a new one per
+        call, and a semaphore belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self.max_running), loop
+        return self._slots
+
+    async def run(self, env, fn, *args, timeout_s: float | None, slot: bool = True):
+        """``fn(*args)`` on its own thread: its result or exception; ``TimeoutError`` after
+        ``timeout_s`` seconds running (None: no limit; ``slot=False``: not counted against
+        ``max_running``, for toolkit calls that must not wait behind the env's)."""
+        if not slot:
+            return await self._watch(env, fn, args, timeout_s)
+        async with self._slots_here():
+            return await self._watch(env, fn, args, timeout_s)
+
+    async def _watch(self, env, fn, args, timeout_s: float | None):
+        loop = asyncio.get_running_loop()
+        future, call = loop.create_future(), _Call()
+        thread = threading.Thread(
+            target=self._work, args=(call, loop, future, fn, args), name="skyrl-env", daemon=True
+        )
+        thread.start()
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            with self.lock:
+                if call.returned:  # it returned as the limit passed: nothing runs on
+                    raise
+                call.abandoned, self._hung[id(env)] = True, call
+                self.stuck += 1
+                stuck = self.stuck
+            if isinstance(exc, TimeoutError) and stuck > self.max_stuck:
+                raise EnvHangError(
+                    f"{stuck} env calls are still running past environment.timeout_s="
+                    f"{timeout_s:g} (a thread cannot be stopped; at most "
+                    f"{self.max_stuck} may hang): the env's step, init or close never "
+                    "returns - fix it or give it its own time limit"
+                ) from None
+            raise
+
+    def _work(self, call: _Call, loop, future, fn, args) -> None:
+        outcome: tuple[Any, BaseException | None]
+        try:
+            outcome = (fn(*args), None)
+        except BaseException as exc:  # handed to the caller
+            outcome = (None, exc)
+        with self.lock:
+            call.returned = True
+            self.stuck -= call.abandoned
+            then = list(call.then)
+        for after in then:
+            try:
+                after()
+            except Exception:
+                logger.exception("closing an env after its hung call returned")
+        try:
+            loop.call_soon_threadsafe(_resolve, future, *outcome)
+        except RuntimeError:  # that event loop is closed: nobody waits any more
+            pass
+
+    async def close(self, env, timeout_s: float) -> None:
+        """``env.close()``: now, or on the thread of its hung call once that returns."""
+        with self.lock:
+            call = self._hung.pop(id(env), None)
+            if call is not None and not call.returned:
+                call.then.append(env.close)
+                return
+        try:
+            await self.run(env, env.close, timeout_s=timeout_s)
+        except EnvHangError:
+            raise
+        except Exception:
+            logger.exception("env.close failed")
+        finally:  # a hung close leaves nothing to run after it (and ids are reused)
+            with self.lock:
+                self._hung.pop(id(env), None)
+
+
+def _resolve(future: asyncio.Future, result, error: BaseException | None) -> None:
+    if future.done():  # the caller stopped waiting
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class AgentLoop:
@@ -56,14 +189,17 @@ class AgentLoop:
         clock: VersionClock | None = None,
         max_env_threads: int = 32,
         tool_parser: str = "hermes",
+        max_stuck_env_calls: int = 128,
     ):
+        """``max_env_threads``: env calls that may run at once; ``max_stuck_env_calls``:
+        timed-out env calls that may still be running before the run stops (``EnvThreads``)."""
         self.engine = engine
         self.chat = ChatTokens(tokenizer)
         self.parser = ToolCallParser(tokenizer, tool_parser)
         self.env_factory = env_factory
         self.settings = settings
         self.clock = clock or VersionClock()
-        self.pool = ThreadPoolExecutor(max_env_threads, thread_name_prefix="skyrl-env")
+        self.env_threads = EnvThreads(max_env_threads, max_stuck_env_calls)
 
     @classmethod
     def from_context(cls, ctx: DriverContext) -> AgentLoop:
@@ -88,21 +224,20 @@ class AgentLoop:
         env = self.env_factory()
         try:
             return await self._turns(env, row, tid, sample, sampling)
-        finally:
-            await self._safe_env_call(env.close)
+        finally:  # after a hung call: on its thread once it returns
+            await self.env_threads.close(env, self.settings.env_timeout_s)
 
-    async def _env_call(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await asyncio.wait_for(
-            loop.run_in_executor(self.pool, fn, *args), self.settings.env_timeout_s
-        )
-
-    async def _safe_env_call(self, fn, *args):
+    async def _safe_env_call(self, env, fn, *args):
         """``(result, None)`` or ``(None, error)`` when the env raises or times out."""
         try:
-            return await self._env_call(fn, *args), None
-        except (Exception, asyncio.TimeoutError) as exc:
+            result = await self.env_threads.run(
+                env, fn, *args, timeout_s=self.settings.env_timeout_s
+            )
+        except EnvHangError:
+            raise
+        except Exception as exc:  # TimeoutError included
             return None, exc
+        return result, None
 
     async def _generate(
         self, context: list[int], sampling: SamplingParams, row: PromptRow, sample: int, turn: int
@@ -129,10 +264,12 @@ class AgentLoop:
     async def _turns(self, env, row, tid, sample, sampling) -> Trajectory:
         s = self.settings
         turns: list[Turn] = []
-        # toolkit code, not the env's (the first call may import the tool parser): no timeout
-        loop = asyncio.get_running_loop()
-        tools = await loop.run_in_executor(self.pool, declared_tools, env, self.chat, self.parser)
-        messages, err = await self._safe_env_call(opening_messages, env, row)
+        # toolkit code (the first call may import the tool parser): no time limit, and no
+        # slot, so it never waits behind env calls
+        tools = await self.env_threads.run(
+            env, declared_tools, env, self.chat, self.parser, timeout_s=None, slot=False
+        )
+        messages, err = await self._safe_env_call(env, opening_messages, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         context = self.chat.prompt_ids(messages, tools)
@@ -148,7 +285,8 @@ class AgentLoop:
                 context, replace(sampling, max_tokens=budget), row, sample, turn_idx
             )
             turns.append(turn)
-            result, err = await self._safe_env_call(env.step, self.chat.decode(turn.response_ids))
+            action = self.chat.decode(turn.response_ids)
+            result, err = await self._safe_env_call(env, env.step, action)
             if err is not None:
                 return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
             reward = float(result.reward)

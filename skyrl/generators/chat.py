@@ -4,11 +4,11 @@ The first prompt is rendered with the tokenizer's chat template. After each
 assistant turn the conversation is EXTENDED, never re-rendered: the exact
 sampled tokens stay, then the template's own text closing an assistant message
 (ChatML: ``<|im_end|>\\n``, or only its ``"\\n"`` when the reply already ended on
-``<|im_end|>``) plus the observation messages and the next generation prompt
-are tokenized and appended. Those appended tokens are the toolkit's, so their
-loss mask is 0. The turn end is read from the template, not from the
-tokenizer's EOS: Qwen2.5 base models have EOS ``<|endoftext|>`` but a ChatML
-template whose turns end with ``<|im_end|>``.
+``<|im_end|>``; a sampled EOS that is not the turn end is kept and then closed) plus
+the observation messages and the next generation prompt are tokenized and
+appended. Those appended tokens are the toolkit's, so their loss mask is 0. The turn
+end is read from the template, not from the tokenizer's EOS: Qwen2.5 base models have
+EOS ``<|endoftext|>`` but a ChatML template whose turns end with ``<|im_end|>``.
 """
 
 from __future__ import annotations
@@ -70,8 +70,11 @@ class ChatTokens:
         return turn_end, first[0], turn_end[len(stop.content) :]
 
     def ends_turn(self, response_ids: list[int]) -> bool:
-        """Whether a reply stopped on the turn-end token or on EOS (else it was cut off)."""
-        return bool(response_ids) and response_ids[-1] in (self.turn_end_id, self.eos_id)
+        """Whether a reply ended on the template's turn-end token, so only
+        ``assistant_tail`` is left of the turn end. Otherwise (cut off; stopped on an EOS that
+        is not the turn end: Qwen2.5 base's ``<|endoftext|>``, kept as sampled; a template
+        whose turn end is plain text) the whole ``turn_end`` still follows the reply."""
+        return bool(response_ids) and response_ids[-1] == self.turn_end_id
 
     def render_text(
         self,

@@ -59,7 +59,8 @@ class Turn:
     finish_reason: str
     """Engine finish reason: stop / length."""
     appended_ids: list[int] = field(default_factory=list)
-    """Tokens appended after this turn (EOS if missing, template, observations)."""
+    """Tokens appended after this turn (the template's turn end, or what the reply left of
+    it; observations; the next generation prompt)."""
     version_dispatched: int = 0
     """Policy version when the request was sent."""
     version_finished: int = 0

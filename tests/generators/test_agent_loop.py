@@ -128,15 +128,29 @@ def test_context_is_the_template_rendering_when_eos_is_not_the_turn_end():
     assert_contexts_are_the_templates(tok, out)
 
 
-def assert_contexts_are_the_templates(tok, out) -> None:
+def test_a_reply_ended_on_eos_still_closes_its_turn_when_eos_is_not_the_turn_end():
+    """Qwen2.5-base-like tokenizer, and the model samples its EOS ``<|endoftext|>``: the EOS
+    is kept (it was sampled, and is trained) and ``<|im_end|>\\n`` still closes the turn, so
+    each context is the template's rendering of replies "ok 7<|endoftext|>" (before, only
+    "\\n" followed the EOS: no assistant turn was ever closed)."""
+    tok = AutoTokenizer.from_pretrained(build_tiny_model())
+    tok.eos_token = "<|endoftext|>"
+    out = make(tok, FakeEngine(tok, eos=True), TwoToolTurns, True).generate(
+        ROWS[:1], 1, SamplingParams()
+    )
+    assert out.response_token_ids == [tok.encode("ok 7") + [tok.eos_token_id]] * 3
+    assert_contexts_are_the_templates(tok, out, reply="ok 7<|endoftext|>")
+
+
+def assert_contexts_are_the_templates(tok, out, reply: str = "ok 7") -> None:
     """Each of the 3 turns' prompt is the chat template's rendering of the conversation so
-    far (replies "ok 7", tool results "result 1", "result 2")."""
+    far (replies ``reply``, tool results "result 1", "result 2")."""
     messages = [{"role": "user", "content": ROWS[0].prompt}]
     for turn in range(3):
         want = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert out.prompt_token_ids[turn] == tok.encode(want, add_special_tokens=False)
         messages += [
-            {"role": "assistant", "content": "ok 7"},
+            {"role": "assistant", "content": reply},
             {"role": "tool", "content": f"result {turn + 1}"},
         ]
 
@@ -410,3 +424,106 @@ def test_an_agent_that_is_neither_a_factory_nor_async_is_refused(name, fragment)
     with pytest.raises(ValueError, match="generator.agent: ") as info:
         driver_factory(f"{__name__}.{name}")
     assert fragment in str(info.value)
+
+
+class HangsFirst(TextEnv):
+    """``step`` blocks on ``release`` for the first ``hangs`` calls (counted over all envs of
+    the class), then returns reward 1; logs each hung step's return and each close."""
+
+    hangs = 0
+    release = threading.Event()
+    started = 0
+    lock = threading.Lock()
+    log: list[tuple[str, int]] = []
+
+    @classmethod
+    def reset(cls, hangs: int) -> None:
+        cls.hangs, cls.started, cls.log, cls.release = hangs, 0, [], threading.Event()
+
+    def step(self, action_text):
+        with self.lock:
+            self.n, HangsFirst.started = HangsFirst.started, HangsFirst.started + 1
+        if self.n < self.hangs:
+            self.release.wait(30)  # stands for a step that never returns
+            self.log.append(("step returned", self.n))
+        return StepResult([], 1.0, True)
+
+    def close(self):
+        self.log.append(("close", getattr(self, "n", -1)))
+
+
+def generate_or_hang(gen, rows, n, limit_s):
+    """``gen.generate(rows, n)`` on a thread: its output, or "hangs" after ``limit_s``."""
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(out=gen.generate(rows, n, SamplingParams())), daemon=True
+    )
+    thread.start()
+    thread.join(limit_s)
+    return "hangs" if thread.is_alive() else result["out"]
+
+
+def test_hung_env_steps_do_not_starve_later_env_calls(tok):
+    """3 steps that never return (the first 3 calls) with room for 2 env calls at once: they
+    end as env_error after 0.2 s, and the next batch's healthy trajectories all get their
+    reward (the stuck threads held the pool's 2 threads for good: every later call queued
+    behind them and ``generate`` never returned). A hung env is closed only after its step
+    returns, never under it."""
+    HangsFirst.reset(hangs=3)
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2)
+    engine = FakeEngine(tok)
+    gen = Generator(AgentLoop(engine, tok, HangsFirst, settings, max_env_threads=2), engine)
+    try:
+        bad = [PromptRow("x", "s", {}, uid=f"bad{i}") for i in range(3)]
+        out = generate_or_hang(gen, bad, 1, 10)
+        assert out != "hangs" and out.stop_reasons == ["env_error"] * 3
+        assert HangsFirst.log == []  # the stuck steps' envs are not closed under them
+        good = [PromptRow("y", "s", {}, uid=f"good{i}") for i in range(2)]
+        out = generate_or_hang(gen, good, 2, 10)
+        assert out != "hangs"
+        assert out.stop_reasons == ["stop"] * 4 and out.rewards == [1.0] * 4
+        assert sorted(HangsFirst.log) == [("close", n) for n in range(3, 7)]
+    finally:
+        HangsFirst.release.set()
+    deadline = time.monotonic() + 5
+    while len(HangsFirst.log) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for n in range(3):  # each hung env is closed once, after its step returned
+        mine = [event for event, k in HangsFirst.log if k == n]
+        assert mine == ["step returned", "close"]
+
+
+class SleepsBriefly(TextEnv):
+    def step(self, action_text):
+        time.sleep(0.3)
+        return StepResult([], 1.0, True)
+
+
+def test_time_queued_for_an_env_thread_does_not_count_against_the_limit(tok):
+    """One env call at a time, 3 steps of 0.3 s each under a 0.5 s limit: each step is timed
+    from its start, so all 3 finish (timed from the queue, the 2nd would wait 0.3 s and
+    run 0.3 s: 0.6 s > 0.5 s, env_error)."""
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.5)
+    engine = FakeEngine(tok)
+    gen = Generator(AgentLoop(engine, tok, SleepsBriefly, settings, max_env_threads=1), engine)
+    out = gen.generate(
+        [PromptRow("x", "s", {}, uid=f"p{i}") for i in range(3)], 1, SamplingParams()
+    )
+    assert out.stop_reasons == ["stop"] * 3 and out.rewards == [1.0] * 3
+
+
+def test_too_many_stuck_env_calls_stop_the_run_with_a_clear_error(tok):
+    """Stuck threads cannot be killed: past ``max_stuck_env_calls`` still running, the run
+    stops with an error naming the limit instead of piling up threads."""
+    from skyrl.generators.agent_loop import EnvHangError
+
+    HangsFirst.reset(hangs=3)
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2)
+    engine = FakeEngine(tok)
+    loop = AgentLoop(engine, tok, HangsFirst, settings, max_env_threads=4, max_stuck_env_calls=2)
+    try:
+        rows = [PromptRow("x", "s", {}, uid=f"bad{i}") for i in range(3)]
+        with pytest.raises(EnvHangError, match=r"3 env calls .* environment.timeout_s=0.2"):
+            Generator(loop, engine).generate(rows, 1, SamplingParams())
+    finally:
+        HangsFirst.release.set()

@@ -69,13 +69,16 @@ def test_turn_end_comes_from_the_template(chatml, base_chatml):
 
 def test_reply_ended_on_a_non_template_eos(base_chatml):
     """A base model may stop on its EOS ``<|endoftext|>`` instead of ``<|im_end|>``: the reply
-    is kept as sampled and ended, so only the rest of the turn end ("\\n") follows it."""
+    is kept as sampled (its EOS was sampled and is trained) but did not close the turn, so
+    the whole turn end ``<|im_end|>\\n`` follows it, as the template renders every turn."""
     tok, chat = base_chatml, ChatTokens(base_chatml)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
     reply = tok.encode("ok", add_special_tokens=False) + [tok.eos_token_id]
-    assert chat.ends_turn(reply) and not chat.ends_turn(reply[:-1]) and not chat.ends_turn([])
+    assert not chat.ends_turn(reply) and not chat.ends_turn([])
+    assert chat.ends_turn(reply[:-1] + [im_end])
     appended = chat.observation_ids([{"role": "user", "content": "sure?"}], chat.ends_turn(reply))
     assert tok.decode(reply + appended) == (
-        "ok<|endoftext|>\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\n"
+        "ok<|endoftext|><|im_end|>\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\n"
     )
 
 
