@@ -245,11 +245,12 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
 
 def known_total_steps(cfg: SkyRLConfig) -> int | None:
     """``trainer.total_steps``, else epochs x batches of a generated source; None when it
-    depends on a prompt file's length."""
+    depends on how many prompts load: a prompt file's length, or the prompts that
+    ``data.overlong_prompts=drop`` leaves (the loader counts the kept ones)."""
     t, d = cfg.trainer, cfg.data
     if t.total_steps is not None:
         return t.total_steps
-    if d.source == "files":
+    if d.source == "files" or d.overlong_prompts == "drop":
         return None
     return t.epochs * (d.num_train_prompts // t.train_batch_size)
 

@@ -51,3 +51,18 @@ def test_more_critic_only_steps_than_steps_leaves_the_policy_none():
     # a file source's length is known only at run time: ppo_critic waits 3 steps of 2
     cfg = _config("experiment=ppo_critic")
     assert optimizer_steps(cfg, make_plan(cfg), total_steps=2)["policy"] == 0
+
+
+def test_dropped_prompts_leave_the_step_count_to_the_loader():
+    """A generated source with data.overlong_prompts=drop: the count of prompts left is known
+    only once they load, so the plan leaves the total to the loader (epochs x batches of the
+    kept prompts). It said epochs x num_train_prompts / train_batch_size: 16 steps of 64
+    prompts where 51 were kept, so epochs=1 ran 4 steps into a second epoch."""
+    from skyrl.config.validate import known_total_steps
+
+    base = ["data.num_train_prompts=64", "trainer.train_batch_size=4", "trainer.total_steps=null"]
+    assert known_total_steps(_config(*base)) == 16
+    dropping = _config(*base, "data.overlong_prompts=drop")
+    assert known_total_steps(dropping) is None and make_plan(dropping).total_steps is None
+    fixed = _config(*base, "data.overlong_prompts=drop", "trainer.total_steps=7")
+    assert known_total_steps(fixed) == 7
