@@ -29,7 +29,7 @@ def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow
         dataset = getattr(env_cfg, "dataset", None)
         if not dataset:
             raise ValueError("data.source=reasoning_gym needs environment.dataset=<name>")
-        return reasoning_gym_rows(dataset, n, data_cfg.seed, split)
+        return reasoning_gym_rows(dataset, n, data_cfg.seed, split, data_cfg.num_train_prompts)
     raise ValueError(f"data.source={data_cfg.source!r} has no prompt rows")
 
 

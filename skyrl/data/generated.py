@@ -19,6 +19,10 @@ Within a split problems are drawn without repeats (2242 train, 312 eval problems
 exist); the small one-digit kinds run out first, so a large draw holds more
 two-digit problems than the kind weights alone say (the figures above were
 measured on the earlier draw, which repeated problems).
+
+A reasoning-gym dataset has no such partition: its eval questions are drawn from the
+generator at another seed, skipping any that is a train question (small problem spaces
+repeat), so eval depends on ``data.num_train_prompts`` as well.
 """
 
 from __future__ import annotations
@@ -151,22 +155,78 @@ def arithmetic_rows(num_prompts: int, seed: int, split: str = "train") -> list[P
 
 
 REASONING_GYM_INSTRUCTION = "Give your final answer between <answer> and </answer>."
+REASONING_GYM_EVAL_SEED_OFFSET = 1_000_003
+"""The eval generator's seed is ``data.seed`` plus this."""
+HELD_OUT_DRAWS_PER_PROMPT = 16
+"""Eval entries drawn at most per eval prompt, looking for questions not in train."""
 
 
 def reasoning_gym_rows(
-    dataset: str, num_prompts: int, seed: int, split: str = "train"
+    dataset: str,
+    num_prompts: int,
+    seed: int,
+    split: str = "train",
+    num_train_prompts: int | None = None,
 ) -> list[PromptRow]:
-    """Rows of the reasoning-gym dataset ``dataset``, generated offline with ``seed``."""
+    """Rows of the reasoning-gym dataset ``dataset``, generated offline with ``seed``.
+
+    ``train`` is the generator's first ``num_prompts`` entries at ``seed``. ``eval`` (which
+    needs ``num_train_prompts``) holds distinct questions that are not train questions (a
+    small problem space repeats): entries of the generator at ``seed`` +
+    ``REASONING_GYM_EVAL_SEED_OFFSET``, ``num_prompts`` at a time, train and repeated
+    questions skipped, at most ``HELD_OUT_DRAWS_PER_PROMPT`` x ``num_prompts`` drawn; short
+    of ``num_prompts``, each is repeated (every one once before any twice), with a warning.
+    """
     import reasoning_gym
 
-    offset = 0 if split == "train" else 1_000_003
-    data = reasoning_gym.create_dataset(dataset, size=num_prompts, seed=seed + offset)
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if split == "train":
+        entries = list(reasoning_gym.create_dataset(dataset, size=num_prompts, seed=seed))
+    elif num_train_prompts is None:
+        raise TypeError("reasoning_gym_rows(split='eval') needs num_train_prompts")
+    else:
+        train = reasoning_gym.create_dataset(dataset, size=num_train_prompts, seed=seed)
+        entries = _held_out_entries(dataset, num_prompts, seed, {e["question"] for e in train})
     rows = [
         PromptRow(
             f"{entry['question']}\n{REASONING_GYM_INSTRUCTION}",
             f"reasoning_gym/{dataset}",
             {"entry": entry, "answer": entry["answer"], "dataset": dataset},
         )
-        for entry in data
+        for entry in entries
     ]
     return assign_uids(rows, prefix=f"{dataset}-{split}")
+
+
+def _held_out_entries(
+    dataset: str, num_prompts: int, seed: int, train_questions: set[str]
+) -> list[dict]:
+    """``num_prompts`` eval entries of distinct questions outside ``train_questions``, see
+    ``reasoning_gym_rows``."""
+    import reasoning_gym
+
+    if num_prompts == 0:
+        return []
+    held_out: dict[str, dict] = {}
+    max_draws = HELD_OUT_DRAWS_PER_PROMPT * num_prompts
+    eval_seed = seed + REASONING_GYM_EVAL_SEED_OFFSET
+    for start in range(0, max_draws, num_prompts):
+        # most generators seed entry i with seed + i, so each chunk continues the last; the
+        # first chunk is the whole eval set when none of it is a train or repeated question
+        chunk = reasoning_gym.create_dataset(dataset, size=num_prompts, seed=eval_seed + start)
+        for entry in chunk:
+            if entry["question"] not in train_questions:
+                held_out.setdefault(entry["question"], entry)
+        if len(held_out) >= num_prompts:
+            return list(held_out.values())[:num_prompts]
+    distinct = list(held_out.values())
+    outcome = (
+        "each is repeated (every one once before any twice)" if distinct else "no eval prompts"
+    )
+    warnings.warn(
+        f"reasoning-gym {dataset}: {num_prompts} eval prompts but {len(distinct)} distinct "
+        f"questions that are not train questions in {max_draws} draws; {outcome}",
+        stacklevel=3,
+    )
+    return (distinct * num_prompts)[:num_prompts]

@@ -114,7 +114,9 @@ def iter_prompt_file(
     path: str | Path, prompt_key: str = "prompt"
 ) -> Iterator[tuple[int, PromptRow]]:
     """``(1-based row, row)`` of a ``.jsonl`` or ``.parquet`` file, validated one at a time;
-    ``data_source`` defaults to the file stem, the uid to ``<stem>-<index>``."""
+    ``data_source`` defaults to the file stem, the uid to ``<stem>-<index>``. A file without
+    rows (empty, blank lines only) raises once read through: a file listed for a split that
+    gives it nothing is a mistake (an empty eval file would turn evaluation off)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
@@ -126,6 +128,8 @@ def iter_prompt_file(
         row.uid = row.uid or f"{path.stem}-{index}"
         index += 1
         yield i, row
+    if index == 0:
+        raise PromptDataError(f"{path}: no rows")
 
 
 def load_prompt_file(path: str | Path, prompt_key: str = "prompt") -> list[PromptRow]:

@@ -1,7 +1,8 @@
 """Any reasoning-gym dataset by name, scored by that dataset's own scorer.
 
 Rows come from ``skyrl.data.generated.reasoning_gym_rows`` (offline, seeded);
-each row's ``extras["entry"]`` is the reasoning-gym entry the scorer needs.
+each row's ``extras["entry"]`` is the reasoning-gym entry the scorer needs (a file row
+without one is refused when the prompts load).
 The answer is read from ``<answer>..</answer>`` (reasoning-gym's convention),
 else ``#### x`` / ``\\boxed{x}``.
 """
@@ -24,6 +25,8 @@ def _scorer(dataset: str):
 @register_env("reasoning_gym")
 class ReasoningGymEnv(TextEnv):
     """Single turn; reward = the dataset's ``score_answer`` in [0, 1]."""
+
+    required_extras = ("entry",)
 
     def __init__(self, dataset: str | None = None, **kwargs):
         super().__init__(**kwargs)

@@ -256,3 +256,34 @@ def test_reasoning_gym_needs_a_known_dataset(tok):
         "environment.dataset",
         "reasoning-gym: Dataset 'nope_ds' not registered",
     )
+
+
+def test_reasoning_gym_file_rows_need_an_entry(tmp_path, tok):
+    """The env scores against ``extras["entry"]``: a file row without one is refused at load
+    (each step used to raise KeyError, an env error and reward 0); generated rows carry it."""
+    path = write_jsonl(tmp_path / "rg.jsonl", rows("What is 3 + 4?"))
+    rg = ("environment=reasoning_gym", "environment.dataset=basic_arithmetic")
+    with pytest.raises(ConfigError) as err:
+        load_checked_prompts(files_cfg([path], [], *rg), "train", tok)
+    assert (err.value.key, err.value.message) == (
+        "data.train_files[0]",
+        f"{path}: row 1: no 'entry' (environment 'reasoning_gym' grades against it)",
+    )
+    generated = cfg_for("data=reasoning_gym", *rg, "data.num_train_prompts=3")
+    assert len(load_checked_prompts(generated, "train", tok)) == 3
+
+
+@pytest.mark.parametrize("content", ["", "\n", "\n  \n"])
+def test_a_file_without_rows_names_its_key(tmp_path, tok, content):
+    """An empty eval file used to turn evaluation off unnoticed (and an empty train file
+    among others went unnoticed)."""
+    ok = write_jsonl(tmp_path / "ok.jsonl", rows("q"))
+    (tmp_path / "empty.jsonl").write_text(content)
+    empty = str(tmp_path / "empty.jsonl")
+    for cfg, split, key in [
+        (files_cfg([ok], [empty]), "eval", "data.eval_files[0]"),
+        (files_cfg([ok, empty], [ok]), "train", "data.train_files[1]"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_prompts(cfg, split, tok)
+        assert (err.value.key, err.value.message) == (key, f"{empty}: no rows")

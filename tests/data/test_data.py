@@ -64,6 +64,15 @@ def test_invalid_json_and_parquet_row(tmp_path):
         load_prompt_file(tmp_path / "p.parquet")
 
 
+def test_a_file_without_rows_is_refused(tmp_path):
+    (tmp_path / "blank.jsonl").write_text("\n \n")
+    pq.write_table(pa.table({"prompt": pa.array([], pa.string())}), tmp_path / "none.parquet")
+    for name in ["blank.jsonl", "none.parquet"]:
+        with pytest.raises(ValueError) as err:
+            load_prompt_file(tmp_path / name)
+        assert str(err.value) == f"{tmp_path / name}: no rows"
+
+
 def test_local_hf_dataset(tmp_path):
     import datasets
 
@@ -142,3 +151,41 @@ def test_reasoning_gym_source():
     env_cfg = EnvironmentConfig(name="reasoning_gym", dataset="basic_arithmetic")
     train, ev = load_prompts(cfg, env_cfg), load_prompts(cfg, env_cfg, "eval")
     assert len(train) == 4 and len(ev) == 2 and train[0].prompt != ev[0].prompt
+
+
+def rg_questions(dataset: str, num_train: int, num_eval: int, split: str) -> list[str]:
+    cfg = DataConfig(
+        source="reasoning_gym", num_train_prompts=num_train, num_eval_prompts=num_eval, seed=1
+    )
+    env_cfg = EnvironmentConfig(name="reasoning_gym", dataset=dataset)
+    return [r.extras["entry"]["question"] for r in load_prompts(cfg, env_cfg, split)]
+
+
+def test_reasoning_gym_eval_questions_are_held_out():
+    """coin_flip has few distinct questions (~260): eval drawn as the generator at
+    seed + 1_000_003 repeated 5 of 16 train questions (and one of its own). Eval now skips
+    those; train stays the generator's first 64 entries at the seed."""
+    import reasoning_gym
+
+    train = rg_questions("coin_flip", 64, 16, "train")
+    expected = reasoning_gym.create_dataset("coin_flip", size=64, seed=1)
+    assert train == [entry["question"] for entry in expected]
+    held_out = rg_questions("coin_flip", 64, 16, "eval")
+    assert len(held_out) == len(set(held_out)) == 16 and not set(held_out) & set(train)
+    assert held_out == rg_questions("coin_flip", 64, 16, "eval")  # seeded
+
+
+def test_reasoning_gym_eval_repeats_what_is_held_out_with_a_warning():
+    """tower_of_hanoi: 512 train draws hold every question the generator makes (90 distinct
+    ones), so 8 x 16 = 128 eval draws find none held out: a warning, no eval rows. coin_flip
+    with 512 train draws: some of its ~260 questions are left, fewer than 64 in 64 x 16 = 1024
+    draws; each is repeated, every one once before any twice."""
+    with pytest.warns(UserWarning, match="tower_of_hanoi: 8 eval prompts but 0 distinct"):
+        assert rg_questions("tower_of_hanoi", 512, 8, "eval") == []
+    with pytest.warns(UserWarning, match="coin_flip: 64 eval prompts but") as record:
+        held_out = rg_questions("coin_flip", 512, 64, "eval")
+    assert len(record) == 1
+    train = set(rg_questions("coin_flip", 512, 64, "train"))
+    distinct = len(set(held_out))
+    assert len(held_out) == 64 and 0 < distinct < 64 and not set(held_out) & train
+    assert held_out == (held_out[:distinct] * 64)[:64]
