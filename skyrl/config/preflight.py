@@ -17,6 +17,9 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
   the meta device);
+- the model's attention is one skyrl's packed attention computes (no logit softcapping, no
+  attention sinks; a critic's too), and no sequence is long enough to change a RoPE that
+  transformers derives from a packed row's longest sequence (dynamic NTK, longrope);
 - the longest sequence (``generator.max_prompt_length + generator.max_generate_length``)
   fits the model's context, and ``trainer.micro_batch_max_tokens`` the memory estimate of
   ``skyrl.batch.budget`` (the model's config only).
@@ -79,6 +82,8 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         _check_gpus(cfg)
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     model_config = _model_config(resolved, for_run)
+    if model_config is not None:
+        _check_packed_forward(resolved, model_config, "model.path", resolved.model.path)
     _check_critic_model(resolved, for_run)
     _check_lora_modules(resolved, for_run)
     if model_config is not None:  # the longest sequence, the micro batch budget's memory
@@ -243,7 +248,58 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
         return
     folder = critic if for_run else locate_model_path(critic, CRITIC_KEY)
     if folder:
-        _text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+        model_config = _text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+        _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
+
+
+def _check_packed_forward(cfg: SkyRLConfig, model_config, key: str, name: str) -> None:
+    """The workers' packed forward computes the model ``key`` names (``name``, its (text)
+    config ``model_config``): its attention is one skyrl's packed attention implements
+    (``unimplemented_attention``), and no sequence reaches the length past which its RoPE
+    would change with the longest sequence of a packed row (``_length_dependent_rope``)."""
+    from skyrl.workers.packed_attention import unimplemented_attention
+
+    problem = unimplemented_attention(name, model_config)
+    if problem is not None:
+        raise ConfigError(key, f"{problem}: the workers would compute another model's logprobs")
+    rope = _length_dependent_rope(model_config)
+    g = cfg.generator
+    if rope is None or g.max_seq_len <= rope[1]:
+        return
+    rope_type, limit, source = rope
+    raise ConfigError(
+        "generator.max_generate_length",
+        "a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+        f"{g.max_prompt_length} + {g.max_generate_length} = {g.max_seq_len} tokens exceeds "
+        f"{limit} (the model's {source}), past which its {rope_type} RoPE changes its "
+        "frequencies with the longest sequence of a packed micro batch (transformers reads the "
+        "row's largest position id): the sequences packed beside such a one would be scored "
+        f"with its frequencies, not their own; keep the sum at most {limit}",
+    )
+
+
+def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:
+    """``(rope_type, length, config field)`` of a RoPE whose frequencies transformers derives
+    from ``max(position_ids) + 1``, over a packed row the longest sequence in it, and the
+    length past which they change (None: the config alone fixes them). Dynamic NTK rescales
+    past ``max_position_embeddings`` (its ``seq_len`` is at least that), longrope takes its
+    long factors past ``original_max_position_embeddings``. Below that length the frequencies
+    are the config's whatever a row holds."""
+    context = model_config.max_position_embeddings
+    rope = getattr(model_config, "rope_parameters", None)  # transformers 5; 4: rope_scaling
+    rope = rope or getattr(model_config, "rope_scaling", None) or {}
+    layers = [rope] if "rope_type" in rope or "type" in rope else list(rope.values())
+    found: list[tuple[str, int, str]] = []
+    for params in (p for p in layers if isinstance(p, dict)):  # one, or one per layer type
+        rope_type = str(params.get("rope_type", params.get("type", "default")))
+        if "dynamic" in rope_type:  # as transformers' dynamic_rope_update tells them apart
+            found.append((rope_type, int(context), "max_position_embeddings"))
+        elif rope_type == "longrope":  # Phi-3 keeps the original length beside the dict
+            original = params.get("original_max_position_embeddings") or getattr(
+                model_config, "original_max_position_embeddings", None
+            )
+            found.append((rope_type, int(original or context), "original_max_position_embeddings"))
+    return min(found, key=lambda rope: rope[1]) if found else None
 
 
 def _text_config(model_dir: str, key: str, trust_remote_code: bool):

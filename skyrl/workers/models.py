@@ -26,6 +26,17 @@ def attention_implementation(packed_attention: str) -> str:
     return packed.IMPLEMENTATIONS[packed_attention]
 
 
+def check_attention(model: PreTrainedModel, path: str) -> None:
+    """Refuse a model whose attention computes what the packed attention does not (the
+    pre-flight refuses it first; this guards ``masked``, whose sdpa would drop it silently)."""
+    from skyrl.workers.packed_attention import unimplemented_attention
+
+    config = getattr(model.config, "text_config", None) or model.config
+    problem = unimplemented_attention(path, config)
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def load_causal_lm(
     path: str,
     precision: str,
@@ -42,6 +53,7 @@ def load_causal_lm(
         attn_implementation=attention_implementation(packed_attention),
         **IN_MEMORY,
     )
+    check_attention(model, path)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -178,6 +190,7 @@ def load_value_model(
         attn_implementation=attention_implementation(packed_attention),
         **IN_MEMORY,
     )
+    check_attention(body, path)
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return ValueModel(body, config.hidden_size)

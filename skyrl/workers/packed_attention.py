@@ -26,6 +26,10 @@ backward of a 16k-token row) varlen took 1.26 ms, flex 1.96, masked 10.92, padde
 SDPA per span 28.82 (README, GPUs).
 ``masked`` keeps transformers' ``sdpa`` (no shared prompts: its block-diagonal mask cannot
 express them). ``trainer.packed_attention`` picks one.
+
+Attention that neither computes (Gemma2's logit softcapping, gpt-oss's attention sinks:
+arguments transformers' sdpa drops silently) is refused: by the pre-flight from the model's
+config (``unimplemented_attention``), at load, and per call (``check_arguments``).
 """
 
 from __future__ import annotations
@@ -99,7 +103,10 @@ def per_sequence_attention(
     a continuation of a shared prompt also sees that prompt (``attention_spans``).
 
     Anything but one packed row (a padded batch with a 2D attention mask, a KV cache: the
-    model used outside the workers' forward) goes to transformers' sdpa with a causal mask."""
+    model used outside the workers' forward) goes to transformers' sdpa with a causal mask.
+    Any other argument that would change the result (``softcap``, ``s_aux``, ``is_causal=False``,
+    ...) is a ``ValueError``: neither path computes it (``check_arguments``)."""
+    check_arguments(module, kwargs)
     packed_row = query.shape[0] == 1 and query.shape[2] == key.shape[2]  # no KV cache
     if attention_mask is not None or position_ids is None or not packed_row:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -116,6 +123,53 @@ def per_sequence_attention(
     if query.is_cuda and half and dropout == 0.0 and varlen_kernel() is not None:
         return _varlen_per_span(query, key, value, spans, scaling), None
     return _sdpa_per_span(query, key, value, spans, dropout, scaling), None
+
+
+SINK_MODEL_TYPES = frozenset(
+    {"gpt_oss", "deepseek_v4", "hy_v4", "mimo_v2_flash", "granite_swa", "granitemoe_swa"}
+)
+"""transformers' model types whose attention adds a learned logit per head to every query's
+softmax (attention sinks, passed as ``s_aux=``; transformers 5.19's modeling files)."""
+
+
+def unimplemented_attention(name: str, model_config) -> str | None:
+    """Why the model ``name`` (its (text) config ``model_config``) cannot be trained here, or
+    None: its attention computes what neither ``trainer.packed_attention`` does (Gemma2's
+    logit softcapping, attention sinks; transformers' sdpa, ``masked``, ignores both)."""
+    softcap = getattr(model_config, "attn_logit_softcapping", None)
+    if softcap is not None:
+        feature = f"attention logit softcapping (attn_logit_softcapping = {softcap})"
+    elif getattr(model_config, "model_type", None) in SINK_MODEL_TYPES:
+        feature = "attention sinks (a learned logit per head in every query's softmax)"
+    else:
+        return None
+    return (
+        f"{name} ({model_config.model_type}) uses {feature}, which skyrl's packed attention does "
+        "not implement (nor does transformers' sdpa, trainer.packed_attention=masked)"
+    )
+
+
+UNCHANGED_BY = frozenset(
+    {"use_cache", "output_attentions", "output_hidden_states", "output_router_logits"}
+)
+"""Arguments transformers hands every layer's attention that do not change its output (the
+attention weights are never returned: ``output_attentions`` gets None, as from sdpa)."""
+
+
+def check_arguments(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    """Refuse an attention argument this module does not implement: one not ``UNCHANGED_BY``,
+    set (not None) and, for ``is_causal``, not True. Gemma2 passes ``softcap=``, gpt-oss its
+    sinks as ``s_aux=``; transformers' sdpa drops both too, and plain softmax attention then
+    scored another model (0.198 / 0.672 nats per sequence off tiny ones' eager forward)."""
+    for name, value in kwargs.items():
+        if name in UNCHANGED_BY or value is None or (name == "is_causal" and value is True):
+            continue
+        shown = f"<tensor of shape {tuple(value.shape)}>" if torch.is_tensor(value) else repr(value)
+        raise ValueError(
+            f"{type(module).__name__} passes {name}={shown} to its attention, which skyrl's "
+            "packed attention does not implement (computed without it, the logprobs would be "
+            "another model's)"
+        )
 
 
 _last_row: tuple[weakref.ref, int, list[tuple[int, int, int, int]], int] | None = None

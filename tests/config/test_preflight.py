@@ -356,3 +356,133 @@ def test_eval_and_serve_resolve_no_critic():
     resolved = local_model_paths(cfg)
     assert Path(resolved.model.path).is_dir()
     assert resolved.trainer.critic_model_path == "/nonexistent"
+
+
+TINY = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+}
+
+
+def model_folder(tmp_path: Path, config) -> str:
+    """A model folder holding only ``config``'s config.json (all the pre-flight reads)."""
+    config.save_pretrained(tmp_path / "model")
+    return str(tmp_path / "model")
+
+
+def fake_run_of(path: str, *overrides: str):
+    return cfg_for("data=fake", "environment.name=unused", f"model.path={path}", *overrides)
+
+
+def test_a_model_whose_attention_logits_are_softcapped_is_refused(tmp_path):
+    # Gemma2 caps every attention logit at 50 tanh(s / 50); skyrl's packed attention (and
+    # transformers' sdpa, trainer.packed_attention=masked) dropped it: 0.198 nats off a
+    # tiny Gemma2's eager forward per sequence
+    from transformers import Gemma2Config
+
+    path = model_folder(tmp_path, Gemma2Config(**TINY, max_position_embeddings=256))
+    for mode in ("per_sequence", "masked"):
+        for for_run in (False, True):
+            error = refused(fake_run_of(path, f"trainer.packed_attention={mode}"), for_run)
+            assert (error.key, error.message) == (
+                "model.path",
+                f"{path} (gemma2) uses attention logit softcapping (attn_logit_softcapping = "
+                "50.0), which skyrl's packed attention does not implement (nor does "
+                "transformers' sdpa, trainer.packed_attention=masked): the workers would "
+                "compute another model's logprobs",
+            )
+    uncapped = Gemma2Config(**TINY, max_position_embeddings=256, attn_logit_softcapping=None)
+    preflight(fake_run_of(model_folder(tmp_path / "uncapped", uncapped)), for_run=False)
+
+
+def test_a_model_with_attention_sinks_is_refused(tmp_path):
+    # gpt-oss adds a learned logit per head to every query's softmax (s_aux): dropped, the
+    # tiny gpt-oss was 0.672 nats off its eager forward per sequence
+    from transformers import GptOssConfig
+
+    config = GptOssConfig(
+        **TINY, max_position_embeddings=256, num_local_experts=2, num_experts_per_tok=1
+    )
+    path = model_folder(tmp_path, config)
+    error = refused(fake_run_of(path))
+    assert (error.key, error.message) == (
+        "model.path",
+        f"{path} (gpt_oss) uses attention sinks (a learned logit per head in every query's "
+        "softmax), which skyrl's packed attention does not implement (nor does transformers' "
+        "sdpa, trainer.packed_attention=masked): the workers would compute another model's "
+        "logprobs",
+    )
+
+
+def test_a_critic_whose_attention_is_not_implemented_is_refused(tmp_path):
+    from transformers import Gemma2Config
+
+    path = model_folder(tmp_path, Gemma2Config(**TINY, max_position_embeddings=256))
+    cfg = fake_run_of("skyrl-tiny", "algorithm=ppo", f"trainer.critic_model_path={path}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run)
+        assert error.key == "trainer.critic_model_path"
+        assert error.message.startswith(f"{path} (gemma2) uses attention logit softcapping")
+
+
+@pytest.mark.parametrize(
+    ("rope", "limit", "source"),
+    [
+        # transformers rescales dynamic NTK past max_position_embeddings:
+        # base x (factor x seq_len / max_position_embeddings - (factor - 1))^(dim / (dim - 2))
+        ({"rope_type": "dynamic", "factor": 2.0}, 128, "max_position_embeddings"),
+        # longrope swaps short_factor for long_factor past original_max_position_embeddings
+        (
+            {
+                "rope_type": "longrope",
+                "short_factor": [1.0] * 16,  # head_dim 32 / 2 frequencies
+                "long_factor": [4.0] * 16,
+                "factor": 4.0,  # max_position_embeddings 512 / 128
+                "original_max_position_embeddings": 128,
+            },
+            128,
+            "original_max_position_embeddings",
+        ),
+    ],
+)
+def test_a_rope_that_changes_with_the_longest_packed_sequence_is_refused_past_its_limit(
+    tmp_path, rope, limit, source
+):
+    # transformers derives these frequencies from max(position_ids) + 1 of the packed row: a
+    # short sequence packed beside a 60-token one got the long one's frequencies (0.43 and
+    # 1.13 nats off its own forward, original context 32). smoke: 128 + 24 = 152 tokens.
+    from transformers import LlamaConfig
+
+    context = 128 if rope["rope_type"] == "dynamic" else 512
+    path = model_folder(
+        tmp_path, LlamaConfig(**TINY, max_position_embeddings=context, rope_scaling=rope)
+    )
+    for for_run in (False, True):
+        error = refused(fake_run_of(path), for_run)
+        assert (error.key, error.message) == (
+            "generator.max_generate_length",
+            "a sequence of up to generator.max_prompt_length + generator.max_generate_length "
+            f"= 128 + 24 = 152 tokens exceeds {limit} (the model's {source}), past which its "
+            f"{rope['rope_type']} RoPE changes its frequencies with the longest sequence of a "
+            "packed micro batch (transformers reads the row's largest position id): the "
+            "sequences packed beside such a one would be scored with its frequencies, not their "
+            f"own; keep the sum at most {limit}",
+        )
+    # 104 + 24 = 128: no sequence reaches the scaling, the frequencies never change
+    preflight(fake_run_of(path, "generator.max_prompt_length=104"), for_run=False)
+
+
+def test_a_rope_scaled_by_the_config_alone_passes_past_its_original_length(tmp_path):
+    # yarn's frequencies are fixed by the config: 152 tokens > original 128 is fine
+    from transformers import LlamaConfig
+
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+    path = model_folder(
+        tmp_path, LlamaConfig(**TINY, max_position_embeddings=512, rope_scaling=rope)
+    )
+    preflight(fake_run_of(path), for_run=False)

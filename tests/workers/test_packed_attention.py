@@ -362,3 +362,89 @@ def test_a_rows_spans_are_read_once_per_forward(monkeypatch):
     assert _row_spans(positions) == ([(0, 5, 0, 0)], 5)
     assert _row_spans(positions.clone()) == ([(0, 5, 0, 0)], 5)
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("softcap", 50.0, "softcap=50.0"),  # Gemma2's attn_logit_softcapping
+        ("s_aux", torch.zeros(2), "s_aux=<tensor of shape (2,)>"),  # gpt-oss's sinks
+        ("sinks", torch.zeros(2), "sinks=<tensor of shape (2,)>"),
+        ("is_causal", False, "is_causal=False"),  # bidirectional: always causal here
+    ],
+)
+@pytest.mark.parametrize("padded", [False, True])  # the packed row; a padded batch's sdpa
+def test_an_attention_argument_it_does_not_implement_is_refused(name, value, shown, padded):
+    # Both paths dropped these in **kwargs and ran plain softmax attention: a Gemma2 or
+    # gpt-oss policy computed another model's logprobs (0.198 / 0.672 nats off per sequence)
+    q = torch.zeros(1, 2, 4, 8)
+    kv = torch.zeros(1, 1, 4, 8)
+    mask = torch.ones(1, 4, dtype=torch.long) if padded else None
+    with pytest.raises(ValueError) as err:
+        per_sequence_attention(
+            torch.nn.Identity(),
+            q,
+            kv,
+            kv,
+            mask,
+            position_ids=torch.arange(4)[None],
+            **{name: value},
+        )
+    assert str(err.value) == (
+        f"Identity passes {shown} to its attention, which skyrl's packed attention does not "
+        "implement (computed without it, the logprobs would be another model's)"
+    )
+
+
+def test_attention_arguments_that_change_nothing_pass():
+    # what transformers hands every layer (use_cache, output flags) and unset options
+    gen = torch.Generator().manual_seed(0)
+    q, kv = torch.randn(1, 2, 4, 8, generator=gen), torch.randn(1, 1, 4, 8, generator=gen)
+    positions = torch.tensor([[0, 1, 0, 1]])
+    plain, _ = per_sequence_attention(torch.nn.Identity(), q, kv, kv, None, position_ids=positions)
+    quiet = {"use_cache": False, "output_attentions": False, "output_router_logits": False}
+    unset = {"softcap": None, "s_aux": None, "is_causal": True}
+    out, _ = per_sequence_attention(
+        torch.nn.Identity(), q, kv, kv, None, position_ids=positions, **quiet, **unset
+    )
+    assert torch.equal(out, plain)
+
+
+def tiny_gemma2():
+    from transformers import Gemma2Config
+
+    return Gemma2Config(  # attn_logit_softcapping 50.0 by default
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+
+
+def test_a_gemma2_forward_is_refused_not_computed_without_its_softcap():
+    model = AutoModelForCausalLM.from_config(
+        tiny_gemma2(), attn_implementation=attention_implementation("per_sequence")
+    )
+    ids, positions = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[0, 1, 0, 1]])
+    with pytest.raises(ValueError, match=r"^Gemma2Attention passes softcap=50.0 to its attention"):
+        model(input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False)
+
+
+@pytest.mark.parametrize("mode", ["per_sequence", "masked"])
+@pytest.mark.parametrize("role", ["policy", "critic"])
+def test_loading_a_model_whose_attention_is_not_implemented_is_refused(tmp_path, mode, role):
+    # masked hands the layers to transformers' sdpa, which drops Gemma2's softcap silently
+    from skyrl.workers.models import load_value_model
+
+    AutoModelForCausalLM.from_config(tiny_gemma2()).save_pretrained(tmp_path)
+    load = load_causal_lm if role == "policy" else load_value_model
+    with pytest.raises(ValueError) as err:
+        load(str(tmp_path), "fp32", packed_attention=mode)
+    assert str(err.value) == (
+        f"{tmp_path} (gemma2) uses attention logit softcapping (attn_logit_softcapping = 50.0), "
+        "which skyrl's packed attention does not implement (nor does transformers' sdpa, "
+        "trainer.packed_attention=masked)"
+    )
