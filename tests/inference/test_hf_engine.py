@@ -81,9 +81,11 @@ def test_logprobs_tempered_and_untruncated(setup, engine, truncation):
         for c in group:
             logits = forward_logits(engine.model, prompt, c.token_ids)
             tempered = torch.log_softmax(logits / 0.7, -1)
-            # the logprob is the full tempered distribution's, truncated or not
+            # the logprob is the full tempered distribution's, truncated or not (to fp32
+            # noise: the engine pads the batch's rows, 1.2e-5 seen; untempered or truncated
+            # distributions differ by > 1e-2)
             torch.testing.assert_close(
-                torch.tensor(c.logprobs), at(tempered, c.token_ids), atol=1e-5, rtol=0
+                torch.tensor(c.logprobs), at(tempered, c.token_ids), atol=1e-4, rtol=0
             )
             # ...while the token came from the truncated one
             chosen = at(logits, c.token_ids)[:, None]
