@@ -396,10 +396,28 @@ def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:
         problem = str(exc)
     else:
         _check_engine_serves_lora(cfg, spec.cls)
+        _check_engine_takes_remote_code(cfg, spec.cls)
         return
     # raised outside the handler: known bad input carries no exception context (the CLI
     # fuzz test reads context raised in skyrl's code as a bug)
     raise ConfigError("generator.backend", problem)
+
+
+def _check_engine_takes_remote_code(cfg: SkyRLConfig, engine_cls: type) -> None:
+    """With ``model.trust_remote_code`` the engine is built with ``trust_remote_code=True``
+    (``make_engine``): an engine class that takes no such argument cannot be built."""
+    import inspect
+
+    if not cfg.model.trust_remote_code:
+        return
+    params = inspect.signature(engine_cls).parameters
+    takes = "trust_remote_code" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    require(
+        takes,
+        "model.trust_remote_code",
+        f"the engine of generator.backend={cfg.generator.backend} ({engine_cls.__name__}) "
+        "takes no trust_remote_code argument, so it cannot load a model's own code",
+    )
 
 
 def _check_engine_serves_lora(cfg: SkyRLConfig, engine_cls: type) -> None:

@@ -287,3 +287,23 @@ def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, t
         assert err.value.key == f"algorithm.{key}"
         assert f"is called with {takes} arguments" in err.value.message
     _validate(f"algorithm.{key}=test_star_{key}")
+
+
+def test_trust_remote_code_needs_an_engine_that_takes_it(monkeypatch):
+    """``model.trust_remote_code=true`` is passed to the engine class (``make_engine``); a
+    recipe's engine without that argument failed with a TypeError when the run built it."""
+    from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
+
+    class PlainEngine:
+        def __init__(self, model_path: str, tokenizer_path: str | None = None):
+            pass
+
+    name = "plain_engine_for_remote_code_test"
+    entries = {**ENGINE_BACKENDS._entries, name: lambda cfg, p, t: EngineSpec(PlainEngine, {})}
+    monkeypatch.setattr(ENGINE_BACKENDS, "_entries", entries)  # gone after the test
+    with pytest.raises(ConfigError) as info:
+        _validate(f"generator.backend={name}", "model.trust_remote_code=true")
+    assert info.value.key == "model.trust_remote_code"
+    assert "(PlainEngine) takes no trust_remote_code argument" in info.value.message
+    _validate(f"generator.backend={name}")  # off: any engine will do
+    _validate("model.trust_remote_code=true")  # the built-in engines take it
