@@ -8,6 +8,16 @@ from skyrl.batch import TrainingInputBatch, plan_micro_batches
 from skyrl.dispatch import MeshDispatch, assign_rows_to_ranks
 
 
+@pytest.fixture(autouse=True)
+def local_staging(request, monkeypatch):
+    """These tests read the staged chunks themselves: with a Ray cluster already up in the
+    session (a test file run before this one), staging would put them in the object store."""
+    if "ray_cluster" not in request.fixturenames:
+        from skyrl.dispatch import mesh
+
+        monkeypatch.setattr(mesh, "_stage", lambda obj: obj)
+
+
 def make_batch(lengths, uids=None, seq_len=None) -> TrainingInputBatch:
     n = len(lengths)
     seq_len = seq_len or max(lengths)
