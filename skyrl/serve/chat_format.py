@@ -12,9 +12,10 @@ imported on the first request that declares tools.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Any
 
-from skyrl.generators.chat import render_prompt_ids, renders_tools
+from skyrl.generators.chat import ChatTokens, render_prompt_ids, renders_tools
 from skyrl.generators.tool_calls import ToolCallParser
 
 
@@ -136,14 +137,21 @@ class ChatFormat:
         """Whether the chat template renders ``tools`` (else tool requests are refused)."""
         self.parser = ToolCallParser(tokenizer, tool_parser)
 
+    @cached_property
+    def final_ids(self) -> set[int]:
+        """Tokens a reply may end on that are not its text (read from the template on the
+        first reply, as ``OpenAIBackend.turn_stop_ids`` is on the first chat request)."""
+        return {self.tokenizer.eos_token_id, *ChatTokens(self.tokenizer).turn_stop_ids}
+
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The conversation with the generation prompt appended, as token ids."""
         return render_prompt_ids(self.tokenizer, messages, tools)
 
     def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
-        """The sampled text, without the final EOS."""
+        """The sampled text, without the token it stopped on: EOS, or the template's turn
+        end where that is another token (a chat request stops on either)."""
         ids = list(response_ids)
-        if ids and ids[-1] == self.tokenizer.eos_token_id:
+        if ids and ids[-1] in self.final_ids:
             ids = ids[:-1]
         return self.tokenizer.decode(ids, skip_special_tokens=not keep_special)
 

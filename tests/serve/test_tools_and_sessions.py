@@ -439,3 +439,20 @@ def test_a_conversation_the_chat_template_refuses_is_a_400(tiny_model_path):
     error = r.json()["error"]
     assert error["param"] == "messages" and "roles must alternate" in error["message"]
     assert engine.prompts == []
+
+
+def test_a_reply_text_leaves_out_its_turn_end_when_eos_differs(tiny_model_path):
+    """The text the tool parser reads (special tokens kept) of a reply that stopped on the
+    template's turn end, on a Qwen2.5-base-like tokenizer: it carried ``<|im_end|>`` (only
+    the tokenizer's EOS was left out)."""
+    from transformers import AutoTokenizer
+
+    from skyrl.serve.chat_format import ChatFormat
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)  # own copy: its EOS changes
+    tok.eos_token = "<|endoftext|>"
+    fmt = ChatFormat(tok)
+    four = tok.encode("four", add_special_tokens=False)
+    for end in ("<|im_end|>", "<|endoftext|>"):
+        assert fmt.reply_text(four + [tok.convert_tokens_to_ids(end)], keep_special=True) == "four"
+    assert fmt.reply_text(four, keep_special=True) == "four"  # cut at max_tokens
