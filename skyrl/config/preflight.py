@@ -165,6 +165,11 @@ def _check_dp_size(cfg: SkyRLConfig, ckpt: Path) -> None:
     dp_size = cfg.trainer.dp_size
     ranks = len(list((ckpt / "policy").glob("rng_rank*.pt")))
     require(
+        ranks > 0,
+        "trainer.resume",
+        f"{ckpt}: no rng_rank*.pt in {ckpt / 'policy'}: not a complete checkpoint",
+    )
+    require(
         ranks == dp_size,
         "trainer.dp_size",
         f"{ckpt} was saved by {ranks} data-parallel rank{'' if ranks == 1 else 's'} "

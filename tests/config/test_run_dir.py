@@ -125,3 +125,14 @@ def test_a_checkpoint_saved_on_another_dp_size_is_refused_naming_trainer_dp_size
     assert "trainer.dp_size=2" in error.message and "trainer.dp_size=1" in error.message
     assert "\n" not in error.message
     assert dry_run(tmp_path / "run", "trainer.dp_size=1") is not None  # the size that saved it
+
+
+def test_a_checkpoint_without_rng_states_is_not_a_complete_checkpoint(tmp_path):
+    # every rank loads its rng_rank<r>.pt: with none the checkpoint is incomplete, not one
+    # saved on 0 ranks
+    ckpt = checkpoint(tmp_path / "run", 3, dp_size=0)
+    error = refused(tmp_path / "run")
+    assert error.key == "trainer.resume"
+    assert (
+        error.message == f"{ckpt}: no rng_rank*.pt in {ckpt / 'policy'}: not a complete checkpoint"
+    )
