@@ -403,17 +403,22 @@ def _check_sinks_and_backend(cfg: SkyRLConfig) -> None:
     raise ConfigError("generator.backend", problem)
 
 
+def _takes_keyword(engine_cls: type, name: str) -> bool:
+    """Whether ``engine_cls(..., name=...)`` is accepted (``make_engine`` passes ``lora`` and
+    ``trust_remote_code`` that way)."""
+    import inspect
+
+    params = inspect.signature(engine_cls).parameters
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _check_engine_takes_remote_code(cfg: SkyRLConfig, engine_cls: type) -> None:
     """With ``model.trust_remote_code`` the engine is built with ``trust_remote_code=True``
     (``make_engine``): an engine class that takes no such argument cannot be built."""
-    import inspect
-
     if not cfg.model.trust_remote_code:
         return
-    params = inspect.signature(engine_cls).parameters
-    takes = "trust_remote_code" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
     require(
-        takes,
+        _takes_keyword(engine_cls, "trust_remote_code"),
         "model.trust_remote_code",
         f"the engine of generator.backend={cfg.generator.backend} ({engine_cls.__name__}) "
         "takes no trust_remote_code argument, so it cannot load a model's own code",
@@ -423,16 +428,12 @@ def _check_engine_takes_remote_code(cfg: SkyRLConfig, engine_cls: type) -> None:
 def _check_engine_serves_lora(cfg: SkyRLConfig, engine_cls: type) -> None:
     """With ``trainer.lora_sync=adapter`` the engine is built with ``lora=`` (``make_engine``);
     an engine class that takes no such argument cannot serve the adapter."""
-    import inspect
-
     from skyrl.models.lora import engine_lora
 
     if engine_lora(cfg) is None:
         return
-    params = inspect.signature(engine_cls).parameters
-    takes_lora = "lora" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
     require(
-        takes_lora,
+        _takes_keyword(engine_cls, "lora"),
         "trainer.lora_sync",
         f"adapter: the engine of generator.backend={cfg.generator.backend} "
         f"({engine_cls.__name__}) takes no lora argument, so it cannot serve a LoRA adapter; "
