@@ -12,6 +12,7 @@ import time
 import pytest
 from process_memory import (
     PAGE_BYTES,
+    SLACK_FLOOR,
     PeakTreeMemory,
     ProcessRead,
     TreePss,
@@ -151,7 +152,10 @@ def test_a_process_that_goes_makes_a_full_read_and_leaves_the_total():
         _wait_for(lambda: len(children_of(proc.pid)), lambda n: n == 1)
         after = tree.total_bytes()
         assert tree.full_reads == reads + 1
-        assert 100 * MIB <= both - after < 125 * MIB
+        # less the sampler's documented error (a slack per process, module docstring): the
+        # libraries' PSS also moves with Pythons outside the tree that map them (99.0 MiB
+        # once, with the file's tests running in a loop beside it)
+        assert 100 * MIB - SLACK_FLOOR <= both - after < 125 * MIB
     finally:
         proc.wait(timeout=60)
 
