@@ -105,20 +105,28 @@ def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def check_context(cfg: SkyRLConfig, model_config, context_of: str = "the model's context") -> None:
+    """The longest sequence within the context of the model whose (text) config is
+    ``model_config`` (``context_of``: how the message names that); a ``ConfigError``
+    otherwise."""
+    g = cfg.generator
+    context = getattr(model_config, "max_position_embeddings", None)
+    require(
+        context is None or g.max_seq_len <= context,
+        "generator.max_generate_length",
+        f"a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+        f"{g.max_prompt_length} + {g.max_generate_length} = {g.max_seq_len} tokens exceeds "
+        f"{context_of}, max_position_embeddings = {context}",
+    )
+
+
 def check_micro_batch_budget(cfg: SkyRLConfig, model_config) -> None:
     """The longest sequence within the context of the model whose (text) config is
     ``model_config`` and, on CPU ranks, ``trainer.micro_batch_max_tokens`` within the memory
     estimate; a ``ConfigError`` naming the key otherwise."""
     t, g = cfg.trainer, cfg.generator
     budget = micro_batch_tokens(cfg)
-    context = getattr(model_config, "max_position_embeddings", None)
-    require(
-        context is None or g.max_seq_len <= context,
-        "generator.max_generate_length",
-        f"a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
-        f"{g.max_prompt_length} + {g.max_generate_length} = {g.max_seq_len} tokens exceeds the "
-        f"model's context, max_position_embeddings = {context}",
-    )
+    check_context(cfg, model_config)
     if t.num_gpus_per_worker > 0:
         return
     # a sequence longer than the budget is packed alone: the largest micro batch holds it

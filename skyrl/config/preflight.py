@@ -21,8 +21,8 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   attention sinks; a critic's too), and no sequence is long enough to change a RoPE that
   transformers derives from a packed row's longest sequence (dynamic NTK, longrope);
 - the longest sequence (``generator.max_prompt_length + generator.max_generate_length``)
-  fits the model's context, and ``trainer.micro_batch_max_tokens`` the memory estimate of
-  ``skyrl.batch.budget`` (the model's config only).
+  fits the model's context (a critic's too), and ``trainer.micro_batch_max_tokens`` the
+  memory estimate of ``skyrl.batch.budget`` (the model's config only).
 
 Only the tokenizer (and, for LoRA or a micro-batch budget, the model's config) is loaded, never the weights. ``data.source=fake`` has no prompts, env or
 driver: only its model paths are checked. Every problem raises ``ConfigError`` naming its
@@ -245,7 +245,8 @@ def _model_config(cfg: SkyRLConfig, for_run: bool):
 
 def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
     """A critic's own ``trainer.critic_model_path`` is a model folder (the critic worker loads
-    it); a dry run of a model not on disk yet skips this, the run checks it."""
+    it) whose packed forward is right and whose context holds the longest sequence; a dry
+    run of a model not on disk yet skips this, the run checks it."""
     from skyrl.models.resolve import CRITIC_KEY, critic_model_path, locate_model_path
 
     critic = critic_model_path(cfg)
@@ -253,8 +254,11 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
         return
     folder = critic if for_run else locate_model_path(critic, CRITIC_KEY)
     if folder:
+        from skyrl.batch.budget import check_context
+
         model_config = _text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
         _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
+        check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
 
 
 def _check_packed_forward(cfg: SkyRLConfig, model_config, key: str, name: str) -> None:

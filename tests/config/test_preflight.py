@@ -430,6 +430,26 @@ def test_a_critic_whose_attention_is_not_implemented_is_refused(tmp_path):
         assert error.message.startswith(f"{path} (gemma2) uses attention logit softcapping")
 
 
+def test_a_critic_whose_context_is_shorter_than_a_sequence_is_refused(tmp_path):
+    # smoke's longest sequence: 128 + 24 = 152 tokens; a critic with a context of 128 scored
+    # positions 128-151 past what it was trained on (the policy's context was checked alone)
+    from transformers import Qwen2Config
+
+    path = model_folder(tmp_path, Qwen2Config(**TINY, max_position_embeddings=128))
+    cfg = fake_run_of("skyrl-tiny", "algorithm=ppo", f"trainer.critic_model_path={path}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run)
+        assert (error.key, error.message) == (
+            "generator.max_generate_length",
+            "a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+            "128 + 24 = 152 tokens exceeds the critic's context (trainer.critic_model_path), "
+            "max_position_embeddings = 128",
+        )
+    # the same critic passes once every sequence fits: 104 + 24 = 128
+    preflight(fake_run_of("skyrl-tiny", "algorithm=ppo", f"trainer.critic_model_path={path}",
+                          "generator.max_prompt_length=104"), False)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("rope", "limit", "source"),
     [
