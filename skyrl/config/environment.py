@@ -46,6 +46,13 @@ class EnvironmentConfig:
     (``generator.tool_parser``); ``tags``: the ``<calculator>...</calculator>`` text
     protocol; ``auto``: native when the chat template renders tools and the parser loads,
     else tags (the choice is logged)."""
+    max_concurrent_calls: int = 32
+    """Env calls (init, step, close) that may run at once over all trajectories in flight,
+    each on a thread of its own; a call's ``timeout_s`` starts when it gets one of these."""
+    max_hung_calls: int = 128
+    """Timed-out env calls whose threads may still be running (Python cannot stop a thread;
+    a hung call no longer counts against ``max_concurrent_calls``) before the run stops
+    with an error."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the environment's constructor."""
 
@@ -74,6 +81,14 @@ class EnvironmentConfig:
                 "dataset",
                 "environment=reasoning_gym needs a reasoning-gym dataset name, e.g. basic_arithmetic",
             )
+        require(
+            self.max_concurrent_calls >= 1,
+            "max_concurrent_calls",
+            f"must be >= 1, got {self.max_concurrent_calls}",
+        )
+        require(
+            self.max_hung_calls >= 0, "max_hung_calls", f"must be >= 0, got {self.max_hung_calls}"
+        )
         require(
             self.max_observation_chars >= 1,
             "max_observation_chars",

@@ -9,9 +9,10 @@ over all turns) runs out. Each env call runs on a thread of its own (``EnvThread
 under ``timeout_s``; an env that raises or times out ends its trajectory with reward
 0 and counts in ``env/errors``; the run goes on. Python cannot stop a thread, so a
 timed-out call's thread runs on unwatched: it no longer counts against the
-``max_env_threads`` calls that may run at once, the env is closed on that thread
-once the call returns (never under it), and more than ``max_stuck_env_calls``
-such calls still running stop the run with ``EnvHangError``. Each request's seed is
+``environment.max_concurrent_calls`` that may run at once, the env is closed on that
+thread once the call returns (never under it), and more than
+``environment.max_hung_calls`` such calls still running stop the run with
+``EnvHangError``. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
 template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 """
@@ -125,8 +126,8 @@ class EnvThreads:
                 raise EnvHangError(
                     f"{stuck} env calls are still running past environment.timeout_s="
                     f"{timeout_s:g} (a thread cannot be stopped; at most "
-                    f"{self.max_stuck} may hang): the env's step, init or close never "
-                    "returns - fix it or give it its own time limit"
+                    f"environment.max_hung_calls={self.max_stuck} may hang): the env's step, "
+                    "init or close never returns - fix it or give it its own time limit"
                 ) from None
             raise
 
@@ -187,19 +188,15 @@ class AgentLoop:
         env_factory: Callable[[], TextEnv],
         settings: LoopSettings,
         clock: VersionClock | None = None,
-        max_env_threads: int = 32,
         tool_parser: str = "hermes",
-        max_stuck_env_calls: int = 128,
     ):
-        """``max_env_threads``: env calls that may run at once; ``max_stuck_env_calls``:
-        timed-out env calls that may still be running before the run stops (``EnvThreads``)."""
         self.engine = engine
         self.chat = ChatTokens(tokenizer)
         self.parser = ToolCallParser(tokenizer, tool_parser)
         self.env_factory = env_factory
         self.settings = settings
         self.clock = clock or VersionClock()
-        self.env_threads = EnvThreads(max_env_threads, max_stuck_env_calls)
+        self.env_threads = EnvThreads(settings.max_env_calls, settings.max_hung_env_calls)
 
     @classmethod
     def from_context(cls, ctx: DriverContext) -> AgentLoop:

@@ -182,6 +182,8 @@ def make_generator(
         max_turns=gen_cfg.max_turns,
         env_timeout_s=env_cfg.timeout_s,
         max_tokens_per_turn=gen_cfg.max_tokens_per_turn,
+        max_env_calls=env_cfg.max_concurrent_calls,
+        max_hung_env_calls=env_cfg.max_hung_calls,
     )
     ctx = DriverContext(
         engine, tokenizer, make_env_factory(env_cfg), settings, clock or VersionClock(), gen_cfg

@@ -98,6 +98,10 @@ class LoopSettings:
     max_turns: int
     env_timeout_s: float = 10.0
     max_tokens_per_turn: int | None = None
+    max_env_calls: int = 32
+    """Env calls that may run at once (``environment.max_concurrent_calls``)."""
+    max_hung_env_calls: int = 128
+    """Timed-out env calls that may still be running (``environment.max_hung_calls``)."""
 
 
 @dataclass

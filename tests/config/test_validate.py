@@ -152,6 +152,12 @@ def _validate(*overrides: str):
             "must be < environment.timeout_s (5), which limits a whole env step (all its "
             "tool calls); got 5",
         ),
+        (
+            ["environment.max_concurrent_calls=0"],
+            "environment.max_concurrent_calls",
+            "must be >= 1, got 0",
+        ),
+        (["environment.max_hung_calls=-1"], "environment.max_hung_calls", "must be >= 0, got -1"),
         # the dual clip bounds PPO's clipped surrogate; CISPO has none and would ignore it
         (
             ["algorithm=cispo", "algorithm.clip_ratio_c=3.0"],

@@ -373,6 +373,19 @@ def test_prefix_violation_names_turn(tok):
         out.validate()
 
 
+def test_the_environment_config_limits_the_env_calls(tok):
+    # environment.max_concurrent_calls and max_hung_calls reach the loop's EnvThreads (their
+    # behaviour: the hung/queued env call tests below)
+    from skyrl.config.environment import EnvironmentConfig
+    from skyrl.config.generator import HFGeneratorConfig
+    from skyrl.generators import make_generator
+
+    env_cfg = EnvironmentConfig(name="math", max_concurrent_calls=3, max_hung_calls=5)
+    gen = make_generator(HFGeneratorConfig(), env_cfg, FakeEngine(tok), tok)
+    threads = gen.driver.env_threads
+    assert (threads.max_running, threads.max_stuck) == (3, 5)
+
+
 def test_real_hf_engine_single_turn_math(tok):
     from skyrl.config.environment import EnvironmentConfig
     from skyrl.config.generator import HFGeneratorConfig
@@ -470,9 +483,9 @@ def test_hung_env_steps_do_not_starve_later_env_calls(tok):
     behind them and ``generate`` never returned). A hung env is closed only after its step
     returns, never under it."""
     HangsFirst.reset(hangs=3)
-    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2)
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2, max_env_calls=2)
     engine = FakeEngine(tok)
-    gen = Generator(AgentLoop(engine, tok, HangsFirst, settings, max_env_threads=2), engine)
+    gen = Generator(AgentLoop(engine, tok, HangsFirst, settings), engine)
     try:
         bad = [PromptRow("x", "s", {}, uid=f"bad{i}") for i in range(3)]
         out = generate_or_hang(gen, bad, 1, 10)
@@ -503,9 +516,9 @@ def test_time_queued_for_an_env_thread_does_not_count_against_the_limit(tok):
     """One env call at a time, 3 steps of 0.3 s each under a 0.5 s limit: each step is timed
     from its start, so all 3 finish (timed from the queue, the 2nd would wait 0.3 s and
     run 0.3 s: 0.6 s > 0.5 s, env_error)."""
-    settings = LoopSettings(256, 64, 1, env_timeout_s=0.5)
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.5, max_env_calls=1)
     engine = FakeEngine(tok)
-    gen = Generator(AgentLoop(engine, tok, SleepsBriefly, settings, max_env_threads=1), engine)
+    gen = Generator(AgentLoop(engine, tok, SleepsBriefly, settings), engine)
     out = gen.generate(
         [PromptRow("x", "s", {}, uid=f"p{i}") for i in range(3)], 1, SamplingParams()
     )
@@ -513,17 +526,20 @@ def test_time_queued_for_an_env_thread_does_not_count_against_the_limit(tok):
 
 
 def test_too_many_stuck_env_calls_stop_the_run_with_a_clear_error(tok):
-    """Stuck threads cannot be killed: past ``max_stuck_env_calls`` still running, the run
+    """Stuck threads cannot be killed: past ``environment.max_hung_calls`` still running, the run
     stops with an error naming the limit instead of piling up threads."""
     from skyrl.generators.agent_loop import EnvHangError
 
     HangsFirst.reset(hangs=3)
-    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2)
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2, max_env_calls=4, max_hung_env_calls=2)
     engine = FakeEngine(tok)
-    loop = AgentLoop(engine, tok, HangsFirst, settings, max_env_threads=4, max_stuck_env_calls=2)
+    loop = AgentLoop(engine, tok, HangsFirst, settings)
     try:
         rows = [PromptRow("x", "s", {}, uid=f"bad{i}") for i in range(3)]
-        with pytest.raises(EnvHangError, match=r"3 env calls .* environment.timeout_s=0.2"):
+        with pytest.raises(
+            EnvHangError,
+            match=r"3 env calls .* environment.timeout_s=0.2 .* environment.max_hung_calls=2 may hang",
+        ):
             Generator(loop, engine).generate(rows, 1, SamplingParams())
     finally:
         HangsFirst.release.set()
