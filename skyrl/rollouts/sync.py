@@ -242,7 +242,7 @@ def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
             tokens = sum(r.metrics.get(key, 0.0) * s for r, s in zip(rounds, seconds, strict=True))
             out[key] = tokens / max(sum(seconds), 1e-9)
         elif key.startswith(names.PASS_AT_PREFIX):
-            source = key.rsplit("/", 1)[1]
+            source = key[len(names.PASS_AT_PREFIX) :].split("/", 1)[1]  # may hold a "/"
             weights = [len(_prompts_of(r, source)) for r in rounds if key in r.metrics]
             out[key] = sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
         else:

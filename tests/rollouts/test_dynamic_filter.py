@@ -291,3 +291,21 @@ def test_rounds_merge_into_the_metrics_of_all_their_samples():
     assert merged["generate/pass@2/a"] == pytest.approx(2 / 3)
     assert merged["generate/pass@2/b"] == 1.0  # only the second round drew b
     assert merged[names.REWARD] == 0.5  # rounds of equal samples: their mean
+
+
+def test_pass_at_n_of_a_source_whose_name_has_a_slash_merges_over_rounds():
+    """reasoning_gym rows are of source ``reasoning_gym/<dataset>``, files may name theirs
+    ``openai/gsm8k``: the source is all that follows ``pass@<n>/`` (the last path part matched
+    no row, and the merge divided by zero)."""
+    from skyrl.rollouts.sync import merge_rollout_metrics
+
+    source = "reasoning_gym/basic_arithmetic"
+    first = _output({"u1": [1.0, 0.0], "u2": [0.0, 0.0]})
+    first.data_sources = [source] * 4
+    first.metrics = {f"generate/pass@2/{source}": 0.5}  # u1 of 2 prompts passes
+    second = _output({"u3": [1.0, 1.0], "u4": [0.0, 1.0]})
+    second.data_sources = [source] * 4
+    second.metrics = {f"generate/pass@2/{source}": 1.0}  # both pass
+    merged = merge_rollout_metrics([first, second])
+    # 2 prompts a round: (0.5 x 2 + 1.0 x 2) / 4 = 0.75
+    assert merged == {f"generate/pass@2/{source}": 0.75}
