@@ -1,9 +1,12 @@
-"""Every metric name the trainer's training stage writes and the console line, the plot and the
-summary read, defined once with its unit and its reduction over a step.
+"""Every metric name a training run writes (rollouts, reward shaping, dynamic sampling, eval,
+the trainer and its workers) and the console line, the plot and the summary read, defined once
+with its unit and its reduction over a step.
 
-Producers (the worker losses, ``skyrl.trainer.step_stats``, the trainer) and consumers
-(``console``, ``summary``, sweeps) import these names; any of them may be missing from a step
-(an eval metric on a step without eval, the critic's without a critic).
+Producers (``skyrl.generators.metrics``, ``skyrl.rollouts``, the worker losses,
+``skyrl.trainer.step_stats``, the trainer) and consumers (``console``, ``summary``, sweeps)
+import these names; any of them may be missing from a step (an eval metric on a step without
+eval, the critic's without a critic). ``tests/tracking/test_metric_names.py`` runs the
+producers and fails on a key not documented here.
 
 A training step runs ``update_epochs_per_batch`` passes over its prompt-unit mini-batches,
 one optimizer step each. The ``policy/...`` and ``critic/...`` figures below reduce the
@@ -22,6 +25,14 @@ REWARD = "generate/reward_mean"
 """Mean reward over the step's trajectories."""
 RESPONSE_LENGTH = "generate/response_length_mean"
 """Mean generated tokens per trajectory (all its turns)."""
+RESPONSE_LENGTH_MAX = "generate/response_length_max"
+"""Most generated tokens of one trajectory (all its turns) in the step (max over rounds)."""
+TURNS_MEAN = "generate/turns_mean"
+"""Mean turns (engine requests) per trajectory."""
+TRUNCATION_RATE = "generate/truncation_rate"
+"""Share of the step's trajectories that stopped at a limit: stop reason ``length``
+(``max_generate_length`` or ``max_tokens_per_turn`` cut the last reply), ``budget`` (no room
+left for an observation and a reply) or ``max_turns``."""
 ENV_ERRORS = "env/errors"
 """Trajectories whose env raised or timed out in the step's rollouts (a count; summed over
 dynamic-sampling rounds)."""
@@ -32,10 +43,51 @@ GENERATE_TOKENS_PER_S = "generate/tokens_per_s"
 PASS_AT_PREFIX = "generate/pass@"
 """``generate/pass@<n>/<source>``: share of the step's prompts of a source with a full-credit
 sample among their ``n`` (over all the step's rounds)."""
+AGENT_REQUESTS = "agent/requests"
+"""External agent (``skyrl.serve``): requests answered, over the step's trajectories (a count,
+summed over the trajectories and dynamic-sampling rounds, as every ``agent/...`` count)."""
+AGENT_FORKS = "agent/forks"
+"""External agent: requests that started a new training row (``skyrl.serve.reconcile``)."""
+AGENT_FORKS_EDITED = "agent/forks_edited"
+"""External agent: forks where the context before the last reply changed in text."""
+AGENT_FORKS_RERENDERED = "agent/forks_rerendered"
+"""External agent: forks where only the last reply came back different."""
+AGENT_REALIGNED = "agent/realigned"
+"""External agent: requests that extended the row in text but not in tokens (the engine was
+given the sampled tokens; the row went on)."""
+AGENT_SAMPLING_OVERRIDES = "agent/sampling_overrides"
+"""External agent: temperature or top_p values that differed from ``generator.sampling`` and
+were overridden (``generator.agent_sampling_drift=override``; each parameter of each request
+counts once)."""
+OVERLONG_PENALTY_MEAN = "reward/overlong_penalty_mean"
+"""DAPO's soft overlong penalty added to the rewards (<= 0, reward units), mean over the
+trajectories of the step's batch; written when ``algorithm.overlong_buffer_len > 0``."""
+OVERLONG_MASKED = "reward/overlong_masked"
+"""Truncated trajectories (stop reason ``length`` or ``budget``) whose loss mask overlong
+filtering zeroed (``algorithm.overlong_filter``): a count over the step's batch; asynchronous
+mode logs the mean of the per-group counts instead."""
 KEPT_GROUP_FRAC = "dynamic_sampling/kept_group_frac"
 """Share of the generated prompt groups that carried signal (dynamic sampling)."""
+DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
+"""Sampling rounds the step drew to fill its batch (synchronous
+``algorithm.dynamic_sampling=filter``; at most ``algorithm.max_sample_batches``; a count)."""
+KL_IN_REWARD_COEF = "algorithm/kl_coef"
+"""The KL-in-reward coefficient this step's rewards were shaped with
+(``algorithm.use_kl_in_reward``; an adaptive ``algorithm.kl_ctrl`` moves it after the step)."""
+KL_IN_REWARD = "algorithm/kl_in_reward"
+"""KL(old policy || reference) per token by ``algorithm.kl_estimator`` (nats), mean over the
+batch's loss tokens, before the coefficient; written with ``algorithm.use_kl_in_reward``."""
 EVAL_PASS_AT_1 = "eval/pass@1"
 """Held-out pass@1 over every eval prompt (the sweep objective)."""
+EVAL_PASS_AT_PREFIX = "eval/pass@"
+"""``eval/pass@<k>``, k = ``generator.eval_n_samples_per_prompt`` when above 1: the unbiased
+estimate ``1 - C(n - c, k) / C(n, k)`` that one of k samples of a prompt gets full credit
+(reward >= 1), mean over the eval prompts."""
+EVAL_REWARD = "eval/reward_mean"
+"""Mean reward over every eval sample (the last step of each trajectory)."""
+EVAL_SECONDS = "eval/seconds"
+"""Wall seconds of the eval pass (rollouts and scoring); ``timing/eval_s`` also holds the wait
+for a weight load still running in the background."""
 TRAIN_REFUSED = "train/refused"
 """1 when the step's update was refused: every mini-batch it trained had a non-finite loss or
 gradient, so no optimizer step, weight sync or checkpoint; else 0 (a step refused in part
@@ -70,7 +122,8 @@ LOGPROB_DIFF_BY_STALENESS = "rollout/logprob_abs_diff/staleness_"
 STEP_TIME = "timing/step_s"
 """Wall seconds of the whole step."""
 OVERHEAD_FRAC = "timing/overhead_frac"
-"""Share of the step that is neither generation nor the workers' compute."""
+"""Share of the step that is neither generation, eval nor the workers' compute (the weight
+sync and the checkpoint count as overhead); the summary weights it by step time."""
 PHASE_TIMES = {
     "gen": "timing/generate_s",
     "fwd": "timing/forward_s",
@@ -79,6 +132,9 @@ PHASE_TIMES = {
     "eval": "timing/eval_s",
 }
 """The step's phases in loop order, by their short console label (wall seconds)."""
+CHECKPOINT_TIME = "timing/checkpoint_s"
+"""Wall seconds saving the step's checkpoint, on the steps that save one
+(``trainer.ckpt_interval``, the last step); between ``sync`` and ``eval`` in the loop."""
 
 FORWARD_COMPUTE_S = "forward/compute_s"
 """Seconds the policy, reference and critic ranks computed the step's logprob/value forward
@@ -123,7 +179,9 @@ class TrainedRoleMetrics:
 
     @property
     def lr(self) -> str:
-        """Learning rate of the step's LAST optimizer step (the schedule moves per step)."""
+        """Learning rate of the step's LAST optimizer step taken (the schedule moves per step;
+        a refused mini-batch's lr is the next step's); the last mini-batch's when every one
+        was refused."""
         return f"{self.role}/lr"
 
     @property
@@ -173,6 +231,13 @@ POLICY_LOSS = POLICY.loss
 GRAD_NORM = POLICY.grad_norm
 KL = POLICY.token_mean(KL_TERM)
 """``policy/kl``: KL(policy || reference) per token, written when ``algorithm.use_kl_loss``."""
+
+
+def eval_source_key(source: str, overall: str) -> str:
+    """``eval/<source>/<name>``: the overall ``eval/<name>`` figure (``EVAL_PASS_AT_1``,
+    ``eval/pass@<k>``, ``EVAL_REWARD``) over the eval prompts of one data source."""
+    return f"eval/{source}/{overall.removeprefix('eval/')}"
+
 
 _EVAL_PASS_AT_1 = re.compile(r"^eval/.*pass@1(?!\d)")
 

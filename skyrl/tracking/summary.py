@@ -141,15 +141,30 @@ def _phase_keys(train: list[dict[str, float]]) -> list[str]:
 
 
 def _overhead_frac(train: list[dict[str, float]], total_step_s: float) -> float | None:
-    """Mean of the logged ``timing/overhead_frac`` if any; else 1 - (sum of the generate,
-    forward, train, sync, eval phases) / (sum of step times); None without any phase."""
-    _, logged = series(train, names.OVERHEAD_FRAC)
-    if logged:
-        return fmean(logged)
+    """The logged ``timing/overhead_frac`` as a share of the total step time, like the phase
+    lines: sum(frac_i * step_s_i) / sum(step_s_i) over the steps that logged both (a plain
+    mean would let a short step weigh as much as a long one). Without it, 1 - (sum of the
+    generate, forward, train, sync, eval phases) / (sum of step times); None without any
+    phase."""
+    if any(names.OVERHEAD_FRAC in r for r in train):
+        return _time_weighted(train, names.OVERHEAD_FRAC)
     keys = [key for key in names.PHASE_TIMES.values() if any(key in r for r in train)]
     if not keys or total_step_s <= 0:
         return None
     return 1 - sum(sum(series(train, key)[1]) for key in keys) / total_step_s
+
+
+def _time_weighted(train: list[dict[str, float]], key: str) -> float | None:
+    """Mean of ``key`` weighted by each step's ``timing/step_s``, over the steps with finite
+    values of both; None when their step time adds up to nothing."""
+    pairs = [
+        (r[key], r[names.STEP_TIME])
+        for r in train
+        if key in r and names.STEP_TIME in r
+        and math.isfinite(r[key]) and math.isfinite(r[names.STEP_TIME])
+    ]  # fmt: skip
+    total_s = sum(step_s for _, step_s in pairs)
+    return sum(v * step_s for v, step_s in pairs) / total_s if total_s > 0 else None
 
 
 def _output_lines(output_dir: Path) -> list[str]:

@@ -7,7 +7,8 @@ to the keys of ``skyrl.tracking.metric_names.TrainedRoleMetrics``:
 - the loss and every token mean / flag fraction: the mean over mini-batches of each
   mini-batch's value, so they do not grow with the number of mini-batches (the previous
   reduction summed the loss over mini-batches and epochs);
-- the grad norm: mean and max over the optimizer steps taken; the lr: the last step's;
+- the grad norm: mean and max over the optimizer steps taken; the lr: the last step taken's
+  (not a refused mini-batch's, which already reads the next step's);
 - loss tokens, optimizer steps, refused steps and compute seconds: sums;
 - packing: counts summed, the fill ratio recomputed from the totals, maxima as max.
 """
@@ -36,7 +37,7 @@ def step_metrics(keys: TrainedRoleMetrics, records: Sequence[TrainStats]) -> dic
         keys.loss: fmean(s.loss for s in scored),
         keys.grad_norm: fmean(grad_norms) if grad_norms else math.nan,
         keys.grad_norm_max: max(grad_norms) if grad_norms else math.nan,
-        keys.lr: records[-1].lr,
+        keys.lr: _last_step_lr(records),
         keys.loss_tokens: sum(s.loss_tokens for s in losses),
         keys.optimizer_steps: float(len(grad_norms)),
         keys.nonfinite: float(sum(r.nonfinite for r in records)),
@@ -48,6 +49,14 @@ def step_metrics(keys: TrainedRoleMetrics, records: Sequence[TrainStats]) -> dic
         out[keys.token_frac(name)] = fmean(s.token_frac(name) for s in scored)
     out.update(_packing_metrics(keys, [r.packing for r in records]))
     return out
+
+
+def _last_step_lr(records: Sequence[TrainStats]) -> float:
+    """The lr of the last optimizer step taken. A refused mini-batch read the lr before its
+    refused ``step()`` and the schedule did not move, so its lr is the one the next step will
+    apply; when every mini-batch was refused, the last record's is all there is."""
+    stepped = [r for r in records if not r.nonfinite]
+    return (stepped or records)[-1].lr
 
 
 def _packing_metrics(keys: TrainedRoleMetrics, packs: list[PackingStats]) -> dict[str, float]:

@@ -88,10 +88,26 @@ def test_logged_overhead_is_preferred_and_short_runs_compare_what_they_have(tmp_
         {"step": 2, "generate/reward_mean": 1.0, "timing/step_s": 2.0, "timing/overhead_frac": 0.3},
     ]
     text = format_summary(history, tmp_path / "missing")
-    # 2 steps: first 2 mean (0+1)/2 = 0.5 = last 2 mean; overhead (0.1 + 0.3) / 2 = 20%
+    # 2 steps: first 2 mean (0+1)/2 = 0.5 = last 2 mean; overhead (0.1*2 + 0.3*2) / 4 = 20%
     assert text.splitlines() == [
         "steps run: 2",
         "training reward: first 2 steps 0.500 -> last 2 steps 0.500",
         "time per step: 2.00s mean, 4.0s total",
         "framework overhead: 20% of step time",
+    ]
+
+
+def test_logged_overhead_is_weighted_by_step_time(tmp_path):
+    # a 10 s step with 9 s overhead (1 s generate), then a 90 s step with 9 s (81 s generate):
+    # overhead is a share of the total step time, like the phase lines: (0.9*10 + 0.1*90) /
+    # (10 + 90) = 18 / 100 = 18%, not the per-step mean (0.9 + 0.1) / 2 = 50%
+    history = [
+        {"step": 1, "timing/step_s": 10.0, "timing/generate_s": 1.0, "timing/overhead_frac": 0.9},
+        {"step": 2, "timing/step_s": 90.0, "timing/generate_s": 81.0, "timing/overhead_frac": 0.1},
+    ]
+    assert format_summary(history, tmp_path / "missing").splitlines() == [
+        "steps run: 2",
+        "time per step: 50.00s mean, 100.0s total",
+        "  generate: 41.00s mean, 82% of step time",  # (1 + 81) / 100
+        "framework overhead: 18% of step time",
     ]

@@ -85,6 +85,24 @@ def test_refused_mini_batches_are_counted_and_leave_the_grad_norm_alone():
     assert math.isnan(metrics[POLICY.loss])  # the NaN loss was real: it shows
 
 
+def test_lr_is_the_last_optimizer_step_taken_not_a_refused_one():
+    # the worker reads the lr before step(), and a refused mini-batch does not move the
+    # schedule, so a refused last mini-batch carries the lr the NEXT step would apply:
+    # mini-batches 1 and 2 stepped at 1e-6, the refused third read 2e-6 -> the step's lr is 1e-6
+    records = [
+        record(0.4, 10, lr=1e-6),
+        record(0.0, 0, lr=1e-6),  # no loss tokens, but it stepped
+        record(0.2, 30, grad_norm=math.nan, lr=2e-6, nonfinite=True),
+    ]
+    assert step_metrics(POLICY, records)[POLICY.lr] == 1e-6
+    # every mini-batch refused: no step was taken; the last record's lr is what there is
+    refused = [
+        record(math.nan, 4, lr=3e-6, nonfinite=True),
+        record(math.nan, 4, lr=4e-6, nonfinite=True),
+    ]
+    assert step_metrics(POLICY, refused)[POLICY.lr] == 4e-6
+
+
 def test_every_mini_batch_refused_gives_nan_grad_norms():
     metrics = step_metrics(POLICY, [record(math.nan, 4, grad_norm=math.nan, nonfinite=True)])
     assert math.isnan(metrics[POLICY.grad_norm]) and math.isnan(metrics[POLICY.grad_norm_max])
