@@ -140,11 +140,11 @@ class RayEngineHandle:
 
 def _for_every_engine(weights: WeightItems) -> WeightItems:
     """``weights`` in a form every engine can consume: a shared-memory handle stays a handle
-    (small to send; each engine maps the file), anything else becomes one list (a stream of
-    buckets can be read only once)."""
+    (small to send; each engine maps the file) and a state dict stays a dict (it can be read
+    many times); anything else becomes one list (a stream of buckets can be read only once)."""
     from skyrl.inference.shared_weights import SharedWeights
 
-    return weights if isinstance(weights, SharedWeights) else list(weights)
+    return weights if isinstance(weights, SharedWeights | dict) else list(weights)
 
 
 def _died(during: str, exc: Exception) -> EngineDiedError:

@@ -13,9 +13,11 @@ processes.
 Each process maps the file once (``_MAPS``) and keeps the mapping. After the first
 sync every process that needs the file has mapped it, and the driver unlinks the
 name (``SharedWeights.unlink``): the memory then lives exactly as long as some
-process maps it, so a killed run leaves nothing behind in ``/dev/shm``. A file left
-by a driver that died before its first sync is removed by the next run that starts
-(``sweep_stale``).
+process maps it, so a killed run leaves nothing behind in ``/dev/shm``. Until then the
+driver holds a shared ``flock`` on the file (``_LOCKS``); a file left by a driver that died
+before its first sync is unlocked, and the next run of the same user removes it
+(``sweep_stale``). The lock, not the pid in the name, tells a file in use: a run in another
+container that shares ``/dev/shm`` (docker ``--ipc=host``) has pids of its own.
 
 Readers must be done with a sync's views before rank 0 writes the next one: the
 trainer's syncs are sequential (the next sync waits for a background load).
@@ -23,6 +25,7 @@ trainer's syncs are sequential (the next sync waits for a background load).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from dataclasses import dataclass
@@ -36,10 +39,14 @@ from skyrl.inference.weight_sync import Plan, TensorSpec, bucket_offsets, spec_n
 SHM_DIR = Path("/dev/shm")
 """Where the file lives: a tmpfs on Linux, so the file is memory, never disk."""
 PREFIX = "skyrl-weights-"
-"""File names: ``skyrl-weights-<driver pid>-<random>``."""
+"""File names: ``skyrl-weights-<driver pid>-<random>`` (the pid is for people reading
+``ls /dev/shm``; ``sweep_stale`` goes by the lock)."""
 
 _MAPS: dict[str, torch.Tensor] = {}
 """This process's mappings, by path: mapped on first use, kept until ``release``."""
+_LOCKS: dict[str, int] = {}
+"""Descriptors of the files this process made, each holding a shared ``flock`` (in use: not
+to be swept) until the name goes (``unlink``) or the process ends."""
 
 
 class SharedWeightsMissing(RuntimeError):
@@ -113,8 +120,12 @@ class SharedWeights:
         return mapped
 
     def unlink(self) -> None:
-        """Remove the file's name; processes that mapped it keep the memory."""
+        """Remove the file's name; processes that mapped it keep the memory. With the name
+        gone no sweep can find the file, so its maker lets go of the lock."""
         Path(self.path).unlink(missing_ok=True)
+        lock = _LOCKS.pop(self.path, None)
+        if lock is not None:
+            os.close(lock)
 
     def release(self) -> None:
         """Unlink and drop this process's mapping."""
@@ -145,34 +156,46 @@ def free_bytes(directory: Path = SHM_DIR) -> int:
 
 
 def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
-    """A new zero-filled file sized for ``plan``, and its handle."""
+    """A new zero-filled file sized for ``plan``, and its handle; this process holds the file's
+    lock until ``unlink``. The file is made under a name no sweep looks at (a leading dot) and
+    takes its own name only once locked, so no sweep ever sees it unlocked."""
     sweep_stale(directory)
-    path = directory / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path, draft = directory / name, directory / f".{name}"
     weights = SharedWeights(str(path), plan)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fd = os.open(draft, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.rename(draft, path)  # the same file: the lock stays
         os.ftruncate(fd, weights.nbytes)
-    finally:
+    except BaseException:
         os.close(fd)
+        draft.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        raise
+    _LOCKS[str(path)] = fd
     return weights
 
 
 def sweep_stale(directory: Path = SHM_DIR) -> list[Path]:
-    """Remove weight files whose driver process no longer runs; returns what was removed."""
-    removed = []
-    for path in directory.glob(f"{PREFIX}*"):
-        pid = path.name.removeprefix(PREFIX).split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
+    """Remove this user's weight files that no process holds (left by a driver that died
+    before its first sync); returns what was removed. Other users' files stay: /dev/shm is
+    sticky, only a file's owner may remove it."""
+    return [path for path in sorted(directory.glob(f"{PREFIX}*")) if _remove_if_unused(path)]
 
 
-def _alive(pid: int) -> bool:
+def _remove_if_unused(path: Path) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if path.lstat().st_uid != os.getuid():
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # gone meanwhile, or not ours to open
         return False
-    except PermissionError:  # someone else's process
-        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its maker holds it
+        os.unlink(path)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True

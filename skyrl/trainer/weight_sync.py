@@ -27,6 +27,7 @@ from skyrl.inference.shared_weights import (
     create_shared_weights,
     free_bytes,
     layout,
+    sweep_stale,
 )
 from skyrl.inference.weight_sync import Plan
 from skyrl.workers.group import WorkerGroup
@@ -57,7 +58,8 @@ class SharedMemoryWeightSync:
 
     def __init__(self, policy: WorkerGroup, cfg: SkyRLConfig, plan: Plan | None = None):
         self.policy = policy
-        self.weights: SharedWeights = create_shared_weights(plan or sync_plan(policy, cfg))
+        plan = plan or sync_plan(policy, cfg)
+        self.weights: SharedWeights = create_shared_weights(plan, SHM_DIR)
 
     @classmethod
     def start(
@@ -67,8 +69,10 @@ class SharedMemoryWeightSync:
         the object store and says why on stdout, an explicit ``shared_memory`` is a
         ``ConfigError``. It cannot serve on a Ray cluster of several nodes (asked for
         explicitly it is built anyway: a process on another machine fails at its first sync
-        with one line naming the file) or when /dev/shm has no room for the weights."""
+        with one line naming the file) or when /dev/shm has no room for the weights (measured
+        once the files of this user's dead runs are swept)."""
         plan = sync_plan(policy, cfg)
+        sweep_stale(SHM_DIR)
         need, room = layout(plan)[1], free_bytes(SHM_DIR)
         if room < need:
             why = f"{SHM_DIR} has {room / 1e6:.0f} MB free, the weights need {need / 1e6:.0f} MB"

@@ -40,6 +40,16 @@ def test_two_engines_route_and_match_single():
     single.shutdown()
 
 
+def test_update_weights_takes_a_state_dict():
+    from skyrl.inference.hf import HFEngine
+
+    engine = HFEngine(build_tiny_model())
+    client = EngineClient([engine])
+    client.update_weights({"lm_head.weight": torch.zeros_like(engine.model.lm_head.weight)})
+    assert torch.all(engine.model.lm_head.weight == 0)
+    client.shutdown()
+
+
 class _DyingEngine(LocalEngine):
     """An engine whose process exits at the first request, as an out-of-memory kill would."""
 

@@ -1,13 +1,17 @@
 """The shared-memory weight file: layout, another process's writes read back bit for bit, the
-name unlinked while mapped, clear errors, stale files swept, and engines (in-process and in
-a Ray actor) loading from the handle."""
+name unlinked while mapped, clear errors, stale files swept (only this user's that no process
+holds), and engines (in-process and in a Ray actor) loading from the handle."""
 
 from __future__ import annotations
 
+import fcntl
 import math
 import multiprocessing
 import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,17 +113,80 @@ def test_the_handle_pickles_small_whatever_the_weights(tmp_path):
     handle.release()
 
 
-def test_sweep_removes_the_files_of_dead_drivers_only(tmp_path):
-    child = multiprocessing.get_context("spawn").Process(target=os.getpid)
-    child.start()
-    child.join(60)
-    dead = tmp_path / f"{PREFIX}{child.pid}-abcd1234"
-    mine = tmp_path / f"{PREFIX}{os.getpid()}-abcd1234"
+NO_SUCH_PID = 2**22 + 1
+"""Above the kernel's largest pid (2**22 on 64-bit): dead in every pid namespace, as the pid
+in the name of a file made in another container (docker --ipc=host shares /dev/shm) is here."""
+
+
+def test_sweep_leaves_a_file_someone_holds_whatever_pid_its_name_carries(tmp_path):
+    held = tmp_path / f"{PREFIX}{NO_SUCH_PID}-abcd1234"  # a live run in another container
+    left = tmp_path / f"{PREFIX}{NO_SUCH_PID}-dead0000"  # a dead run's leftover
     other = tmp_path / "unrelated-file"
-    for path in (dead, mine, other):
+    for path in (held, left, other):
         path.write_bytes(b"x")
-    assert sweep_stale(tmp_path) == [dead]
-    assert not dead.exists() and mine.exists() and other.exists()
+    fd = os.open(held, os.O_RDONLY)  # its own open file description: flock locks are per one
+    fcntl.flock(fd, fcntl.LOCK_SH)  # as create_shared_weights holds it
+    try:
+        assert sweep_stale(tmp_path) == [left]
+        assert held.exists() and not left.exists() and other.exists()
+    finally:
+        os.close(fd)
+    assert sweep_stale(tmp_path) == [held]  # nobody holds it any more
+
+
+def test_a_file_is_swept_once_the_process_that_made_it_is_gone(tmp_path):
+    maker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; import torch\n"
+            "from skyrl.inference.shared_weights import create_shared_weights\n"
+            "from skyrl.inference.weight_sync import plan_buckets, tensor_spec\n"
+            "plan = plan_buckets([tensor_spec('w', [4], torch.float32)], 256)\n"
+            "print(create_shared_weights(plan, Path(sys.argv[1])).path, flush=True)\n"
+            "sys.stdin.read()",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        path = Path(maker.stdout.readline().strip())
+        assert path.parent == tmp_path and path.stat().st_size == 16  # 4 float32
+        assert sweep_stale(tmp_path) == [] and path.exists()  # its maker runs
+        mine = handle_for({"w": torch.zeros(4)}, tmp_path)  # its sweep leaves it too
+        assert path.exists() and sweep_stale(tmp_path) == []
+    finally:
+        maker.kill()
+        maker.wait(60)
+    assert sweep_stale(tmp_path) == [path]  # killed: its lock went with it
+    mine.release()
+
+
+def test_sweep_leaves_other_users_files(tmp_path, monkeypatch):
+    stale = tmp_path / f"{PREFIX}{NO_SUCH_PID}-abcd1234"
+    stale.write_bytes(b"x")
+    uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # the file is now someone else's
+    assert sweep_stale(tmp_path) == [] and stale.exists()
+
+
+def test_a_stale_file_that_cannot_be_removed_does_not_stop_a_run(tmp_path, monkeypatch):
+    """/dev/shm is sticky (1777): only a file's owner may remove it."""
+    stale = tmp_path / f"{PREFIX}{NO_SUCH_PID}-abcd1234"
+    stale.write_bytes(b"x")
+    unlink = os.unlink
+
+    def refuse(path, *args, **kwargs):
+        if Path(path) == stale:
+            raise PermissionError(1, "Operation not permitted", str(path))
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse)
+    handle = handle_for({"w": torch.zeros(4)}, tmp_path)
+    assert stale.exists() and os.stat(handle.path).st_size == 16  # 4 float32
+    handle.release()
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
 """When the shared-memory weight sync steps aside: no room in /dev/shm (a container's is
 often 64 MB) or a Ray cluster of several nodes. ``auto`` falls back to the object store
-and says why; an explicit ``trainer.weight_sync=shared_memory`` is one clear error."""
+and says why; an explicit ``trainer.weight_sync=shared_memory`` is one clear error. A dead
+run's leftover file is swept before the room is measured."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 import skyrl
 from skyrl.config.errors import ConfigError
 from skyrl.config.validate import validate
+from skyrl.inference.shared_weights import PREFIX
 from skyrl.inference.weight_sync import plan_buckets, tensor_spec
 from skyrl.trainer import weight_sync
 
@@ -55,3 +58,24 @@ def test_with_room_on_one_node_the_file_is_made_for_the_plan(cfg, monkeypatch):
     sync.loaded()  # the name goes after the first load ...
     assert not path.exists()
     sync.close()  # ... and close is safe after it
+
+
+def test_a_dead_runs_leftover_is_swept_before_the_room_is_measured(cfg, monkeypatch, tmp_path):
+    """A run killed during its first sync leaves its full-size file (nobody holds it)."""
+    monkeypatch.setattr(weight_sync, "SHM_DIR", tmp_path)
+    monkeypatch.setattr(weight_sync.ray, "nodes", lambda: [{"Alive": True}])
+    leftover = tmp_path / f"{PREFIX}{2**22 + 1}-abcd1234"  # above any pid: its run is gone
+    leftover.touch()
+    os.truncate(leftover, 4_000_000)
+
+    def free_bytes(directory: Path) -> int:
+        """A 6 MB /dev/shm: 6 - 4 = 2 MB free with the leftover (less than the 4 MB the
+        weights need), 6 MB once it is gone."""
+        return 6_000_000 - sum(p.stat().st_size for p in directory.iterdir())
+
+    monkeypatch.setattr(weight_sync, "free_bytes", free_bytes)
+    sync = weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=True)
+    assert not leftover.exists()
+    path = Path(sync.weights.path)
+    assert path.parent == tmp_path and path.stat().st_size == 4_000_000
+    sync.close()
