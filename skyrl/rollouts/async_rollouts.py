@@ -45,12 +45,13 @@ import warnings
 from collections import deque
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from skyrl.batch import TrainingInputBatch
+from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
 from skyrl.data import PromptRow, PromptSplits
 from skyrl.generators import GeneratorOutput, VersionClock, make_generator, to_training_batch
@@ -140,6 +141,23 @@ class Group:
     def pending(self) -> dict[str, Any]:
         """What a checkpoint keeps of a group not trained on yet (it is generated again)."""
         return {"index": self.index, "uid": self.row.uid, "seed": self.seed}
+
+
+def batch_shaping(groups: list[Group]) -> dict[str, float]:
+    """The reward-shaping metrics of a batch from its groups' (``shape_rewards`` ran on each
+    group), as ``shape_rewards`` over the whole batch gives them: a ``..._mean`` over
+    trajectories weighted by each group's trajectories, any other key (a count, such as
+    ``reward/overlong_masked``) summed."""
+    out = {}
+    for key in {k for g in groups for k in g.shaping}:
+        shaped = [g for g in groups if key in g.shaping]
+        if key.endswith("_mean"):
+            weights = [len(g.trajectories) for g in shaped]
+            total = sum(g.shaping[key] * w for g, w in zip(shaped, weights, strict=True))
+            out[key] = total / max(1, sum(weights))
+        else:
+            out[key] = float(sum(g.shaping[key] for g in shaped))
+    return out
 
 
 class GatedEngine:
@@ -302,13 +320,24 @@ class AsyncRollouts:
             dump_rollouts(out, self.tokenizer, self.output_dir / "rollouts" / f"step_{step}.jsonl")
         return to_training_batch(out, self.pad_id), metrics
 
-    @contextmanager
-    def updating_weights(self, version: int, timeout_s: float | None = None) -> Iterator[None]:
+    def updating_weights(
+        self, version: int, timeout_s: float | None = None
+    ) -> AbstractContextManager[None]:
         """Around a weight sync: new requests wait; unless ``trainer.partial_rollouts``, the
         requests in flight finish first (under the old weights). Afterwards the engines hold
-        ``version``."""
+        ``version``.
+
+        New requests wait from this call on, not from entering the block: a trainer that loads
+        the weights on a thread of its own calls it on its own thread first, so the hold comes
+        before its next ``next_batch``. The other way round, that call would admit groups under
+        the old weights, too old to train on by the time they are taken (dropped as stale)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._on_loop(self._hold(deadline, version), timeout_s)
+        return self._loading_weights(version, deadline)
+
+    @contextmanager
+    def _loading_weights(self, version: int, deadline: float | None) -> Iterator[None]:
+        """``updating_weights`` after the hold: drain, load (the block), resume."""
         try:
             if not self.cfg.trainer.partial_rollouts:
                 self._drain(deadline)
@@ -338,6 +367,16 @@ class AsyncRollouts:
         self.chunks = int(state.get("chunks", 0))
         pending = state.get("pending", [])  # none in a synchronous run's checkpoint
         self.queued = deque((int(p["index"]), p["uid"], int(p["seed"])) for p in pending)
+        needed = max((index + 1 for index, _, _ in self.queued), default=0)
+        if needed > len(self.loader.rows):
+            raise ConfigError(
+                "data",
+                f"the checkpoint holds training prompt {needed - 1} to generate again, so it "
+                f"expects at least {needed} training prompts, but the training set has "
+                f"{len(self.loader.rows)}: the training prompts changed since the checkpoint "
+                "(data.source, data.train_files, data.num_train_prompts); resume with the ones "
+                "it was trained on",
+            )
 
     def close(self) -> None:
         """Cancel the groups in flight and stop the event loop."""
@@ -372,8 +411,9 @@ class AsyncRollouts:
         return groups, self._metrics(groups)
 
     async def _wait_for_progress(self) -> None:
-        """Until a group changes; while a weight sync holds the requests (it may load in the
-        background), no longer than that sync's deadline."""
+        """Until a group changes or the gate opens or closes (``_hold``, ``_resume``); while a
+        weight sync holds the requests (it may load in the background), no longer than that
+        sync's deadline: once the gate opens the batch is waited for as long as it takes."""
         if self.gate.is_set() or self.hold_deadline is None:
             await self.progress.wait()
             return
@@ -404,16 +444,22 @@ class AsyncRollouts:
         return [self.line.popleft() for _ in range(self.batch_size)]
 
     async def _admit_forever(self) -> None:
-        while True:
-            while self.admission.can_admit():
-                index, uid, seed = self._next_prompt()
-                row = self.loader.row(index, uid)
-                group = Group(index, row, seed, self.admission.admitted_total)
-                self.admission.admit()
-                self.line.append(group)
-                self._spawn(self._run_group(group))
-            self.admit_wake.clear()
-            await self.admit_wake.wait()
+        try:
+            while True:
+                while self.admission.can_admit():
+                    index, uid, seed = self._next_prompt()
+                    row = self.loader.row(index, uid)
+                    group = Group(index, row, seed, self.admission.admitted_total)
+                    self.admission.admit()
+                    self.line.append(group)
+                    self._spawn(self._run_group(group))
+                self.admit_wake.clear()
+                await self.admit_wake.wait()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # re-raised on the trainer's thread by next_batch
+            self.failure = self.failure or exc
+            self.progress.set()
 
     def _next_prompt(self) -> tuple[int, str, int]:
         if not self.queued:
@@ -470,6 +516,7 @@ class AsyncRollouts:
         self.gate.clear()
         self.admission.release()
         self.admit_wake.set()
+        self.progress.set()  # a batch waited for now waits no longer than ``deadline``
 
     def _drain(self, deadline: float | None) -> None:
         """Wait (on the trainer's thread) until no request is in flight, or raise
@@ -490,6 +537,7 @@ class AsyncRollouts:
         self.clock.current = version
         self.hold_deadline = None
         self.gate.set()
+        self.progress.set()  # a batch waited for meanwhile is no longer held to the deadline
 
     async def _state(self) -> dict[str, Any]:
         pending = [{"index": i, "uid": u, "seed": s} for i, u, s in self.queued]
@@ -506,9 +554,7 @@ class AsyncRollouts:
             trajs, self.cfg.generator.n_samples_per_prompt, now - self._last_take
         )
         self._last_take = now
-        for key in {k for g in groups for k in g.shaping}:
-            values = [g.shaping[key] for g in groups if key in g.shaping]
-            metrics[key] = sum(values) / len(values)
+        metrics.update(batch_shaping(groups))
         version = self.trained_version
         staleness = [
             version - min(t.version_dispatched for t in tr.turns) for tr in trajs if tr.turns

@@ -64,8 +64,7 @@ OVERLONG_PENALTY_MEAN = "reward/overlong_penalty_mean"
 trajectories of the step's batch; written when ``algorithm.overlong_buffer_len > 0``."""
 OVERLONG_MASKED = "reward/overlong_masked"
 """Truncated trajectories (stop reason ``length`` or ``budget``) whose loss mask overlong
-filtering zeroed (``algorithm.overlong_filter``): a count over the step's batch; asynchronous
-mode logs the mean of the per-group counts instead."""
+filtering zeroed (``algorithm.overlong_filter``): a count over the step's batch."""
 KEPT_GROUP_FRAC = "dynamic_sampling/kept_group_frac"
 """Share of the generated prompt groups that carried signal (dynamic sampling)."""
 DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"

@@ -331,9 +331,11 @@ class RLTrainer:
         engine = self.engine
         if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
             weights = self._staged_weights()  # this step's, taken now
+            # new requests wait from here, on this thread: before the next batch is taken
+            sync = self.rollouts.updating_weights(version, timeout)
 
             def load() -> None:
-                with self.rollouts.updating_weights(version, timeout):
+                with sync:
                     engine.update_weights(weights)
                     engine.reset_prefix_cache()
                 if self.shared_weights is not None:

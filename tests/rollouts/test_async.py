@@ -3,8 +3,10 @@ and its equality with the synchronous source at ``max_staleness=0``."""
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
+from concurrent.futures import Future
 
 import pytest
 from transformers import AutoTokenizer
@@ -358,15 +360,20 @@ class FailingInit:
 
 def _next_batch_within(source, step: int, seconds: float = 20.0):
     """``source.next_batch(step)``, or fail when it does not return within ``seconds``."""
-    import threading
-
     result: dict = {}
-    thread = threading.Thread(
-        target=lambda: result.setdefault("out", source.next_batch(step)), daemon=True
-    )
+
+    def take() -> None:
+        try:
+            result["out"] = source.next_batch(step)
+        except BaseException as exc:  # re-raised here, on the test's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=take, daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), f"next_batch({step}) did not return in {seconds} s"
+    if "error" in result:
+        raise result["error"]
     return result["out"]
 
 
@@ -485,3 +492,174 @@ def test_kept_group_frac_describes_the_groups_of_its_own_batch(tmp_path):
         source.close()
     assert fracs == [1.0, 0.0, 1.0]
     assert warned == [False, True, False]
+
+
+class TimedEngine(EchoEngine):
+    """``EchoEngine`` whose answers to the prompt uids in ``delays_s`` come that many seconds
+    late (the others ``default_s`` late), and with the weight-loading calls of a trainer's
+    sync (which do nothing)."""
+
+    def __init__(self, tok, delays_s: dict[str, float], default_s: float = 0.0):
+        super().__init__(tok)
+        self.delays_s, self.default_s = delays_s, default_s
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        import asyncio
+
+        await asyncio.sleep(self.delays_s.get(route_key, self.default_s))
+        return await super().generate(prompt_ids, sampling, route_key)
+
+    def update_weights(self, weights) -> None:
+        pass
+
+    def reset_prefix_cache(self) -> None:
+        pass
+
+
+def test_a_batch_awaited_during_a_background_load_outwaits_the_loads_deadline(tmp_path):
+    # A background load (object store / shared memory): the trainer takes its next batch while
+    # the engines load. Partial rollouts: step 2's requests (2 s each, sent at the stream's
+    # start) go on through the sync. The load takes 0.3 s of its 1 s; the batch is done at
+    # ~2 s, and no other group finishes before (all but step 1's take 2 s). The wait kept the
+    # hold's deadline after the gate opened: WeightSyncTimeout at 1 s.
+    cfg = _cfg("trainer.max_staleness=1", "trainer.partial_rollouts=true")
+    tok = _tokenizer(cfg)
+    engine = TimedEngine(tok, {"s1r0p0": 0.0, "s1r0p1": 0.0}, default_s=2.0)
+    source = AsyncRollouts(cfg, engine, tok, tmp_path)
+    loaded: Future = Future()
+
+    def load(sync) -> None:
+        with sync:
+            time.sleep(0.3)  # engine.update_weights(...)
+        loaded.set_result(time.monotonic() - started)
+
+    try:
+        _next_batch_within(source, 1)
+        started = time.monotonic()
+        threading.Thread(target=load, args=(source.updating_weights(1, 1.0),)).start()
+        time.sleep(0.05)  # the hold comes first, as the trainer orders it
+        batch, metrics = _next_batch_within(source, 2)
+        waited = time.monotonic() - started
+    finally:
+        source.close()
+    assert loaded.result(5) < 1.0  # the load itself kept its deadline
+    assert waited > 1.0  # and the batch was waited for past it, not given up on
+    assert sorted(set(batch.metadata["uids"])) == ["s2r0p2", "s2r0p3"]
+    assert metrics[names.ASYNC_STALE_GROUPS] == 0
+
+
+def test_an_admission_failure_ends_next_batch_with_its_error(tmp_path, monkeypatch):
+    cfg = _cfg("trainer.max_staleness=1")
+    tok = _tokenizer(cfg)
+    source = AsyncRollouts(cfg, EchoEngine(tok), tok, tmp_path)
+
+    def broken_row(index, uid):
+        raise RuntimeError("the prompt row cannot be read")
+
+    monkeypatch.setattr(source.loader, "row", broken_row)
+    try:
+        # it went unnoticed ("Task exception was never retrieved") and next_batch waited forever
+        with pytest.raises(RuntimeError, match="the prompt row cannot be read"):
+            _next_batch_within(source, 1, seconds=10)
+    finally:
+        source.close()
+
+
+def test_a_checkpoint_whose_pending_prompts_the_training_set_lacks_is_refused(tmp_path):
+    # The training set shrank to 4 prompts since the checkpoint (data.num_train_prompts 8 -> 4);
+    # a prompt it holds to generate again is row 6: 7 rows needed, 4 there. Admission failed
+    # on it (IndexError) and next_batch waited forever.
+    cfg = _cfg("trainer.max_staleness=1", "data.num_train_prompts=4")
+    tok = _tokenizer(cfg)
+    source = AsyncRollouts(cfg, EchoEngine(tok), tok, tmp_path)
+    pending = [{"index": 3, "uid": "s3r0p4", "seed": 7}, {"index": 6, "uid": "s3r0p5", "seed": 7}]
+    state = {"loader": source.loader.state_dict(), "chunks": 3, "pending": pending}
+    try:
+        with pytest.raises(ConfigError, match=r"^data: .*at least 7 training prompts.* has 4"):
+            source.load_state_dict(state)
+    finally:
+        source.close()
+
+
+class CutP0Engine(EchoEngine):
+    """``EchoEngine``, but every sample of the prompts ``...p0`` runs to ``max_tokens``."""
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        from skyrl.inference.base import Completion
+
+        if route_key.endswith("p0"):
+            self.calls += 1
+            return Completion(
+                [self.ids[0]] * sampling.max_tokens, [-0.1] * sampling.max_tokens, "length"
+            )
+        return await super().generate(prompt_ids, sampling, route_key)
+
+
+def test_reward_shaping_metrics_describe_the_batch_as_in_synchronous_training(tmp_path):
+    # Batch 1 = p0 p1, 2 samples each; p0's two samples are cut at max_generate_length = 8.
+    # overlong_masked counts the batch's masked trajectories: 2 (the async source gave the
+    # mean of the per-group counts (2 + 0) / 2 = 1). The penalty is a mean over trajectories:
+    # buffer 4 starts at 8 - 4 = 4 tokens, p0's 8 tokens are 4 over: -min(4 / 4, 1) x 1.0 =
+    # -1 each; p1's 2 tokens ("7" + EOS) none: (-1 - 1 + 0 + 0) / 4 = -0.5.
+    shaping = ("algorithm.overlong_filter=true", "algorithm.overlong_buffer_len=4")
+    cfg = _cfg("trainer.max_staleness=1", *shaping)
+    tok = _tokenizer(cfg)
+    _, sync_metrics = SyncRollouts(_cfg(*shaping), CutP0Engine(tok), tok, tmp_path).next_batch(1)
+    source = AsyncRollouts(cfg, CutP0Engine(tok), tok, tmp_path)
+    try:
+        batch, metrics = _next_batch_within(source, 1)
+    finally:
+        source.close()
+    assert batch.metadata["stop_reasons"] == ["length", "length", "stop", "stop"]
+    for got in (sync_metrics, metrics):
+        assert got["reward/overlong_masked"] == 2.0
+        assert got["reward/overlong_penalty_mean"] == -0.5
+
+
+def test_a_background_load_holds_new_requests_before_the_next_batch_is_taken(tmp_path, monkeypatch):
+    # RLTrainer.sync_weights with a background load (object store / shared memory). The load
+    # thread is started late here: the trainer's next next_batch reaches the stream first.
+    # When the hold came from that thread, next_batch lifted the admission bound while the
+    # engines still held version 0: s3r0p4 and s3r0p5 went out at version 0, were 2 versions
+    # old at step 3, dropped as stale and regenerated, and step 3 trained s4r0p6 s4r0p7.
+    from skyrl.trainer.trainer import RLTrainer
+
+    cfg = _cfg("trainer.max_staleness=1")
+    tok = _tokenizer(cfg)
+    engine = TimedEngine(tok, {"s2r0p2": 1.0, "s2r0p3": 1.0})  # step 2's prompts are slow
+    source = AsyncRollouts(cfg, engine, tok, tmp_path)
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg, tr.engine, tr.rollouts = cfg, engine, source
+    tr.weight_sync, tr.shared_weights, tr._loading = None, None, None
+    tr._staged_weights = list
+    loads: list[tuple] = []
+
+    def started_later(fn) -> Future:  # the load thread, run when the test says (load())
+        loads.append((fn, Future()))
+        return loads[-1][1]
+
+    def load() -> None:
+        fn, done = loads.pop(0)
+        fn()
+        done.set_result(None)
+
+    monkeypatch.setattr("skyrl.trainer.trainer.in_thread", started_later)
+    try:
+        _next_batch_within(source, 1)
+        tr.sync_weights(1)
+        step_2: Future = Future()
+        threading.Thread(target=lambda: step_2.set_result(source.next_batch(2))).start()
+        time.sleep(0.2)  # next_batch(2) waits for s2r0p2 s2r0p3
+        load()
+        _, metrics_2 = step_2.result(20)
+        tr.sync_weights(2)  # waits for load 1 (done), then starts load 2
+        load()
+        batch_3, metrics_3 = _next_batch_within(source, 3)
+    finally:
+        source.close()
+    assert metrics_2[names.ASYNC_STALE_GROUPS] == 0
+    # admission order; admitted after the hold of sync 1: dispatched at version 1, 1 old
+    assert sorted(set(batch_3.metadata["uids"])) == ["s3r0p4", "s3r0p5"]
+    assert {v[0][0] for v in batch_3.metadata["policy_versions"]} == {1}
+    assert metrics_3[names.ASYNC_STALE_GROUPS] == 0
+    assert metrics_3[names.ASYNC_STALENESS_MAX] == 1
