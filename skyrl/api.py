@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from skyrl.config.errors import ConfigError
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
 from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
@@ -98,7 +99,7 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     from skyrl.trainer.trainer import RLTrainer
 
     cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
-    start_ray(_logical_cpus(cfg))
+    _ray_for_run(cfg)
     trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
         trainer.train()
@@ -113,35 +114,91 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     return TrainResult(output_dir, history, final_hf)
 
 
+_started_ray_address: str | None = None
+"""The address of the local Ray that ``start_ray`` started in this process, while it is up:
+that one skyrl may restart bigger; any other Ray is the caller's."""
+
+
 def start_ray(num_cpus: int | None = None) -> None:
     """Connect to ``RAY_ADDRESS`` (a running cluster, used as it is) or start a local Ray
     with ``num_cpus`` logical CPUs (None: the cores); nothing when Ray is already up."""
+    global _started_ray_address
     import ray
 
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:
-        ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
+        return
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    _started_ray_address = ray.get_runtime_context().gcs_address
+
+
+def _ray_for_run(cfg) -> None:
+    """Ray with room for the run's actors. One process may run several: the basic launcher
+    runs a sweep's jobs one after another in it, a notebook calls ``skyrl.train`` again, and
+    a later run may reserve more CPUs than Ray has (its placement groups would wait 120 s and
+    fail). A local Ray that ``start_ray`` started is then restarted sized for this run; a Ray
+    the caller started is theirs: too small, it is a ``ConfigError``. A cluster at
+    ``RAY_ADDRESS`` is used as it is (it may grow)."""
+    import ray
+
+    needed = math.ceil(sum(_reserved_cpus(cfg).values()))
+    if ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
+        have = ray.cluster_resources().get("CPU", 0.0)
+        if have >= needed:
+            return
+        if ray.get_runtime_context().gcs_address != _started_ray_address:
+            raise ConfigError("trainer.dp_size", _too_small_message(cfg, needed, have))
+        ray.shutdown()
+    start_ray(_logical_cpus(cfg))
+
+
+def _reserved_cpus(cfg) -> dict[str, float]:
+    """Ray CPUs the run's actors reserve: each worker group that has its own bundles
+    (policy, a reference not colocated with it, critic) and the engine actors."""
+    from skyrl.trainer.plan import has_reference_workers
+
+    t, a, g = cfg.trainer, cfg.algorithm, cfg.generator
+    groups = ["policy"]
+    if has_reference_workers(cfg) and not t.colocate_policy_ref:
+        groups.append("reference")
+    if a.uses_critic:
+        groups.append("critic")
+    reserved = {group: t.dp_size * t.num_cpus_per_worker for group in groups}
+    if g.engines_in_actors:
+        reserved["engines"] = g.num_engines * (g.num_cpus_per_engine or 1)
+    return reserved
+
+
+def _too_small_message(cfg, needed: int, have: float) -> str:
+    t, g = cfg.trainer, cfg.generator
+    reserved = _reserved_cpus(cfg)
+    groups = [group for group in reserved if group != "engines"]
+    names = groups[0] if len(groups) == 1 else f"{', '.join(groups[:-1])} and {groups[-1]}"
+    what = f"trainer.dp_size={t.dp_size} x trainer.num_cpus_per_worker={t.num_cpus_per_worker:g}"
+    what += f" for the {names}"
+    if "engines" in reserved:
+        what += (
+            f" + generator.num_engines={g.num_engines} x {g.num_cpus_per_engine or 1:g} "
+            "for the engines"
         )
+    return (
+        f"the run reserves {needed} Ray CPUs ({what}), but the Ray this process is connected "
+        f"to, started outside skyrl, has {have:g}: start it with more CPUs, or lower "
+        "trainer.dp_size or trainer.num_cpus_per_worker"
+    )
 
 
 def _logical_cpus(cfg) -> int:
-    """Ray CPUs for every worker bundle, the engine actors and the driver (logical: may exceed
-    the cores)."""
-    t, a = cfg.trainer, cfg.algorithm
-    from skyrl.trainer.plan import has_reference_workers
-
-    roles = 1 + int(a.uses_critic) + int(has_reference_workers(cfg) and not t.colocate_policy_ref)
-    g = cfg.generator
-    engines = g.num_engines * (g.num_cpus_per_engine or 1) if g.engines_in_actors else 0
-    workers = t.dp_size * t.num_cpus_per_worker * roles
-    return max(os.cpu_count() or 1, math.ceil(workers + engines) + 1)
+    """Ray CPUs to start a local Ray with: every worker bundle, the engine actors and the
+    driver (logical: may exceed the cores)."""
+    return max(os.cpu_count() or 1, math.ceil(sum(_reserved_cpus(cfg).values())) + 1)
 
 
 def _timestamped_dir() -> Path:

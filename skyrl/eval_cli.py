@@ -17,7 +17,9 @@ format of ``trainer.dump_rollouts``).
 
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
 source without eval prompts) is a ``ConfigError`` raised before any weights are read or
-any prompt is generated. ``data.source=files`` needs no ``data.train_files`` here.
+any prompt is generated; a checkpoint whose weights do not fit ``model.path`` (another
+architecture than the run trained) is one too, found as its weights are read.
+``data.source=files`` needs no ``data.train_files`` here.
 """
 
 from __future__ import annotations
@@ -142,19 +144,26 @@ def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, 
     path = Path(target).expanduser()
     if (path / "final_hf" / "config.json").is_file():
         return _with_model(cfg, path / "final_hf"), str(path / "final_hf")
-    from skyrl.trainer.checkpoint import export_checkpoint_hf
+    from skyrl.trainer.checkpoint import WeightsMismatchError, export_checkpoint_hf
 
     ckpt = _checkpoint_with_weights(target, path)
     base = local_model_paths(_run_model(cfg, ckpt))
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
-    hf_dir = export_checkpoint_hf(
-        ckpt,
-        base.model.path,
-        base.model.tokenizer_path,
-        scratch,
-        trust_remote_code=cfg.model.trust_remote_code,
+    try:
+        hf_dir = export_checkpoint_hf(
+            ckpt,
+            base.model.path,
+            base.model.tokenizer_path,
+            scratch,
+            trust_remote_code=cfg.model.trust_remote_code,
+        )
+    except WeightsMismatchError as exc:  # model.path names another architecture
+        mismatch = str(exc)
+    else:
+        return _with_model(cfg, hf_dir), str(ckpt)
+    raise ConfigError(  # outside the handler: no context
+        "eval.checkpoint", f"{mismatch}; model.path must name the model the run trained"
     )
-    return _with_model(cfg, hf_dir), str(ckpt)
 
 
 def _tokenizer_to_evaluate(cfg: SkyRLConfig) -> str:

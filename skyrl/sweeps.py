@@ -107,11 +107,17 @@ def write_summary(sweep_dir: Path, finished: bool = True) -> tuple[Path, Path]:
 
 
 def collect_jobs(sweep_dir: Path, finished: bool = True) -> list[dict[str, Any]]:
-    """One summary row per job directory (one holding ``.hydra/overrides.yaml``), by job number."""
-    found = Path(sweep_dir).resolve().glob("**/.hydra/overrides.yaml")
-    job_dirs = [p.parent.parent for p in found]
-    rows = [summarize_job(d, finished) for d in job_dirs]
+    """One summary row per job directory under ``sweep_dir``, by job number. Every one is
+    this sweep's: the precheck refuses a sweep dir that holds an earlier sweep's jobs."""
+    rows = [summarize_job(d, finished) for d in job_dirs(sweep_dir)]
     return sorted(rows, key=lambda r: (r["job"], r["output_dir"]))
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories under ``sweep_dir`` (those holding ``.hydra/overrides.yaml``), in
+    path order; none when it does not exist."""
+    found = Path(sweep_dir).resolve().glob("**/.hydra/overrides.yaml")
+    return sorted(p.parent.parent for p in found)
 
 
 def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:

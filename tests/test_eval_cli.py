@@ -249,3 +249,39 @@ def test_bad_files_are_refused_before_any_work(tmp_path, monkeypatch, layout, ov
     with pytest.raises(ConfigError) as err:
         evaluate(skyrl.compose(overrides), tmp_path / "run")
     assert expected.startswith(f"error: {err.value.key}: ")
+
+
+@pytest.mark.parametrize(
+    ("architecture", "fragment"),
+    [
+        # the checkpoint's 2 layers against 3: layer 2's weights are missing
+        ({"num_hidden_layers": 3}, "missing ['model.layers.2."),
+        # hidden 64 against 96: every matrix has another shape
+        ({"hidden_size": 96, "head_dim": 48}, "size mismatch for model.embed_tokens.weight"),
+    ],
+)
+def test_a_checkpoint_that_does_not_fit_model_path_is_one_line(tmp_path, architecture, fragment):
+    """model.path names another architecture than the one the run trained: refused as bad
+    input naming eval.checkpoint (exit 2), not a ValueError's traceback."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skyrl.config.cli_errors import is_bad_input, one_line_error
+    from skyrl.config.validate import validate
+    from skyrl.models.tiny import build_tiny_model
+    from skyrl.trainer.checkpoint import TRAINER_STATE
+
+    torch.set_num_threads(1)
+    trained = AutoModelForCausalLM.from_pretrained(build_tiny_model())  # 2 layers, hidden 64
+    ckpt = tmp_path / "run" / "checkpoints" / "global_step_1"
+    (ckpt / "policy" / "state").mkdir(parents=True)
+    torch.save({"module": trained.state_dict()}, ckpt / "policy/state/mp_rank_00_model_states.pt")
+    (ckpt / TRAINER_STATE).write_text('{"global_step": 1}')
+    other = build_tiny_model(tmp_path / "other", **architecture)
+    cfg = validate(skyrl.compose(["experiment=smoke", f"model.path={other}",
+                                  f"eval.checkpoint={ckpt}"]))  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        eval_cli._weights_to_evaluate(cfg, tmp_path / "scratch")
+    line = one_line_error(err.value)
+    assert line.startswith(f"error: eval.checkpoint: {ckpt}: its policy weights do not fit {other}")
+    assert fragment in line and "\n" not in line and is_bad_input(err.value)

@@ -4,35 +4,49 @@ Hydra reports composition errors as several lines plus a hint about
 HYDRA_FULL_ERROR; we want one line naming the key. A multirun is checked before any
 job starts, so a bad job 5 is reported before job 1 trains:
 
-* each swept value alone, against the fixed overrides (the plainest message for a bad value);
-* then every job together: the cartesian product the basic sweeper launches, numbered as
-  Hydra numbers them, so a combination that fails (batch 12 with mini-batch 8) is reported
-  with its job number and overrides. Composing a config costs 0.1-0.3 s, so past
-  ``MAX_SWEEP_JOBS_CHECKED`` jobs only the values alone are checked, with a warning saying so;
+* the sweep dir must not hold an earlier sweep's job dirs (their rows would join the
+  summary, and job N would resume the checkpoints of the earlier job N);
+* every job: the cartesian product the basic sweeper launches, numbered as Hydra numbers
+  them; the sweep is refused only when a job fails, reported with its job number and
+  overrides (batch 12 with mini-batch 8: ``; in sweep job 3 of 4: ...``). Each swept value
+  is also composed alone, against the other swept keys' defaults: a value that fails alone
+  AND in every job that takes it, with the same error, keeps that plain message (``abc``
+  is not an integer); one that fails alone but not in its jobs is fine. Composing a config
+  costs 0.1-0.3 s, so past ``MAX_SWEEP_JOBS_CHECKED`` jobs only the values alone, the first
+  job taking each value that failed alone, and jobs 0 and 1 are checked, with a warning;
+* no two jobs write to one directory (a fixed ``trainer.output_dir``, a fixed
+  ``hydra.sweep.subdir``): the later job would resume the earlier one's last checkpoint;
 * a search sweeper (Optuna) samples its space instead: choice and range values are
   enumerated and an interval is checked at its two bounds (the values between are not), and
   since Optuna optimizes what each trial returns (the final eval/pass@1), a config that
-  never evaluates is refused.
+  never evaluates is refused. Trials may sample one point twice, so their output dir must
+  name the trial (``${hydra:job.num}``), unless there is one trial.
 
-The search space includes ``hydra.sweeper.params`` (the ``skyrl_optuna`` preset's), read from
-the Hydra config composed from the fixed overrides, as Hydra composes it before sweeping.
-Other ``hydra.*`` overrides configure Hydra, not the jobs, and are not composed into them.
+Each job is composed as Hydra hands it to the job (its number set, Hydra's config current),
+so ``${hydra:job.num}`` and the like resolve as they will in the job. The search space
+includes ``hydra.sweeper.params`` (the ``skyrl_optuna`` preset's), read from the Hydra config
+composed from the fixed overrides, as Hydra composes it before sweeping. Other ``hydra.*``
+overrides configure Hydra (its dirs), not the jobs' own config.
 """
 
 from __future__ import annotations
 
-import itertools
+import copy
 import math
+import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from hydra import compose, initialize_config_module
 from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError, require_dir
@@ -47,8 +61,8 @@ MAX_SWEEP_JOBS_CHECKED = 128
 
 
 class SweepJobError(ConfigError):
-    """A sweep job that fails although each of its values passes alone: the job's own error
-    line, then which job it is (``; in sweep job 3 of 4: a=12 b=8``)."""
+    """A sweep job that fails, unless for a value that fails alone and in every job that takes
+    it: the job's own error line, then which job it is (``; in sweep job 3 of 4: a=12 b=8``)."""
 
     def __init__(self, cause: BaseException, job: str):
         key, _, message = one_line_error(cause).removeprefix("error: ").partition(": ")
@@ -80,8 +94,9 @@ def command_line_problem(argv: list[str]) -> Exception | None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             if args.multirun:
                 _check_sweep(config_name, args.overrides)
-            else:
-                validate(compose(config_name=config_name, overrides=_run_overrides(args.overrides)))
+            else:  # composed here: Hydra's own errors are bad input (``is_bad_input``)
+                overrides = _run_overrides(args.overrides)
+                _check_job(compose(config_name, overrides, return_hydra_config=True), None, None)
                 _check_hydra_dir(config_name, args.overrides, "run")
     except Exception as exc:  # bad input and bugs alike; the caller formats and tells them apart
         return exc
@@ -94,49 +109,219 @@ def needs_objective(sweeper_target: str) -> bool:
 
 
 def _run_overrides(overrides: list[str]) -> list[str]:
-    """A single run's overrides to compose: Hydra's own (``hydra.*``) left out."""
+    """A single run's overrides to compose: its sweep overrides last (Hydra refuses them)."""
     parsed = OverridesParser.create().parse_overrides(overrides)  # one per line, in order
     pairs = list(zip(overrides, parsed, strict=True))
-    plain = [line for line, o in pairs if not o.is_sweep_override() and not o.is_hydra_override()]
-    return plain + [line for line, o in pairs if o.is_sweep_override()]  # Hydra refuses these
+    fixed = [line for line, o in pairs if not o.is_sweep_override()]
+    return fixed + [line for line, o in pairs if o.is_sweep_override()]
 
 
 def _check_sweep(config_name: str, overrides: list[str]) -> None:
-    """Raise for the first swept value, job or search-space point that fails (module doc)."""
+    """Raise for a sweep dir holding earlier jobs, the first job or search-space point that
+    fails, or two jobs writing to one directory (module doc)."""
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     parsed = parser.parse_overrides(overrides)
     for o in parsed:
         if o.is_hydra_override() and o.is_sweep_override():  # Hydra refuses it, in 3 lines
             raise ConfigError(o.key_or_group, _hydra_sweep_message(o))
-    fixed = [line for line, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
-    hydra_cfg = compose(config_name=config_name, overrides=fixed, return_hydra_config=True).hydra
+    pairs = list(zip(overrides, parsed, strict=True))
+    fixed = [line for line, o in pairs if not o.is_sweep_override()]
+    composed = compose(config_name=config_name, overrides=fixed, return_hydra_config=True)
+    hydra_cfg = composed.hydra
     _require_static_dir(hydra_cfg, "sweep")
+    _refuse_earlier_jobs(composed)
     target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
     lines = [f"{k}={v}" for k, v in params.items()] + overrides  # a later line wins, as in Hydra
     basic = target == BASIC_SWEEPER
-    axes = _axes(parser.parse_overrides(lines), basic)
-    search = hydra_cfg.sweeper if needs_objective(target) else None
-    for job in _values_alone(axes):
-        _check_job(config_name, job, search)
-    count = math.prod(len(axis) for axis in axes)
-    if sum(len(axis) > 1 for axis in axes) <= 1:
-        return  # the values alone were the jobs
-    if count > MAX_SWEEP_JOBS_CHECKED:
-        what = "jobs" if basic else "search-space points"
+    jobs = _Jobs(
+        config_name,
+        _axes(parser.parse_overrides(lines), basic),
+        [line for line, o in pairs if o.is_hydra_override()],
+        hydra_cfg.sweeper if needs_objective(target) else None,
+        basic,
+    )
+    checked = _check_jobs(jobs)
+    _check_output_dirs(jobs, checked, OmegaConf.select(hydra_cfg, "sweeper.n_trials", default=None))
+
+
+class _JobDir(NamedTuple):
+    """Where a job's trainer writes (absolute), and the key that put it there."""
+
+    path: str
+    key: str
+    """``trainer.output_dir``, or ``hydra.sweep.subdir`` for the job's own directory."""
+
+
+class _Jobs:
+    """The jobs of a sweep (a search sweeper's: its search-space points), numbered as Hydra
+    numbers them (the last key varies fastest), each composed and validated at most once."""
+
+    def __init__(self, config_name: str, axes: list[list[str]], hydra_lines: list[str],
+                 search: DictConfig | None, basic: bool):  # fmt: skip
+        self.config_name, self.axes, self.hydra_lines = config_name, axes, hydra_lines
+        self.search, self.basic = search, basic
+        self.count = math.prod(len(axis) for axis in axes)
+        self._outcomes: dict[tuple[int, int], Exception | _JobDir] = {}
+
+    def indices(self, number: int) -> tuple[int, ...]:
+        """Which value of each key job ``number`` takes."""
+        found = []
+        for axis in reversed(self.axes):
+            number, index = divmod(number, len(axis))
+            found.append(index)
+        return tuple(reversed(found))
+
+    def first_holding(self, key: int, index: int) -> int:
+        """The number of the first job taking value ``index`` of key ``key``."""
+        return math.prod(len(axis) for axis in self.axes[key + 1 :]) * index
+
+    def label(self, number: int) -> str:
+        point = [axis[i] for axis, i in zip(self.axes, self.indices(number), strict=True)]
+        return _job_label(tuple(point), self.axes, number, self.count, self.basic)
+
+    def check(self, number: int, as_job: int | None = None) -> Exception | _JobDir:
+        """What composing and validating job ``number`` raised, else where it writes; run as
+        Hydra's job ``as_job`` (default: ``number``)."""
+        key = (number, number if as_job is None else as_job)
+        if key not in self._outcomes:
+            point = [axis[i] for axis, i in zip(self.axes, self.indices(number), strict=True)]
+            self._outcomes[key] = self._outcome([*self.hydra_lines, *point], key[1])
+        return self._outcomes[key]
+
+    def check_alone(self, key: int, index: int) -> Exception | None:
+        """What the fixed lines with value ``index`` of the swept key ``key`` (the other swept
+        keys left at their defaults) raised, if anything."""
+        lines = [a[index] if k == key else a[0] for k, a in enumerate(self.axes)
+                 if k == key or len(a) == 1]  # fmt: skip
+        outcome = self._outcome([*self.hydra_lines, *lines], 0)
+        return outcome if isinstance(outcome, Exception) else None
+
+    def _outcome(self, overrides: list[str], number: int) -> Exception | _JobDir:
+        try:  # composed here: Hydra's own errors are bad input (``is_bad_input``)
+            cfg = compose(self.config_name, overrides, return_hydra_config=True)
+            return _check_job(cfg, number, self.search)
+        except Exception as exc:  # bad input and bugs alike: the caller tells them apart
+            return exc
+
+
+def _check_jobs(jobs: _Jobs) -> list[int]:
+    """Raise for the first job that fails; the numbers of the jobs checked, all of them up to
+    ``MAX_SWEEP_JOBS_CHECKED``. A value that fails alone (against the other swept keys'
+    defaults) refuses the sweep only if a job taking it fails too."""
+    swept = [k for k, axis in enumerate(jobs.axes) if len(axis) > 1]
+    if len(swept) <= 1:  # each job is one value alone: its error is the plainest message
+        for number in range(jobs.count):
+            outcome = jobs.check(number)
+            if isinstance(outcome, Exception):
+                raise outcome
+        return list(range(jobs.count))
+    alone = {
+        (k, i): exc
+        for k in swept
+        for i in range(len(jobs.axes[k]))
+        if (exc := jobs.check_alone(k, i)) is not None
+    }
+    capped = jobs.count > MAX_SWEEP_JOBS_CHECKED
+    numbers = list(range(jobs.count))
+    if capped:  # jobs 0 and 1 (their output dirs) and the first job taking each failed value
+        numbers = sorted({0, 1} | {jobs.first_holding(k, i) for k, i in alone})
+    failed: dict[int, Exception] = {}
+    for number in numbers:
+        outcome = jobs.check(number)
+        if isinstance(outcome, Exception):
+            failed[number] = outcome
+            if not alone:  # the first failing job is the one to report
+                break
+    if failed:
+        raise _first_failure(jobs, numbers, failed, alone)
+    if capped:
+        what = "jobs" if jobs.basic else "search-space points"
         print(
-            f"warning: the sweep has {count} {what}, more than the {MAX_SWEEP_JOBS_CHECKED} the "
-            "precheck composes one by one: each swept value was checked alone, not every "
-            "combination",
+            f"warning: the sweep has {jobs.count} {what}, more than the "
+            f"{MAX_SWEEP_JOBS_CHECKED} the precheck composes one by one: each swept value was "
+            "checked alone, not every combination",
             file=sys.stderr,
         )
+    return numbers
+
+
+def _first_failure(jobs: _Jobs, numbers: list[int], failed: dict[int, Exception],
+                   alone: dict[tuple[int, int], Exception]) -> Exception:  # fmt: skip
+    """The first failing job's error: the plain error of one of its values, when that value
+    failed alone with the very same line and fails in every checked job that takes it; else
+    the job's error with its number and values."""
+    first = min(failed)
+    line, taken = one_line_error(failed[first]), jobs.indices(first)
+    for (key, index), exc in alone.items():
+        if taken[key] != index or one_line_error(exc) != line:
+            continue
+        if all(n in failed for n in numbers if jobs.indices(n)[key] == index):
+            return exc
+    return SweepJobError(failed[first], jobs.label(first))
+
+
+def _check_output_dirs(jobs: _Jobs, numbers: list[int], n_trials: object) -> None:
+    """Refuse two jobs writing to one directory: the later would resume the earlier's last
+    checkpoint (``trainer.resume=auto``), train no step and be recorded ok with its metrics.
+    A search sweeper may sample one point twice, so there the directory must name the trial
+    (checked on the first point, as trials 0 and 1)."""
+    if not jobs.basic:
+        if n_trials == 1:
+            return
+        first, second = jobs.check(0, as_job=0), jobs.check(0, as_job=1)
+        assert isinstance(first, _JobDir) and isinstance(second, _JobDir)  # point 0 passed
+        if first.path == second.path:
+            raise _shared_dir_error(second, 0, 1, "trials 0 and 1", "trial")
         return
-    for number, point in enumerate(itertools.product(*axes)):
-        try:
-            _check_job(config_name, list(point), search)
-        except Exception as exc:
-            label = _job_label(point, axes, number, count, basic)
-            raise SweepJobError(exc, label) from exc
+    seen: dict[str, int] = {}
+    for number in numbers:
+        out = jobs.check(number)
+        assert isinstance(out, _JobDir)  # every job checked passed
+        if out.path in seen:
+            who = f"jobs {seen[out.path]} and {number} of {jobs.count}"
+            raise _shared_dir_error(out, seen[out.path], number, who, "job")
+        seen[out.path] = number
+
+
+def _shared_dir_error(out: _JobDir, earlier: int, later: int, who: str, noun: str) -> ConfigError:
+    """``trainer.output_dir`` (or ``hydra.sweep.subdir``) naming one directory for two jobs."""
+    if out.key == "trainer.output_dir":
+        swept = ", sweep it" if noun == "job" else ""
+        fix = (
+            f"leave trainer.output_dir unset so each {noun} writes to its own sweep subdir"
+            f"{swept}, or make it per {noun} (e.g. trainer.output_dir={out.path}/"
+            "${hydra:job.num})"
+        )
+    else:
+        fix = f"make it per {noun}, e.g. hydra.sweep.subdir=${{hydra.job.num}} (Hydra's default)"
+    return ConfigError(
+        out.key,
+        f"{out.path}: {who} both write there ({noun} {later} would resume {noun} {earlier}'s "
+        f"checkpoints); {fix}",
+    )
+
+
+def _refuse_earlier_jobs(composed: DictConfig) -> None:
+    """Refuse a sweep dir that holds job dirs already: their rows would join this sweep's
+    summary (``skyrl.sweeps`` reads every job dir under it), and this sweep's job N would
+    resume the checkpoints an earlier job N left in its dir."""
+    from skyrl.sweeps import job_dirs
+
+    with _as_job(composed, 0):
+        sweep_dir = Path(str(OmegaConf.select(composed, "hydra.sweep.dir")))
+    found = job_dirs(sweep_dir)
+    if not found:
+        return
+    names = sorted((str(d.relative_to(sweep_dir.resolve())) for d in found),
+                   key=lambda name: (len(name), name))  # fmt: skip
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise ConfigError(
+        "hydra.sweep.dir",
+        f"{sweep_dir} already holds the job dirs of an earlier sweep ({shown}): their rows "
+        "would join this sweep's summary.csv and this sweep's jobs would resume the "
+        "checkpoints in theirs; choose a new hydra.sweep.dir or remove them",
+    )
 
 
 def _axes(parsed: list[Override], basic: bool) -> list[list[str]]:
@@ -172,18 +357,6 @@ def _job_label(job: tuple[str, ...], axes: list[list[str]], number: int, count: 
     return f"sweep job {number} of {count}: {swept}" if basic else f"search-space point {swept}"
 
 
-def _values_alone(axes: list[list[str]]) -> Iterator[list[str]]:
-    """The fixed lines plus one swept value, for every value of every swept key; the fixed
-    lines alone when nothing is swept."""
-    swept = [i for i, axis in enumerate(axes) if len(axis) > 1]
-    fixed = {i: axis[0] for i, axis in enumerate(axes) if len(axis) == 1}
-    if not swept:
-        yield list(fixed.values())
-    for i in swept:
-        for line in axes[i]:
-            yield [line if j == i else fixed[j] for j in range(len(axes)) if j in fixed or j == i]
-
-
 def _check_hydra_dir(config_name: str, overrides: list[str], which: str) -> None:
     """Hydra makes ``hydra.<which>.dir`` before the job starts: refuse one it cannot make."""
     hydra_cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
@@ -203,19 +376,50 @@ def _require_static_dir(hydra_cfg: DictConfig, which: str) -> None:
     require_dir(folder, f"hydra.{which}.dir")
 
 
-def _check_job(config_name: str, overrides: list[str], search: DictConfig | None) -> None:
-    """Compose and validate one job's config; under a ``search`` sweeper (its config), the job
+def _check_job(cfg: DictConfig, number: int | None, search: DictConfig | None) -> _JobDir:
+    """Validate one job's config (composed with Hydra's) as Hydra's job ``number`` (None: a
+    single run); where its trainer writes. Under a ``search`` sweeper (its config), the job
     must return an objective, and a dry run must not write into a persistent study."""
-    typed = validate(compose(config_name=config_name, overrides=overrides))
-    if search is None:
-        return
-    _require_eval(typed)
-    if typed.trainer.dry_run and search.get("storage"):
-        raise ConfigError(
-            "hydra.sweeper.storage",
-            "a dry run tells the study a placeholder objective for each trial, which this "
-            "storage would keep; dry-run without it (hydra.sweeper.storage=null)",
-        )
+    with _as_job(cfg, number) as (task, job_dir):
+        typed = validate(task)
+    if search is not None:
+        _require_eval(typed)
+        if typed.trainer.dry_run and search.get("storage"):
+            raise ConfigError(
+                "hydra.sweeper.storage",
+                "a dry run tells the study a placeholder objective for each trial, which this "
+                "storage would keep; dry-run without it (hydra.sweeper.storage=null)",
+            )
+    if typed.trainer.output_dir:  # ``skyrl.cli.run``: it wins over the job's own dir
+        return _JobDir(os.path.abspath(typed.trainer.output_dir), "trainer.output_dir")
+    return _JobDir(job_dir, "hydra.sweep.subdir")
+
+
+@contextmanager
+def _as_job(cfg: DictConfig, number: int | None) -> Iterator[tuple[DictConfig, str]]:
+    """``cfg`` (composed with Hydra's config) as Hydra hands it to job ``number`` of a sweep
+    (None: a single run): Hydra's config current, so ``${hydra:...}`` resolves as in the job
+    (``hydra.core.utils.run_job``); yields the task config and the job's directory."""
+    hydra = HydraConfig.instance()
+    before = hydra.cfg
+    which = "run" if number is None else "sweep"
+    try:
+        if number is not None:  # as the launchers number a sweep's jobs
+            with read_write(cfg.hydra.job), open_dict(cfg.hydra.job):
+                cfg.hydra.job.id, cfg.hydra.job.num = number, number
+        hydra.set_config(cfg)
+        job_dir = str(OmegaConf.select(cfg, f"hydra.{which}.dir"))
+        if number is not None:
+            job_dir = os.path.join(job_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
+        with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
+            cfg.hydra.runtime.output_dir = os.path.abspath(job_dir)
+        hydra.set_config(cfg)
+        task = copy.deepcopy(cfg)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        yield task, os.path.abspath(job_dir)
+    finally:
+        hydra.cfg = before
 
 
 def _require_eval(cfg: SkyRLConfig) -> None:

@@ -63,7 +63,8 @@ class TrainerConfig:
     strategy: str = "deepspeed"
     """Training backend; ``deepspeed`` is the only one."""
     seed: int = 42
-    """Seed for data order, sampling and model init (the same on every rank)."""
+    """Seed for data order, sampling and model init (the same on every rank); 0 to 2**32 - 1
+    (numpy's range)."""
     dry_run: bool = False
     """Validate, run the pre-flight check a real run also starts with (data files and every
     row, prompt lengths, model paths, env, rollout driver; only the tokenizer is loaded, no
@@ -193,6 +194,9 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         require_choice(self.strategy, ("deepspeed",), "strategy")
+        require(
+            0 <= self.seed < 2**32, "seed", f"must be in [0, 2**32), got {self.seed}"
+        )  # np.random.seed's range, checked before any worker seeds it
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         require(
             self.total_steps is None or self.total_steps >= 1,

@@ -143,6 +143,27 @@ def policy_state_dict(ckpt: Path) -> dict[str, Any]:
     return dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt / "policy"), tag="state"))
 
 
+class WeightsMismatchError(ValueError):
+    """A checkpoint's weights that do not fit the model they are loaded into: weights missing
+    or unexpected, or shapes that differ (another architecture or size)."""
+
+
+def _load_fitting(model: Any, weights: dict[str, Any], ckpt: Path, base_model: str,
+                  what: str) -> Any:  # fmt: skip
+    """``model.load_state_dict(weights, strict=False)`` (missing and unexpected keys); a
+    shape that differs is a ``WeightsMismatchError`` naming the first."""
+    try:
+        return model.load_state_dict(weights, strict=False)
+    except RuntimeError as exc:
+        sizes = [line.strip() for line in str(exc).splitlines() if "size mismatch" in line]
+        if not sizes:
+            raise
+        more = f" (and {len(sizes) - 1} more)" if len(sizes) > 1 else ""
+        raise WeightsMismatchError(
+            f"{ckpt}: its {what} do not fit {base_model}: {sizes[0]}{more}"
+        ) from exc
+
+
 def export_checkpoint_hf(
     ckpt: Path, base_model: str, tokenizer: str, out_dir: Path, trust_remote_code: bool = False
 ) -> Path:
@@ -162,14 +183,14 @@ def export_checkpoint_hf(
         return out_dir
     config = AutoConfig.from_pretrained(base_model, **remote)
     model = AutoModelForCausalLM.from_config(config, **remote)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing, unexpected = _load_fitting(model, weights, ckpt, base_model, "policy weights")
     model.tie_weights()
     loaded = {
         p.data_ptr() for n, p in model.named_parameters(remove_duplicate=False) if n in weights
     }
     untied = [k for k in missing if model.get_parameter(k).data_ptr() not in loaded]
     if untied or unexpected:
-        raise ValueError(
+        raise WeightsMismatchError(
             f"{ckpt}: its policy weights do not fit {base_model}: "
             f"missing {untied[:3]}, unexpected {list(unexpected)[:3]}"
         )
@@ -202,11 +223,11 @@ def _merged_lora_policy(
     missing = sorted(adapters - weights.keys())
     unexpected = sorted(weights.keys() - adapters)
     if missing or unexpected:
-        raise ValueError(
+        raise WeightsMismatchError(
             f"{ckpt}: its LoRA adapters do not fit {base_model}: "
             f"missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
-    model.load_state_dict(weights, strict=False)
+    _load_fitting(model, weights, ckpt, base_model, "LoRA adapters")
     return model.merge_and_unload()
 
 

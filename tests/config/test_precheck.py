@@ -178,3 +178,141 @@ def test_a_hydra_sweep_dir_under_a_file_is_one_line(tmp_path):
     assert precheck_command_line(argv) == (
         f"error: hydra.sweep.dir: {tmp_path / 'afile'} is a file, not a directory"
     )
+
+
+def test_a_sweep_whose_jobs_are_each_valid_passes():
+    # smoke: batch 2, mini-batch 1. Alone, mini-batch 4 or 8 fails against batch 2, but every
+    # job pairs it with batch 8 or 16: 8 % 4 = 8 % 8 = 16 % 4 = 16 % 8 = 0
+    argv = [
+        "-m", "experiment=smoke", "trainer.train_batch_size=8,16",
+        "trainer.policy_mini_batch_size=4,8",
+    ]  # fmt: skip
+    assert command_line_problem(argv) is None
+
+
+def test_a_value_failing_alone_but_valid_in_a_job_names_the_first_failing_job():
+    # jobs: 0 (8,4) 1 (8,8) 2 (6,4) 3 (6,8); mini-batch 4 fails alone (smoke batch 2) but
+    # job 0 takes it; 6 % 4 = 2, so job 2 is the first that fails
+    argv = [
+        "-m", "experiment=smoke", "trainer.train_batch_size=8,6",
+        "trainer.policy_mini_batch_size=4,8",
+    ]  # fmt: skip
+    assert precheck_command_line(argv) == (
+        "error: trainer.policy_mini_batch_size: train_batch_size (6) must be divisible by "
+        "policy_mini_batch_size (4); in sweep job 2 of 4: trainer.train_batch_size=6 "
+        "trainer.policy_mini_batch_size=4"
+    )
+
+
+def test_a_value_bad_in_every_job_with_another_message_names_its_job():
+    # mini-batch 32 fails in every job (8 % 32, 16 % 32), but alone it names smoke's batch 2,
+    # which no job has: the first failing job, 1 (8,32), is named instead
+    argv = [
+        "-m", "experiment=smoke", "trainer.train_batch_size=8,16",
+        "trainer.policy_mini_batch_size=4,32",
+    ]  # fmt: skip
+    assert precheck_command_line(argv) == (
+        "error: trainer.policy_mini_batch_size: train_batch_size (8) must be divisible by "
+        "policy_mini_batch_size (32); in sweep job 1 of 4: trainer.train_batch_size=8 "
+        "trainer.policy_mini_batch_size=32"
+    )
+
+
+def test_over_the_cap_a_value_failing_alone_is_tried_in_its_first_job(monkeypatch, capsys):
+    monkeypatch.setattr(precheck, "MAX_SWEEP_JOBS_CHECKED", 3)
+    # mini-batch 4 fails alone (smoke batch 2); its first job, 0 (8,4), takes it
+    argv = [
+        "-m", "experiment=smoke", "trainer.train_batch_size=8,16",
+        "trainer.policy_mini_batch_size=4,8",
+    ]  # fmt: skip
+    assert command_line_problem(argv) is None
+    assert "more than the 3 the precheck composes" in capsys.readouterr().err
+
+
+def test_jobs_sharing_a_fixed_output_dir_are_refused(tmp_path):
+    # job 1 would resume job 0's final checkpoint there and train 0 steps
+    shared = tmp_path / "shared"
+    argv = [
+        "-m", "experiment=smoke", f"trainer.output_dir={shared}", "algorithm=grpo,rloo",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    ]  # fmt: skip
+    assert precheck_command_line(argv) == (
+        f"error: trainer.output_dir: {shared}: jobs 0 and 1 of 2 both write there (job 1 "
+        "would resume job 0's checkpoints); leave trainer.output_dir unset so each job "
+        "writes to its own sweep subdir, sweep it, or make it per job (e.g. "
+        f"trainer.output_dir={shared}/${{hydra:job.num}})"
+    )
+    assert is_bad_input(command_line_problem(argv))
+
+
+def test_two_of_the_jobs_sharing_an_output_dir_are_refused(tmp_path):
+    # the dir names the seed only: jobs 0 (seed 1, grpo) and 1 (seed 1, rloo) share it
+    argv = [
+        "-m", "experiment=smoke", f"trainer.output_dir={tmp_path}/${{trainer.seed}}",
+        "trainer.seed=1,2", "algorithm=grpo,rloo", f"hydra.sweep.dir={tmp_path}/sweep",
+    ]  # fmt: skip
+    assert precheck_command_line(argv).startswith(
+        f"error: trainer.output_dir: {tmp_path}/1: jobs 0 and 1 of 4 both write there"
+    )
+
+
+def test_a_fixed_sweep_subdir_is_refused(tmp_path):
+    argv = ["-m", "trainer.seed=1,2", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=run"]
+    assert precheck_command_line(argv).startswith(
+        f"error: hydra.sweep.subdir: {tmp_path}/run: jobs 0 and 1 of 2 both write there"
+    )
+
+
+def test_optuna_trials_sharing_an_output_dir_are_refused(tmp_path):
+    argv = [*OPTUNA, f"trainer.output_dir={tmp_path}/out", f"hydra.sweep.dir={tmp_path}/s"]
+    assert precheck_command_line(argv).startswith(
+        f"error: trainer.output_dir: {tmp_path}/out: trials 0 and 1 both write there"
+    )
+    one_trial = [*argv, "hydra.sweeper.n_trials=1"]
+    assert command_line_problem(one_trial) is None
+
+
+@pytest.mark.parametrize(
+    "output_dir",
+    [
+        None,  # each job in its sweep subdir
+        "{tmp}/out/${{hydra:job.num}}",
+        "{tmp}/${{algorithm.advantage_estimator}}",  # grpo, rloo
+    ],
+)
+def test_per_job_output_dirs_pass(tmp_path, output_dir):
+    argv = ["-m", "experiment=smoke", "algorithm=grpo,rloo", f"hydra.sweep.dir={tmp_path}/s"]
+    if output_dir is not None:
+        argv.append("trainer.output_dir=" + output_dir.format(tmp=tmp_path))
+    assert command_line_problem(argv) is None
+
+
+def test_a_swept_output_dir_is_one_per_job_only_when_swept_alone(tmp_path):
+    argv = ["-m", f"trainer.output_dir={tmp_path}/a,{tmp_path}/b", f"hydra.sweep.dir={tmp_path}/s"]
+    assert command_line_problem(argv) is None
+    # with the seed swept too: jobs 0 (a, 1) 1 (a, 2) 2 (b, 1) 3 (b, 2)
+    assert precheck_command_line([*argv, "trainer.seed=1,2"]).startswith(
+        f"error: trainer.output_dir: {tmp_path}/a: jobs 0 and 1 of 4 both write there"
+    )
+
+
+def test_a_single_run_may_name_hydras_job(tmp_path):
+    # ${hydra:...} resolves in the job (Hydra's config is current there); the precheck too
+    assert command_line_problem([f"trainer.output_dir={tmp_path}/${{hydra:job.name}}"]) is None
+
+
+def test_a_sweep_dir_holding_an_earlier_sweeps_jobs_is_refused(tmp_path):
+    # an earlier sweep's job 2 would join this sweep's summary.csv; its jobs 0 and 1 would
+    # hand their checkpoints to this sweep's jobs 0 and 1 (trainer.resume=auto)
+    for n in (0, 1, 2):
+        (tmp_path / str(n) / ".hydra").mkdir(parents=True)
+        (tmp_path / str(n) / ".hydra" / "overrides.yaml").write_text("- trainer.seed=1\n")
+    argv = ["-m", "trainer.seed=1,2", f"hydra.sweep.dir={tmp_path}"]
+    assert precheck_command_line(argv) == (
+        f"error: hydra.sweep.dir: {tmp_path} already holds the job dirs of an earlier sweep "
+        "(0, 1, 2): their rows would join this sweep's summary.csv and this sweep's jobs "
+        "would resume the checkpoints in theirs; choose a new hydra.sweep.dir or remove them"
+    )
+    (tmp_path / "other").mkdir()  # anything else in the dir is no job
+    fresh = tmp_path / "other"
+    assert command_line_problem(["-m", "trainer.seed=1,2", f"hydra.sweep.dir={fresh}"]) is None

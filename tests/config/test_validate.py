@@ -158,6 +158,9 @@ def _validate(*overrides: str):
             "must be >= 1, got 0",
         ),
         (["environment.max_hung_calls=-1"], "environment.max_hung_calls", "must be >= 0, got -1"),
+        # numpy's seed takes 0 <= seed < 2**32 (4294967296); a worker seeds it at start
+        (["trainer.seed=-1"], "trainer.seed", "must be in [0, 2**32), got -1"),
+        (["trainer.seed=4294967296"], "trainer.seed", "must be in [0, 2**32), got 4294967296"),
         # the dual clip bounds PPO's clipped surrogate; CISPO has none and would ignore it
         (
             ["algorithm=cispo", "algorithm.clip_ratio_c=3.0"],
@@ -313,3 +316,8 @@ def test_trust_remote_code_needs_an_engine_that_takes_it(monkeypatch):
     assert "(PlainEngine) takes no trust_remote_code argument" in info.value.message
     _validate(f"generator.backend={name}")  # off: any engine will do
     _validate("model.trust_remote_code=true")  # the built-in engines take it
+
+
+@pytest.mark.parametrize("seed", [0, 2**32 - 1])
+def test_seed_range_ends_are_valid(seed):
+    assert _validate(f"trainer.seed={seed}").trainer.seed == seed
