@@ -33,6 +33,22 @@ the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>
 built-in loop's turns do: the reply ends there instead of the model inventing the next turns.
 ``/v1/completions`` prompts need not be chats: they stop at EOS and ``stop`` only.
 
+A reply that stopped on a stop string (the request's ``stop``; in a session without one, the
+training ``generator.sampling.stop``) is answered without it, as OpenAI answers: the text (or
+content) ends where the first stop string in it starts. The token ids (``return_token_ids``,
+logprobs, usage, the session's record) keep it: the engines sample it and training sees what
+was sampled. A session's chain knows the text its client was not given
+(``reconcile.Chain.unsent``): an agent that sends the reply back as it got it continues the
+row, the engine given the stop string's tokens as sampled and then the rest of the prompt (the
+row the built-in loop makes with the same stop string).
+
+Fields the engines cannot honour are refused (a 400 naming them) unless they have their
+default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
+``response_format`` other than text, ``top_logprobs`` or completions ``logprobs`` above 0
+(``logprobs=0`` gives the sampled tokens' own), a non-empty ``logit_bias``, non-zero
+``presence_penalty`` or ``frequency_penalty``. Numbers must be finite (Python's json sends
+NaN and Infinity).
+
 Engine calls run where the engine's callers must run them: ``EngineBinding``
 carries the event loop of the rollout driver that opened the session (the
 version clock's gate and the async source's in-flight counting live there) and
@@ -45,6 +61,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import math
 import secrets
 import threading
 import time
@@ -173,11 +190,46 @@ def _number(body: dict, name: str, kind: type, default: Any, low: float | None =
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise APIError(400, f"{name} must be a number, got {value!r}", param=name)
+    if isinstance(value, float) and not math.isfinite(value):  # Python's json sends NaN
+        raise APIError(400, f"{name} must be a finite number, got {value!r}", param=name)
     if kind is int and value != int(value):
         raise APIError(400, f"{name} must be an integer, got {value!r}", param=name)
     if low is not None and value < low:
         raise APIError(400, f"{name} must be >= {low:g}, got {value!r}", param=name)
     return kind(value)
+
+
+def _before_stop(text: str, stops: list[str]) -> int:
+    """Where ``text`` ends without its stop string: the start of the first one in it (the
+    end of ``text`` when there is none)."""
+    return min((at for at in (text.find(s) for s in stops) if at >= 0), default=len(text))
+
+
+def _refuse_unsupported(body: dict, chat: bool) -> None:
+    """A 400 naming a field the endpoint cannot honour, unless it has its default value
+    (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
+    ``top_logprobs`` 0, completions ``logprobs`` 0, no ``logit_bias``, penalties 0."""
+
+    def refuse(name: str, allowed: str) -> APIError:
+        got = body[name]
+        return APIError(400, f"{name} {got!r} is not supported (only {allowed})", param=name)
+
+    for name in ("presence_penalty", "frequency_penalty"):
+        if _number(body, name, float, 0.0) != 0:
+            raise refuse(name, "0")
+    if body.get("logit_bias") not in (None, {}):
+        raise refuse("logit_bias", "{} or null")
+    if not chat:  # completions: logprobs is how many alternatives per token
+        if _number(body, "logprobs", int, 0, low=0) > 0:
+            raise refuse("logprobs", "0: the sampled tokens' own logprobs")
+        return
+    if body.get("tool_choice") not in (None, "auto", "none"):
+        raise refuse("tool_choice", '"auto" or "none": no tool call can be forced')
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise refuse("response_format", '{"type": "text"}: no output format can be forced')
+    if _number(body, "top_logprobs", int, 0, low=0) > 0:
+        raise refuse("top_logprobs", "0: the sampled tokens' own logprobs")
 
 
 def _stops(body: dict) -> list[str]:
@@ -234,9 +286,10 @@ class OpenAIBackend:
 
     async def chat(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
+        _refuse_unsupported(body, chat=True)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
-        stop_ids = self.turn_stop_ids
+        stop_ids, stops = self.turn_stop_ids, self._stop_strings(body, session)
         choices, prompt_ids = await self._sample(body, session, rendered, messages, stop_ids)
         out = []
         for k, (completion, record) in enumerate(choices):
@@ -244,6 +297,8 @@ class OpenAIBackend:
             if reply_ids and reply_ids[-1] in stop_ids:  # the turn end is not the reply's text
                 reply_ids.pop()
             content, calls = self.format.parse_reply(reply_ids, tools, messages)
+            if content:
+                content = content[: _before_stop(content, stops)]
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
@@ -258,23 +313,30 @@ class OpenAIBackend:
 
     async def completion(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
+        _refuse_unsupported(body, chat=False)
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
         rendered = self._prompt_ids(body.get("prompt"))
+        stops = self._stop_strings(body, session)
         choices, prompt_ids = await self._sample(body, session, rendered, [], [])
+        logprobs = body.get("logprobs") is not None  # 0: the sampled tokens' own
         out = []
         for k, (completion, _record) in enumerate(choices):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             choice: dict[str, Any] = {
                 "index": k,
-                "text": text,
+                "text": text[: _before_stop(text, stops)],
                 "finish_reason": completion.finish_reason,
-                "logprobs": self._completion_logprobs(completion) if body.get("logprobs") else None,
+                "logprobs": self._completion_logprobs(completion) if logprobs else None,
             }
             out.append(self._with_ids(body, choice, completion))
         response = self._response("text_completion", "cmpl", body, out, prompt_ids, choices)
-        return self._completion_stream(response) if body.get("stream") else response
+        if not body.get("stream"):
+            return response
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return self._completion_stream(response, usage)
 
     # -- request checks: all made before the engine or the session sees the request ----
 
@@ -287,7 +349,7 @@ class OpenAIBackend:
             tools = check_tools(body.get("tools"))
         except FormatError as exc:
             raise APIError(400, f"{exc.param}: {exc}", param=exc.param) from None
-        if body.get("tool_choice") == "none":
+        if body.get("tool_choice") == "none":  # else "auto" (``_refuse_unsupported``)
             tools = None
         if tools and not self.format.supports_tools:
             raise APIError(400, "this model's chat template does not render tools", param="tools")
@@ -427,7 +489,7 @@ class OpenAIBackend:
         sampling = dataclasses.replace(
             session.sampling,
             n=1,
-            stop=_stops(body) or list(session.sampling.stop),
+            stop=self._stop_strings(body, session),
             stop_token_ids=own + [t for t in stop_ids if t not in own],
             max_tokens=min(self._max_tokens(body, room), room, lim.max_tokens_per_turn or room),
         )
@@ -451,7 +513,11 @@ class OpenAIBackend:
         completion, v0, v1, t0, t1 = await self._engine_call(
             session.binding, decision.prompt_ids, sampling, session.row.uid
         )
-        session.chain.record(decision, completion.token_ids)
+        # the client gets the reply's text without the stop string it stopped on: the chain
+        # knows, so the next request realigns after the text it was given
+        text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        unsent = text[_before_stop(text, sampling.stop) :]
+        session.chain.record(decision, completion.token_ids, unsent)
         record = RequestRecord(
             decision, list(completion.token_ids), list(completion.logprobs),
             completion.finish_reason, v0, v1, t0, t1, messages=messages,
@@ -497,9 +563,15 @@ class OpenAIBackend:
 
     @staticmethod
     def _max_tokens(body: dict, default: int) -> int:
-        value = body.get("max_completion_tokens", body.get("max_tokens"))
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        return _number({name: value}, name, int, default, low=1)
+        """``max_completion_tokens``, or ``max_tokens`` where it is absent or null."""
+        given = body.get("max_completion_tokens") is not None
+        name = "max_completion_tokens" if given else "max_tokens"
+        return _number(body, name, int, default, low=1)
+
+    @staticmethod
+    def _stop_strings(body: dict, session: Session | None) -> list[str]:
+        """The request's stop strings; in a session, the training ones where it has none."""
+        return _stops(body) or (list(session.sampling.stop) if session is not None else [])
 
     async def _engine_call(self, binding: EngineBinding, prompt, sampling, key):
         from skyrl.inference.client import EngineDiedError
@@ -586,7 +658,9 @@ class OpenAIBackend:
         yield "data: [DONE]\n\n"
 
     @staticmethod
-    async def _completion_stream(response: dict) -> AsyncIterator[str]:
+    async def _completion_stream(response: dict, usage: bool) -> AsyncIterator[str]:
+        """The response as server-sent events: per choice its text, then its finish reason;
+        usage last when asked (``stream_options.include_usage``)."""
         head = {k: response[k] for k in ("id", "object", "created", "model")}
         for c in response["choices"]:
             text = {"index": c["index"], "text": c["text"], "logprobs": c["logprobs"]}
@@ -594,4 +668,6 @@ class OpenAIBackend:
             end = {"index": c["index"], "text": "", "logprobs": None}
             end["finish_reason"] = c["finish_reason"]
             yield f"data: {json.dumps({**head, 'choices': [end]})}\n\n"
+        if usage:
+            yield f"data: {json.dumps({**head, 'choices': [], 'usage': response['usage']})}\n\n"
         yield "data: [DONE]\n\n"

@@ -12,7 +12,12 @@ for it) when it arrives, before the engine sees it:
   text, at a token boundary (the agent sent the reply back and it tokenized
   differently, or a tool call was re-serialized to the same text). The engine is
   given the chain's own tokens followed by the rest of the rendered prompt, so
-  the model continues from exactly what it sampled; the row goes on.
+  the model continues from exactly what it sampled; the row goes on. The splice
+  must decode to the agent's text: a boundary inside a character (a reply cut
+  by ``max_tokens`` mid-character comes back as U+FFFD, three other bytes) is
+  not one. A reply that stopped on a stop string was answered without it (as
+  OpenAI does; ``Chain.unsent``): the prompt may extend the chain's text without
+  it, and the engine is then given the stop string's tokens too, as sampled.
 - ``fork``: anything else. The turn starts a new training row of the same
   trajectory (``Turn.fork`` says why: ``edited`` when the context before the last
   reply changed in text, e.g. the agent dropped or rewrote history; ``rerendered`` when
@@ -70,6 +75,9 @@ class Chain:
     """Where the last request's sampled tokens start in ``ids``."""
     row_prompt_len: int = 0
     """Length of the current row's prompt."""
+    unsent: str = ""
+    """The end of the chain's text the client was not given: the stop string the last
+    reply stopped on and what follows it (``""``: it was given all of it)."""
     counts: Counter = field(default_factory=Counter)
     """Decisions so far, by kind and fork reason."""
 
@@ -81,26 +89,35 @@ class Chain:
         same = _common_prefix(chain, rendered)
         if same == len(chain):
             return Decision(APPEND, list(rendered), row_prompt_len=self.row_prompt_len)
-        text = self.decode(rendered)
-        cut = self._text_boundary(rendered, same, text)
+        text, want = self.decode(rendered), self.decode(chain)
+        cut = self._text_boundary(rendered, same, text, want, want)
+        if cut is None and self.unsent and want.endswith(self.unsent):
+            shown = want[: len(want) - len(self.unsent)]
+            cut = self._text_boundary(rendered, 0, text, want, shown)
         if cut is not None:
             return Decision(REALIGNED, chain + rendered[cut:], row_prompt_len=self.row_prompt_len)
         reason = RERENDERED if self._context_kept(same, text) else EDITED
         return Decision(FORK, list(rendered), reason, row_prompt_len=len(rendered))
 
-    def _text_boundary(self, rendered: list[int], same: int, text: str) -> int | None:
-        """The first ``j >= same`` with ``decode(rendered[:j]) == decode(chain)``, looked for
-        until a prefix decodes longer than the chain; None when ``text`` (the decoded
-        ``rendered``) does not start with the chain's text.
+    def _text_boundary(
+        self, rendered: list[int], lo: int, text: str, want: str, shown: str
+    ) -> int | None:
+        """The first ``j >= lo`` with ``decode(rendered[:j]) == shown`` (the chain's text
+        ``want`` as the client was given it) whose splice ``decode(chain + rendered[j:])``
+        is ``want + text[len(shown):]`` (``text``: the decoded ``rendered``), looked for
+        until a prefix decodes longer than ``shown``; None when ``text`` does not start
+        with ``shown``. The splice check refuses a ``j`` inside a character: there the
+        prefix decodes to ``shown`` (a partial character is one replacement character)
+        but the chain + the rest holds bytes nobody produced.
 
         The decoded length of a prefix never shrinks as tokens are added (byte-level BPE and
         SentencePiece decoders: a partial character is one replacement character until it is
-        whole), so the first prefix as long as the chain's text is found by bisection, and
-        the boundary is at most a few tokens (those completing a character) after it:
-        O(log n) decodes, not one per prefix. A returned ``j`` is checked by its own decode."""
+        whole), so the first prefix as long as ``shown`` is found by bisection, and the
+        boundary is at most a few tokens (those completing a character) after it:
+        O(log n) decodes, not one per prefix. A returned ``j`` is checked by its own decode
+        and its splice's."""
         assert self.ids is not None
-        want = self.decode(self.ids)
-        if not text.startswith(want):
+        if not text.startswith(shown):
             return None
         decoded: dict[int, str] = {len(rendered): text}
 
@@ -109,18 +126,19 @@ class Chain:
                 decoded[j] = self.decode(rendered[:j])
             return decoded[j]
 
-        lo, hi = same, len(rendered)  # len(prefix(hi)) >= len(want): text starts with it
+        hi = len(rendered)  # len(prefix(hi)) >= len(shown): text starts with it
         while lo < hi:
             mid = (lo + hi) // 2
-            if len(prefix(mid)) >= len(want):
+            if len(prefix(mid)) >= len(shown):
                 hi = mid
             else:
                 lo = mid + 1
+        rest = text[len(shown) :]
         for j in range(lo, len(rendered) + 1):
             piece = prefix(j)
-            if piece == want:
+            if piece == shown and self.decode(self.ids + rendered[j:]) == want + rest:
                 return j
-            if len(piece) > len(want):
+            if len(piece) > len(shown):
                 return None
         return None
 
@@ -133,14 +151,16 @@ class Chain:
             return True
         return text.startswith(self.decode(self.ids[: self.last_prompt_len]))
 
-    def record(self, decision: Decision, response_ids: list[int]) -> None:
-        """The request was answered: its prompt + sampled tokens are the new chain."""
+    def record(self, decision: Decision, response_ids: list[int], unsent: str = "") -> None:
+        """The request was answered: its prompt + sampled tokens are the new chain, the
+        client given its text but for ``unsent`` at the end."""
         self.counts[decision.kind] += 1
         if decision.reason:
             self.counts[f"{FORK}_{decision.reason}"] += 1
         self.ids = decision.prompt_ids + list(response_ids)
         self.last_prompt_len = len(decision.prompt_ids)
         self.row_prompt_len = decision.row_prompt_len
+        self.unsent = unsent
 
 
 @dataclass

@@ -1,11 +1,14 @@
 """An engine that says what it is told: the text after the last ``SAY:`` in the prompt (up
 to the end of that message), then ``then`` (empty unless given), then EOS, logprob -0.5 per
-token, cut after the first token that is EOS or in the request's ``stop_token_ids`` (as the
-hf and vLLM engines stop). Replies are then known in advance (a tool call, a given text)
-where the tiny random model's would be noise. ``scripted_backend`` registers it as
+token, cut after the first token that is EOS or in the request's ``stop_token_ids`` or that
+completes one of its ``stop`` strings (kept, as the hf and vLLM engines keep them). Replies
+are then known in advance (a tool call, a given text) where the tiny random model's would be
+noise. ``scripted_backend`` registers it as
 ``generator.backend=scripted`` for ``skyrl-serve``."""
 
 from __future__ import annotations
+
+import functools
 
 from skyrl.inference.base import Completion, SamplingParams
 from skyrl.inference.client import EngineDiedError
@@ -33,6 +36,14 @@ class ScriptedEngine(LocalEngine):
         ids = self.tokenizer.encode(said + self.then, add_special_tokens=False) + [eos]
         stops = {eos, *sampling.stop_token_ids}
         ids = ids[: next(i + 1 for i, t in enumerate(ids) if t in stops)]
+        if sampling.stop:
+            decode = functools.partial(self.tokenizer.decode, skip_special_tokens=False)
+            ends = (
+                k
+                for k in range(1, len(ids) + 1)
+                if any(s in decode(ids[:k]) for s in sampling.stop)
+            )
+            ids = ids[: next(ends, len(ids))]
         reason = "stop" if len(ids) <= sampling.max_tokens else "length"
         ids = ids[: sampling.max_tokens]
         return Completion(ids, [-0.5] * len(ids), reason)

@@ -111,7 +111,7 @@ def test_completions_from_text_and_from_token_ids(client):
     r = client.completions.create(model="skyrl-tiny", prompt="The answer is", max_tokens=5, seed=1)
     assert len(r.choices) == 1 and r.usage.completion_tokens <= 5
     ids = client.completions.create(
-        model="skyrl-tiny", prompt=[5, 6, 7, 8], max_tokens=5, seed=1, logprobs=1
+        model="skyrl-tiny", prompt=[5, 6, 7, 8], max_tokens=5, seed=1, logprobs=0
     )
     assert ids.usage.prompt_tokens == 4
     assert len(ids.choices[0].logprobs.token_logprobs) == ids.usage.completion_tokens

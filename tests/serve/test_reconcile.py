@@ -136,7 +136,7 @@ def test_after_a_realignment_a_fork_from_the_last_reply_alone_is_rerendered():
 def reference_decide(decode, chain: list[int], rendered: list[int]) -> tuple[str, list[int]]:
     """The decision as the first implementation made it, decoding every prefix of
     ``rendered`` from the divergence on (quadratic; the reference for the kind and the
-    engine's prompt)."""
+    engine's prompt), with a boundary's splice required to decode to ``rendered``'s text."""
     same = 0
     while same < min(len(chain), len(rendered)) and chain[same] == rendered[same]:
         same += 1
@@ -146,7 +146,7 @@ def reference_decide(decode, chain: list[int], rendered: list[int]) -> tuple[str
     if decode(rendered).startswith(want):
         for j in range(same, len(rendered) + 1):
             text = decode(rendered[:j])
-            if text == want:
+            if text == want and decode(chain + rendered[j:]) == decode(rendered):
                 return REALIGNED, chain + rendered[j:]
             if len(text) > len(want):
                 break
@@ -198,6 +198,8 @@ def test_the_boundary_is_the_reference_one_on_re_tokenized_multi_byte_text(tiny_
                         c = Chain(dec, ids=list(chain), last_prompt_len=len(chain))
                         d = c.decide(r)
                         assert (d.kind, d.prompt_ids) == want, (chain, r)
+                        if d.kind == REALIGNED:  # the engine's prompt is the agent's text
+                            assert dec(d.prompt_ids) == dec(r)
                         kinds[d.kind] += 1
     # every outcome was met, realignments at partial characters among them
     assert kinds[APPEND] and kinds[REALIGNED] > 100 and kinds[FORK] > 100, kinds
@@ -219,6 +221,77 @@ def test_the_boundary_search_decodes_a_logarithmic_number_of_prefixes():
     d = chain.decide([1, 2, 50] + body + [5])
     assert d.kind == REALIGNED and d.prompt_ids == [1, 2, 3, 4] + body + [5]
     # now: the chain and the rendered prompt once each, a bisection over the candidate ends
-    # 2..2003 (2002 of them: ceil(log2 2002) = 11 prefixes) and at most the boundary (2002)
-    # once more
+    # 2..2003 (2002 of them: ceil(log2 2002) = 11 prefixes, the boundary 2002 among them)
+    # and the splice (chain + [5]) once
     assert len(calls) <= 2 + 11 + 1, len(calls)
+
+
+# -- replies whose text the client got differently ---------------------------------------
+
+TAIL = "<|im_end|>\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
+"""What the tiny model's template renders after an assistant reply followed by the user
+message ``next``."""
+
+
+def byte_ids(tok, text: str) -> list[int]:
+    """``text`` as one token per byte (what a byte-level model may sample)."""
+    pieces = [
+        p for t in tok.encode(text, add_special_tokens=False) for p in tok.convert_ids_to_tokens(t)
+    ]
+    return tok.convert_tokens_to_ids(pieces)
+
+
+def sent_back(tok, sampled: list[int], content: str) -> tuple[Chain, list[int], list[int]]:
+    """``(chain, its first prompt, the rendered second request)``: the first request
+    sampled ``sampled``; the agent sends ``content`` back and says ``next``."""
+    from skyrl.serve.chat_format import ChatFormat
+
+    fmt = ChatFormat(tok)
+    first = [{"role": "user", "content": "hi"}]
+    prompt = fmt.prompt_ids(first)
+    chain = Chain(lambda ids: tok.decode(ids, skip_special_tokens=False))
+    chain.record(chain.decide(prompt), sampled)
+    follow = first + [
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": "next"},
+    ]
+    return chain, prompt, fmt.prompt_ids(follow)
+
+
+def test_a_reply_cut_inside_a_character_realigns_without_stray_bytes(tiny_tokenizer):
+    # max_tokens cut the reply after "caf" + the first byte of "é" (0xC3); the client got
+    # "caf\ufffd" and sends it back, which the template encodes as the 3 bytes EF BF BD.
+    # "caf" + EF (or EF BF) decodes to the chain's text too, but splicing there would give
+    # the engine BF BD (or BD) after the sampled C3: bytes nobody produced. The boundary is
+    # after the whole U+FFFD: the engine gets the sampled bytes, then the template.
+    tok = tiny_tokenizer
+    sampled = byte_ids(tok, "caf") + byte_ids(tok, "é")[:1]
+    chain, prompt, rendered = sent_back(tok, sampled, "caf\ufffd")
+    d = chain.decide(rendered)
+    assert d.kind == REALIGNED
+    assert d.prompt_ids[: len(prompt) + len(sampled)] == prompt + sampled
+    added = d.prompt_ids[len(prompt) + len(sampled) :]
+    assert added == tok.encode(TAIL, add_special_tokens=False)
+    assert chain.decode(d.prompt_ids) == chain.decode(rendered)  # what the agent sent, as text
+
+
+def test_a_reply_without_its_stop_string_realigns_at_the_end_of_the_text_sent(tiny_tokenizer):
+    # the reply stopped on the stop string "\nObservation:"; the client got the text before
+    # it (as OpenAI answers) and sends that back. The engine is given everything sampled,
+    # the stop string included, then the template: the row the built-in loop would make.
+    tok = tiny_tokenizer
+    sampled = tok.encode("Action: look\nObservation:", add_special_tokens=False)
+    chain, prompt, rendered = sent_back(tok, sampled, "Action: look")
+    assert chain.decide(rendered).kind == FORK  # the client was given all of it
+    chain.unsent = "\nObservation:"
+    d = chain.decide(rendered)
+    assert d.kind == REALIGNED
+    assert d.prompt_ids == prompt + sampled + tok.encode(TAIL, add_special_tokens=False)
+    # an agent that re-adds the stop string itself continues the sampled text as before
+    _, _, again = sent_back(tok, sampled, "Action: look\nObservation: 4")
+    d = chain.decide(again)
+    assert d.kind in (APPEND, REALIGNED)
+    assert d.prompt_ids == prompt + sampled + tok.encode(" 4" + TAIL, add_special_tokens=False)
+    # text that is not what the client was given still forks
+    _, _, other = sent_back(tok, sampled, "Action: jump")
+    assert chain.decide(other).kind == FORK

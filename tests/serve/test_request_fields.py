@@ -1,0 +1,188 @@
+"""OpenAI request fields as the endpoint reads them: stop strings left out of the text (and a
+session's next request realigned after it), fields it cannot honour refused by name while
+their default values pass, ``logprobs=0`` and the completions stream's usage, ``max_tokens``
+beside a null ``max_completion_tokens``, and non-finite numbers. The engine is scripted
+(``scripted_engine``) so replies are known."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from conftest import endpoint
+from scripted_engine import ScriptedEngine
+
+from skyrl.data.prompts import PromptRow
+from skyrl.inference.base import SamplingParams
+from skyrl.serve.backend import EngineBinding, Session
+
+REACT = "SAY:Action: look\nObservation: made up"
+"""A reply that goes on past its stop string ``\\nObservation:``."""
+
+
+@pytest.fixture
+def scripted(tiny_tokenizer):
+    engine = ScriptedEngine(tiny_tokenizer)
+    with endpoint(engine, tiny_tokenizer, max_prompt=512, max_gen=64) as (url, backend):
+        yield engine, url, backend
+
+
+def post(url: str, route: str, body: dict, key: str = "k") -> httpx.Response:
+    """``body`` as Python's json writes it (NaN and Infinity included; httpx refuses them)."""
+    return httpx.post(
+        f"{url}/{route}", content=json.dumps({"model": "tiny", **body}),
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
+        timeout=60,  # the first request declaring tools imports the tool parser
+    )  # fmt: skip
+
+
+def test_a_stop_string_is_left_out_of_the_text_and_kept_in_the_token_ids(scripted):
+    engine, url, _ = scripted
+    tok = engine.tokenizer
+    sampled = tok.encode("Action: look\nObservation:", add_special_tokens=False)
+    stop = ["\nObservation:"]
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    messages = [{"role": "user", "content": REACT}]
+    ids = {"return_token_ids": True}
+    r = client.chat.completions.create(model="tiny", messages=messages, stop=stop, extra_body=ids)
+    (choice,) = r.choices
+    assert (choice.message.content, choice.finish_reason) == ("Action: look", "stop")
+    assert choice.token_ids == sampled and r.usage.completion_tokens == len(sampled)
+    r = client.completions.create(model="tiny", prompt=REACT, stop=stop, extra_body=ids)
+    assert (r.choices[0].text, r.choices[0].token_ids) == ("Action: look", sampled)
+    # the stream gives the same text
+    chunks = client.chat.completions.create(model="tiny", messages=messages, stop=stop, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "Action: look"
+    )
+
+
+def test_a_session_reply_sent_back_without_its_stop_string_continues_the_row(scripted):
+    """The agent sends back the text it was given; the engine's next prompt is the first
+    prompt + everything sampled (the stop string included) + the template after the reply,
+    one training row, as the built-in loop makes it."""
+    from skyrl.generators import Trajectory, trajectories_to_output
+    from skyrl.serve.reconcile import to_turns
+
+    engine, url, backend = scripted
+    tok = engine.tokenizer
+    row = PromptRow("q", "toy", {}, uid="p7")
+    sampling = SamplingParams(seed=11, stop=["\nObservation:"])  # the training stop string
+    session = backend.sessions.open(Session(row, 0, sampling, EngineBinding(engine)))
+    client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+    messages = [{"role": "user", "content": REACT}]
+    r = client.chat.completions.create(model="tiny", messages=messages)
+    assert r.choices[0].message.content == "Action: look"
+    messages += [r.choices[0].message.model_dump(), {"role": "user", "content": "SAY:done"}]
+    client.chat.completions.create(model="tiny", messages=messages)
+    first, second = session.records
+    assert first.reply["content"] == "Action: look"
+    assert first.response_ids == tok.encode("Action: look\nObservation:", add_special_tokens=False)
+    tail = "<|im_end|>\n<|im_start|>user\nSAY:done<|im_end|>\n<|im_start|>assistant\n"
+    assert second.decision.kind == "realigned"
+    assert engine.prompts[-1] == engine.prompts[0] + first.response_ids + tok.encode(
+        tail, add_special_tokens=False
+    )
+    out = trajectories_to_output(
+        [Trajectory(row, "p7/0", to_turns(session.records), 1.0, "stop")], step_wise=False
+    )
+    assert out.forks == [""]  # one row: prompt, sampled (stop string too), template, sampled
+    assert out.prompt_token_ids[0] + out.response_token_ids[0] == (
+        engine.prompts[-1] + second.response_ids
+    )
+
+
+def test_the_default_values_of_the_fields_refused_otherwise_pass(scripted):
+    engine, url, _ = scripted
+    calc = {"type": "function", "function": {"name": "calculator"}}
+    defaults = {
+        "tools": [calc], "tool_choice": "auto", "parallel_tool_calls": True,
+        "response_format": {"type": "text"}, "presence_penalty": 0, "frequency_penalty": 0.0,
+        "logit_bias": {}, "logprobs": True, "top_logprobs": 0,
+    }  # fmt: skip
+    say = [{"role": "user", "content": "SAY:hi"}]
+    r = post(url, "chat/completions", {"messages": say, **defaults})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hi", r.text
+    nulls = {k: None for k in ("tool_choice", "response_format", "logit_bias", "top_logprobs")}
+    r = post(url, "chat/completions", {"messages": say, **nulls})
+    assert r.status_code == 200, r.text
+    r = post(url, "completions", {"prompt": "SAY:hi", "logit_bias": None, "presence_penalty": 0})
+    assert r.status_code == 200, r.text
+    # tool_choice none: the tools are not rendered, the reply is plain content
+    r = post(url, "chat/completions", {"messages": say, "tools": [calc], "tool_choice": "none"})
+    assert r.status_code == 200 and "calculator" not in engine.tokenizer.decode(engine.prompts[-1])
+
+
+def test_completions_logprobs_zero_gives_the_sampled_tokens_logprobs(scripted):
+    engine, url, _ = scripted
+    r = post(url, "completions", {"prompt": "SAY:hi", "logprobs": 0})
+    logprobs = r.json()["choices"][0]["logprobs"]
+    # "h" "i" EOS, the scripted engine's logprob -0.5 each
+    assert logprobs["tokens"] == ["h", "i", engine.tokenizer.eos_token]
+    assert logprobs["token_logprobs"] == [-0.5, -0.5, -0.5]
+    assert logprobs["text_offset"] == [0, 1, 2]
+    r = post(url, "completions", {"prompt": "SAY:hi"})
+    assert r.json()["choices"][0]["logprobs"] is None
+
+
+def test_the_completions_stream_ends_with_usage_when_asked(scripted):
+    _, url, _ = scripted
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    asked = list(
+        client.completions.create(
+            model="tiny", prompt="SAY:hi", stream=True, stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    # the tiny tokenizer's tokens: the prompt S A Y : h i (6), the reply h i EOS (3)
+    assert [c.usage for c in asked[:-1]] == [None] * (len(asked) - 1)
+    usage = asked[-1].usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (6, 3, 9)
+    assert asked[-1].choices == []
+    plain = list(client.completions.create(model="tiny", prompt="SAY:hi", stream=True))
+    assert all(c.usage is None for c in plain) and len(plain) == len(asked) - 1
+
+
+def test_max_tokens_is_read_when_max_completion_tokens_is_null(scripted):
+    engine, url, _ = scripted
+    say = [{"role": "user", "content": "SAY:" + "abc " * 20}]
+    body = {"messages": say, "max_tokens": 5, "max_completion_tokens": None}
+    r = post(url, "chat/completions", body)
+    assert r.json()["usage"]["completion_tokens"] == 5 and engine.samplings[-1].max_tokens == 5
+    body = {"messages": say, "max_tokens": 5, "max_completion_tokens": 7}
+    post(url, "chat/completions", body)
+    assert engine.samplings[-1].max_tokens == 7  # max_completion_tokens wins when given
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("temperature", float("nan")),
+        ("top_p", float("nan")),
+        ("max_tokens", float("inf")),
+        ("seed", float("inf")),
+        ("seed", float("-inf")),
+        ("n", float("nan")),
+    ],
+)
+def test_a_non_finite_number_is_a_400_naming_the_field(scripted, field, value):
+    engine, url, _ = scripted
+    r = post(
+        url, "chat/completions", {"messages": [{"role": "user", "content": "x"}], field: value}
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == field and "finite" in error["message"], error
+    assert engine.prompts == []
+
+
+def test_a_non_finite_temperature_in_a_session_is_a_400(scripted):
+    engine, url, backend = scripted
+    row = PromptRow("q", "toy", {}, uid="p7")
+    session = backend.sessions.open(Session(row, 0, SamplingParams(seed=1), EngineBinding(engine)))
+    body = {"messages": [{"role": "user", "content": "x"}], "temperature": float("nan")}
+    r = post(url, "chat/completions", body, key=session.key)
+    error = r.json()["error"]
+    assert (r.status_code, error["param"]) == (400, "temperature") and "finite" in error["message"]
+    assert engine.prompts == [] and session.records == []
