@@ -174,7 +174,9 @@ def to_training_batch(output: GeneratorOutput, pad_token_id: int = 0):
 
     output.validate()
     seqs = [p + r for p, r in zip(output.prompt_token_ids, output.response_token_ids, strict=True)]
-    b, s = len(seqs), max((len(x) for x in seqs), default=0)
+    # at least one (padding) position: rows with no token (trajectories that failed before
+    # their first turn) are zero-loss rows, and a batch of only such rows is still 2-D
+    b, s = len(seqs), max((len(x) for x in seqs), default=1) or 1
     input_ids = torch.full((b, s), pad_token_id, dtype=torch.long)
     attention = torch.zeros((b, s), dtype=torch.long)
     loss_mask = torch.zeros((b, s), dtype=torch.float32)

@@ -86,6 +86,22 @@ def test_a_failing_agent_costs_its_trajectories_only(engine, tiny_tokenizer, age
         assert all(sum(m) == 8 for m in out.loss_masks)
 
 
+def test_a_step_whose_agents_all_fail_before_a_request_still_trains(engine, tiny_tokenizer):
+    """Every trajectory fails before its agent's first accepted request (here: a body that is
+    not JSON; in a run, a prompt over generator.max_prompt_length): every row has no token.
+    The batch keeps one (padding) position, so the step packs a zero-loss filler; a batch
+    0 positions wide crashed the packing (argmax over an empty dimension)."""
+    from skyrl.batch import plan_micro_batches
+
+    out = generate(engine, tiny_tokenizer, "agents.garbage", rows=ROWS[:2])
+    assert out.prompt_token_ids == [[]] * 4 and out.response_token_ids == [[]] * 4
+    batch = to_training_batch(out, pad_token_id=0)
+    assert batch.input_ids.shape == (4, 1) and not batch["attention_mask"].any()
+    for share in (False, True):
+        micro = plan_micro_batches(batch, 64, share_prefixes=share)
+        assert len(micro) == 1 and micro[0].is_empty
+
+
 def test_a_reward_fn_scores_the_conversation(engine, tiny_tokenizer):
     out = generate(
         engine, tiny_tokenizer, "agents.one_turn", agent_reward_fn="agents.last_reply_vowels"
