@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
+from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
 
@@ -84,13 +85,31 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     if typed.trainer.dry_run and saved.exists():  # an earlier run's: skyrl-eval reads it
         rows.append(("saved config", f"{saved.name} kept as it is (dry run)"))
     else:
-        OmegaConf.save(with_resolved_values(cfg, typed), saved, resolve=True)
+        OmegaConf.save(_config_to_save(cfg, typed), saved, resolve=True)
     print(format_plan(make_plan(typed)))
     for name, value in rows:
         print(f"  {name:<22}  {value}", flush=True)
     if typed.trainer.dry_run:
         return TrainResult(out)
     return _run(checked, out)
+
+
+def _config_to_save(cfg: DictConfig, typed: SkyRLConfig) -> DictConfig:
+    """``resolved_config.yaml``: ``cfg`` with the values ``validate`` decided, and the model
+    paths that name local directories made absolute, so ``skyrl-eval`` of the run finds them
+    from any working directory (a hub id or ``skyrl-tiny`` stays: looked up where it runs)."""
+    from skyrl.models.resolve import local_path
+
+    saved = with_resolved_values(cfg, typed)
+    for key, path in (
+        ("model.path", typed.model.path),
+        ("model.tokenizer_path", typed.model.tokenizer_path),
+        ("trainer.critic_model_path", typed.trainer.critic_model_path),
+    ):
+        absolute = local_path(path) if path else None
+        if absolute is not None:
+            OmegaConf.update(saved, key, absolute)
+    return saved
 
 
 def _run(checked: Preflight, output_dir: Path) -> TrainResult:

@@ -10,10 +10,12 @@ reasoning-gym), sampled with ``generator.eval_sampling`` and
 ``generator.eval_n_samples_per_prompt`` by the engine ``generator`` names. The rollouts
 go through ``skyrl.rollouts.evaluation.evaluate_prompts``, the pass the trainer's own
 eval runs, from the same seed. No training worker starts; a checkpoint's weights are
-read from its files. The table is printed and the results written as JSON
-(``eval.output_file``, default ``eval_results.json`` in the eval's run directory), with
-every sample beside it in a file named after it (``a.json`` -> ``a.samples.jsonl``, the
-format of ``trainer.dump_rollouts``).
+read from its files, exported with the model of the run that wrote it (``model.path`` /
+``model.tokenizer_path`` of the run directory's ``resolved_config.yaml``; the command
+line's where the run saved none or its own name nothing here, with a warning). The table
+is printed and the results written as JSON (``eval.output_file``, default
+``eval_results.json`` in the eval's run directory), with every sample beside it in a file
+named after it (``a.json`` -> ``a.samples.jsonl``, the format of ``trainer.dump_rollouts``).
 
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
 source without eval prompts) is a ``ConfigError`` raised before any weights are read or
@@ -27,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -39,6 +42,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError, dir_problem
 from skyrl.config.root import SkyRLConfig
+
+logger = logging.getLogger(__name__)
 
 EVAL_RUN_DIR = "hydra.run.dir=outputs/eval/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 """Where an eval's Hydra run directory goes unless the command line says otherwise."""
@@ -66,6 +71,7 @@ class EvalResult:
 def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     """Evaluate what ``cfg`` names (``eval.checkpoint``, else ``model.path``) on its eval
     prompts; print the table and write the JSON file."""
+    from skyrl.config.preflight import check_env_and_agent
     from skyrl.config.validate import validate
 
     typed = validate(_without_train_files_rule(cfg))
@@ -75,13 +81,16 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     path = Path(typed.eval.output_file or out / RESULTS_FILE).expanduser()
     samples = samples_file_for(path)
     _check_output_files(path, samples)
-    rows, tokenizer = _eval_rows(typed)  # before any weights are read
+    check_env_and_agent(typed)
+    base, ckpt, label = _model_to_evaluate(typed)
+    assert base.model.tokenizer_path is not None  # local_model_paths sets it
+    rows, tokenizer = _eval_rows(typed, base.model.tokenizer_path)  # before any weights are read
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
-        typed, label = _weights_to_evaluate(typed, Path(scratch))
-        metrics, num_prompts = _run_eval(typed, rows, tokenizer, samples)
+        model = base if ckpt is None else _exported(base, ckpt, Path(scratch))
+        metrics, num_prompts = _run_eval(model, rows, tokenizer, samples)
     result = EvalResult(label, metrics, num_prompts, path, samples)
-    _write_results(result, typed)
-    print(format_eval_table(result, typed), flush=True)
+    _write_results(result, model)
+    print(format_eval_table(result, model), flush=True)
     return result
 
 
@@ -133,21 +142,28 @@ def _check_output_files(path: Path, samples: Path) -> None:
         raise ConfigError("eval.output_file", problem)
 
 
-def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, str]:
-    """``cfg`` with ``model.path`` (and the tokenizer) resolved to the directory to load, and
-    a label for it. A checkpoint is exported into ``scratch`` first."""
+def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]:
+    """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories:
+    the model to evaluate, or for a checkpoint the base model to export it with; the
+    checkpoint (None: nothing to export) and a label for what is evaluated. No weights are
+    read, nothing is exported."""
     from skyrl.config.preflight import local_model_paths
 
     target = cfg.eval.checkpoint
     if target is None:
-        return local_model_paths(cfg), cfg.model.path
+        return local_model_paths(cfg), None, cfg.model.path
     path = Path(target).expanduser()
     if (path / "final_hf" / "config.json").is_file():
-        return _with_model(cfg, path / "final_hf"), str(path / "final_hf")
+        return _with_model(cfg, path / "final_hf"), None, str(path / "final_hf")
+    ckpt = _checkpoint_with_weights(target, path)
+    return _run_model(cfg, ckpt), ckpt, str(ckpt)
+
+
+def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
+    """``base`` with its model the checkpoint ``ckpt``, exported into ``scratch`` with the
+    base model's config and tokenizer (``_model_to_evaluate``'s local paths)."""
     from skyrl.trainer.checkpoint import WeightsMismatchError, export_checkpoint_hf
 
-    ckpt = _checkpoint_with_weights(target, path)
-    base = local_model_paths(_run_model(cfg, ckpt))
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
     try:
         hf_dir = export_checkpoint_hf(
@@ -155,30 +171,15 @@ def _weights_to_evaluate(cfg: SkyRLConfig, scratch: Path) -> tuple[SkyRLConfig, 
             base.model.path,
             base.model.tokenizer_path,
             scratch,
-            trust_remote_code=cfg.model.trust_remote_code,
+            trust_remote_code=base.model.trust_remote_code,
         )
     except WeightsMismatchError as exc:  # model.path names another architecture
         mismatch = str(exc)
     else:
-        return _with_model(cfg, hf_dir), str(ckpt)
+        return _with_model(base, hf_dir)
     raise ConfigError(  # outside the handler: no context
         "eval.checkpoint", f"{mismatch}; model.path must name the model the run trained"
     )
-
-
-def _tokenizer_to_evaluate(cfg: SkyRLConfig) -> str:
-    """The tokenizer directory of what ``_weights_to_evaluate`` will load (nothing exported)."""
-    from skyrl.config.preflight import local_model_paths
-
-    target = cfg.eval.checkpoint
-    if target is not None:
-        path = Path(target).expanduser()
-        if (path / "final_hf" / "config.json").is_file():
-            return str(path / "final_hf")
-        cfg = _run_model(cfg, _checkpoint_with_weights(target, path))
-    tokenizer_path = local_model_paths(cfg).model.tokenizer_path
-    assert tokenizer_path is not None  # local_model_paths sets it
-    return tokenizer_path
 
 
 def _checkpoint_with_weights(target: str, path: Path) -> Path:
@@ -207,21 +208,36 @@ def _checkpoint_with_weights(target: str, path: Path) -> Path:
 
 
 def _run_model(cfg: SkyRLConfig, ckpt: Path) -> SkyRLConfig:
-    """``cfg`` with the model section of the run that wrote ``ckpt`` (its architecture and
-    tokenizer), when the run directory's resolved config is there."""
+    """``cfg`` with the local model paths of the run that wrote ``ckpt`` (its architecture and
+    tokenizer), from the run directory's ``resolved_config.yaml``. The command line's
+    ``model.path`` / ``model.tokenizer_path`` stand in when the run saved none, or when its
+    own name nothing here any more (a model moved, a run from another machine; a warning
+    says so): a checkpoint that does not fit them is refused as it is exported."""
+    from skyrl.config.preflight import local_model_paths
+
     saved = ckpt.parent.parent / "resolved_config.yaml"
-    if not saved.is_file():
-        return cfg
-    saved_cfg = OmegaConf.load(saved)
+    saved_cfg = OmegaConf.load(saved) if saved.is_file() else None
     model = (saved_cfg.get("model") if isinstance(saved_cfg, DictConfig) else None) or {}
-    return dataclasses.replace(
-        cfg,
-        model=dataclasses.replace(
-            cfg.model,
-            path=model.get("path", cfg.model.path),
-            tokenizer_path=model.get("tokenizer_path", cfg.model.tokenizer_path),
-        ),
+    path, tokenizer_path = model.get("path"), model.get("tokenizer_path")
+    if not path:
+        return local_model_paths(cfg)
+    run_model = dataclasses.replace(
+        cfg.model, path=str(path), tokenizer_path=tokenizer_path and str(tokenizer_path)
     )
+    try:
+        return local_model_paths(dataclasses.replace(cfg, model=run_model))
+    except ConfigError as exc:  # the run's model (or tokenizer) names nothing here
+        gone = exc
+    logger.warning(
+        "%s names %s=%r, which does not resolve here (%s); evaluating with model.path=%s "
+        "from the command line",
+        saved,
+        gone.key,
+        getattr(run_model, gone.key.split(".")[-1]),
+        gone.message,
+        cfg.model.path,
+    )
+    return local_model_paths(cfg)
 
 
 def _with_model(cfg: SkyRLConfig, model_dir: Path) -> SkyRLConfig:
@@ -229,15 +245,13 @@ def _with_model(cfg: SkyRLConfig, model_dir: Path) -> SkyRLConfig:
     return dataclasses.replace(cfg, model=model)
 
 
-def _eval_rows(cfg: SkyRLConfig) -> tuple[list, Any]:
-    """The eval prompts (``data.overlong_prompts`` applied) and the tokenizer of the weights
-    to evaluate (the checkpoint's run's, or the model's), refused when there are none; the
-    env and agent checked. No weights are read."""
-    from skyrl.config.preflight import check_env_and_agent, load_tokenizer
+def _eval_rows(cfg: SkyRLConfig, tokenizer_path: str) -> tuple[list, Any]:
+    """The eval prompts (``data.overlong_prompts`` applied) and the tokenizer in
+    ``tokenizer_path`` (of the weights to evaluate), refused when there are none. No
+    weights are read."""
+    from skyrl.config.preflight import load_tokenizer
     from skyrl.data import load_checked_prompts
 
-    check_env_and_agent(cfg)
-    tokenizer_path = _tokenizer_to_evaluate(cfg)
     tokenizer = load_tokenizer(cfg, tokenizer_path)
     rows = load_checked_prompts(cfg, "eval", tokenizer)
     if not rows:

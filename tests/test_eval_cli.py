@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 import skyrl
 from skyrl import eval_cli
@@ -280,8 +281,90 @@ def test_a_checkpoint_that_does_not_fit_model_path_is_one_line(tmp_path, archite
     other = build_tiny_model(tmp_path / "other", **architecture)
     cfg = validate(skyrl.compose(["experiment=smoke", f"model.path={other}",
                                   f"eval.checkpoint={ckpt}"]))  # fmt: skip
+    base, found, _ = eval_cli._model_to_evaluate(cfg)  # no resolved_config.yaml: model.path
+    assert found == ckpt and base.model.path == other
     with pytest.raises(ConfigError) as err:
-        eval_cli._weights_to_evaluate(cfg, tmp_path / "scratch")
+        eval_cli._exported(base, ckpt, tmp_path / "scratch")
     line = one_line_error(err.value)
     assert line.startswith(f"error: eval.checkpoint: {ckpt}: its policy weights do not fit {other}")
     assert fragment in line and "\n" not in line and is_bad_input(err.value)
+
+
+def fake_checkpoint(run_dir: Path) -> Path:
+    """``run_dir/checkpoints/global_step_1`` with (empty) ZeRO 0-2 policy weights."""
+    ckpt = run_dir / "checkpoints" / "global_step_1"
+    make(ckpt, {"trainer_state.json": '{"global_step": 1}',
+                "policy/state/mp_rank_00_model_states.pt": ""})  # fmt: skip
+    (run_dir / "checkpoints" / "latest").write_text("global_step_1")
+    return ckpt
+
+
+def test_a_run_saves_its_local_model_paths_absolute(tmp_path, monkeypatch):
+    # model.path=mymodel was saved as typed; an eval of the run from another directory
+    # looked for <eval cwd>/mymodel (missing, or worse: another model of that name)
+    from skyrl.config.validate import validate
+    from skyrl.models.tiny import build_tiny_model
+
+    proj, other = tmp_path / "proj", tmp_path / "other"
+    build_tiny_model(dir=proj / "mymodel")
+    build_tiny_model(dir=proj / "mytok")
+    other.mkdir()
+    monkeypatch.chdir(proj)
+    local = [
+        "model.path=mymodel",
+        "model.tokenizer_path=./mytok",
+        "trainer.critic_model_path=mymodel",
+    ]
+    for name, overrides in [("run", local), ("tiny", ["trainer.critic_model_path=skyrl-tiny"])]:
+        cfg = skyrl.compose(
+            ["experiment=smoke", "algorithm=ppo", "trainer.dry_run=true", *overrides]
+        )
+        skyrl.train(cfg, output_dir=proj / name)
+    saved = OmegaConf.load(proj / "run" / "resolved_config.yaml")
+    assert saved.model.path == str(proj / "mymodel")
+    assert saved.model.tokenizer_path == str(proj / "mytok")
+    assert saved.trainer.critic_model_path == str(proj / "mymodel")
+    tiny = OmegaConf.load(proj / "tiny" / "resolved_config.yaml")  # looked up again by eval
+    assert (tiny.model.path, tiny.model.tokenizer_path) == ("skyrl-tiny", None)
+    assert tiny.trainer.critic_model_path == "skyrl-tiny"
+    ckpt = fake_checkpoint(proj / "run")
+    monkeypatch.chdir(other)
+    cfg = validate(skyrl.compose(["experiment=smoke", f"eval.checkpoint={proj / 'run'}"]))
+    base, found, label = eval_cli._model_to_evaluate(cfg)
+    assert (found, label) == (ckpt, str(ckpt))
+    assert base.model.path == str(proj / "mymodel")
+    assert base.model.tokenizer_path == str(proj / "mytok")
+
+
+def test_a_saved_model_that_names_nothing_here_gives_way_to_the_command_line(
+    tmp_path, monkeypatch, caplog
+):
+    """The run's model wins; where it names nothing any more (a run from before absolute
+    paths were saved, a model moved), the command line's model.path stands in, with a
+    warning, and an error names the command line's key, whose fix then works."""
+    from skyrl.config.validate import validate
+    from skyrl.models.tiny import build_tiny_model
+
+    run_dir = tmp_path / "run"
+    ckpt = fake_checkpoint(run_dir)
+    (run_dir / "resolved_config.yaml").write_text("model:\n  path: mymodel\n")
+    model = build_tiny_model(dir=tmp_path / "moved" / "mymodel")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no ./mymodel here
+    cfg = validate(skyrl.compose([f"model.path={model}", f"eval.checkpoint={run_dir}"]))
+    with caplog.at_level("WARNING", logger="skyrl.eval_cli"):
+        base, found, _ = eval_cli._model_to_evaluate(cfg)
+    assert found == ckpt and base.model.path == base.model.tokenizer_path == model
+    [warning] = caplog.messages
+    assert warning.startswith(
+        f"{run_dir / 'resolved_config.yaml'} names model.path='mymodel', which does not resolve "
+        f"here ('mymodel' could not be resolved. Tried: local directory {tmp_path / 'mymodel'}"
+    )
+    assert warning.endswith(f"; evaluating with model.path={model} from the command line")
+    cfg = validate(skyrl.compose(["model.path=/nonexistent", f"eval.checkpoint={run_dir}"]))
+    with pytest.raises(ConfigError) as err:
+        eval_cli._model_to_evaluate(cfg)
+    assert (err.value.key, err.value.message) == (
+        "model.path",
+        "'/nonexistent': no such directory (/nonexistent)",
+    )

