@@ -105,7 +105,8 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
 def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     """The run directory ``out`` before anything is written to it: not a file (nor under
     one); the checkpoint ``trainer.resume`` names is complete (its ``trainer_state.json``
-    parses and has a step, its policy weights are there); a fresh run
+    parses and has a step, its policy weights are there) and fits the run (its dp_size, its
+    asynchronous prompts, its LoRA adapters or full weights); a fresh run
     (``trainer.resume=none``) is not pointed at an earlier run's checkpoints, which it would
     overwrite and prune as it goes. Returns the checkpoint to resume from (None: fresh)."""
     from skyrl.trainer.checkpoint import TRAINER_STATE, CheckpointManager, resolve_resume
@@ -131,6 +132,7 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
         if ckpt is not None:
             _check_resume_mode(cfg, ckpt, _check_checkpoint(ckpt, TRAINER_STATE))
             _check_dp_size(cfg, ckpt)
+            _check_lora_matches(cfg, ckpt)
         return ckpt
     raise ConfigError("trainer.resume", problem)
 
@@ -176,6 +178,50 @@ def _check_dp_size(cfg: SkyRLConfig, ckpt: Path) -> None:
         f"({ranks} rng_rank*.pt in {ckpt / 'policy'}), but trainer.dp_size={dp_size}: a "
         f"checkpoint resumes on the number of ranks that saved it (trainer.dp_size={ranks})",
     )
+
+
+def _check_lora_matches(cfg: SkyRLConfig, ckpt: Path) -> None:
+    """A LoRA checkpoint (``policy/adapter_config.json``) resumes with the adapters it saved
+    (rank, alpha, target modules; dropout may change), a full-weights one without LoRA. The
+    workers load adapters by name and leniently (the frozen base is not saved), so other
+    targets of the same shapes loaded silently: fresh adapters, or the saved ones on other
+    modules; another alpha rescaled the trained policy."""
+    import json
+
+    lora, adapter = cfg.model.lora, ckpt / "policy" / "adapter_config.json"
+    if not adapter.is_file():
+        require(
+            lora.rank == 0,
+            "model.lora.rank",
+            f"{ckpt} holds full weights (no adapter_config.json in {ckpt / 'policy'}), but "
+            f"model.lora.rank={lora.rank} trains adapters: resume with model.lora.rank=0",
+        )
+        return
+    try:
+        saved = json.loads(adapter.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problem = f"{adapter} is not valid JSON ({_one_line(exc)})"
+        raise ConfigError("trainer.resume", problem) from None
+    require(
+        lora.rank > 0,
+        "model.lora.rank",
+        f"{ckpt} holds LoRA adapters (rank {saved.get('r')}), but model.lora.rank=0 trains the "
+        "full weights: resume with the model.lora settings it was trained with",
+    )
+    targets = saved.get("target_modules")
+    saved_targets = sorted([targets] if isinstance(targets, str) else targets or [])
+    for key, was, now in (
+        ("model.lora.rank", saved.get("r"), lora.rank),
+        ("model.lora.alpha", saved.get("lora_alpha"), lora.alpha),
+        ("model.lora.target_modules", saved_targets, sorted(lora.target_modules)),
+    ):
+        shown = (lambda v: f"[{','.join(v)}]") if isinstance(now, list) else str
+        require(
+            was == now,
+            key,
+            f"{ckpt} trained adapters with {key}={shown(was)}, but this run asks for "
+            f"{shown(now)}: a checkpoint resumes with the adapters it saved ({key}={shown(was)})",
+        )
 
 
 def _check_resume_mode(cfg: SkyRLConfig, ckpt: Path, state: dict) -> None:

@@ -136,3 +136,56 @@ def test_a_checkpoint_without_rng_states_is_not_a_complete_checkpoint(tmp_path):
     assert (
         error.message == f"{ckpt}: no rng_rank*.pt in {ckpt / 'policy'}: not a complete checkpoint"
     )
+
+
+def lora_checkpoint(run: Path, rank: int = 8, alpha: int = 16, targets=("q_proj",)) -> Path:
+    """A LoRA run's checkpoint: what the adapter tensors mean is its adapter_config.json."""
+    from skyrl.config.root import LoraConfig
+    from skyrl.models.lora import peft_config
+
+    ckpt = checkpoint(run, 2)
+    lora = LoraConfig(rank=rank, alpha=alpha, target_modules=list(targets))
+    peft_config(lora).save_pretrained(str(ckpt / "policy"))
+    return ckpt
+
+
+LORA = ["model.lora.rank=8", "model.lora.alpha=16", "model.lora.target_modules=[q_proj]"]
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "saved", "asked"),
+    [
+        # swapped targets of one shape loaded silently: q_proj's trained adapters dropped
+        # (ZeRO 0/2) or loaded into o_proj (ZeRO 3)
+        ("model.lora.target_modules=[o_proj]", "model.lora.target_modules", "[q_proj]", "[o_proj]"),
+        # alpha scales the adapters' output: 32 resumed a policy 0.657 logits from the saved one
+        ("model.lora.alpha=32", "model.lora.alpha", "16", "32"),
+        ("model.lora.rank=4", "model.lora.rank", "8", "4"),
+    ],
+)
+def test_a_lora_checkpoint_resumes_only_with_its_own_adapters(tmp_path, change, key, saved, asked):
+    ckpt = lora_checkpoint(tmp_path / "run")
+    error = refused(tmp_path / "run", *LORA, change)
+    assert (error.key, error.message) == (
+        key,
+        f"{ckpt} trained adapters with {key}={saved}, but this run asks for {asked}: a "
+        f"checkpoint resumes with the adapters it saved ({key}={saved})",
+    )
+    assert dry_run(tmp_path / "run", *LORA, "model.lora.dropout=0.1") is not None  # same tensors
+
+
+def test_lora_and_full_weight_checkpoints_do_not_resume_each_other(tmp_path):
+    ckpt = lora_checkpoint(tmp_path / "lora")
+    error = refused(tmp_path / "lora")  # model.lora.rank=0: full weights
+    assert (error.key, error.message) == (
+        "model.lora.rank",
+        f"{ckpt} holds LoRA adapters (rank 8), but model.lora.rank=0 trains the full weights: "
+        "resume with the model.lora settings it was trained with",
+    )
+    ckpt = checkpoint(tmp_path / "full", 2)
+    error = refused(tmp_path / "full", *LORA)
+    assert (error.key, error.message) == (
+        "model.lora.rank",
+        f"{ckpt} holds full weights (no adapter_config.json in {ckpt / 'policy'}), but "
+        "model.lora.rank=8 trains adapters: resume with model.lora.rank=0",
+    )
