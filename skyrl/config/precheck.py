@@ -382,6 +382,8 @@ def _check_job(cfg: DictConfig, number: int | None, search: DictConfig | None) -
     must return an objective, and a dry run must not write into a persistent study."""
     with _as_job(cfg, number) as (task, job_dir):
         typed = validate(task)
+    # hydra.job.chdir: the job runs in its own directory, where a relative path resolves
+    here = job_dir if OmegaConf.select(cfg, "hydra.job.chdir", default=False) else os.getcwd()
     if search is not None:
         _require_eval(typed)
         if typed.trainer.dry_run and search.get("storage"):
@@ -391,7 +393,8 @@ def _check_job(cfg: DictConfig, number: int | None, search: DictConfig | None) -
                 "storage would keep; dry-run without it (hydra.sweeper.storage=null)",
             )
     if typed.trainer.output_dir:  # ``skyrl.cli.run``: it wins over the job's own dir
-        return _JobDir(os.path.abspath(typed.trainer.output_dir), "trainer.output_dir")
+        out = os.path.join(here, typed.trainer.output_dir)  # an absolute one stays itself
+        return _JobDir(os.path.abspath(out), "trainer.output_dir")
     return _JobDir(job_dir, "hydra.sweep.subdir")
 
 

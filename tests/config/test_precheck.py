@@ -245,6 +245,21 @@ def test_jobs_sharing_a_fixed_output_dir_are_refused(tmp_path):
     assert is_bad_input(command_line_problem(argv))
 
 
+def test_a_relative_output_dir_is_per_job_when_jobs_run_in_their_own_dirs(tmp_path, monkeypatch):
+    # hydra.job.chdir=true runs each job in <sweep dir>/<num>: trainer.output_dir=ckpt is
+    # <sweep dir>/0/ckpt and <sweep dir>/1/ckpt, not one <cwd>/ckpt (it was refused)
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "-m", "experiment=smoke", "hydra.job.chdir=true", "trainer.output_dir=ckpt",
+        "trainer.seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep",
+    ]  # fmt: skip
+    assert command_line_problem(argv) is None
+    without_chdir = [line for line in argv if not line.startswith("hydra.job.chdir")]
+    assert precheck_command_line(without_chdir).startswith(
+        f"error: trainer.output_dir: {tmp_path / 'ckpt'}: jobs 0 and 1 of 2 both write there"
+    )
+
+
 def test_two_of_the_jobs_sharing_an_output_dir_are_refused(tmp_path):
     # the dir names the seed only: jobs 0 (seed 1, grpo) and 1 (seed 1, rloo) share it
     argv = [
