@@ -109,12 +109,19 @@ def _has_tokenizer(folder: Path) -> bool:
 
 def _auto_map_modules(folder: Path) -> set[str]:
     """The files of the classes ``tokenizer_config.json``'s ``auto_map`` names in this repo
-    (``module.Class`` -> ``module.py``; ``repo--module.Class`` is code in another repo)."""
+    (``module.Class`` -> ``module.py``; ``repo--module.Class`` is code in another repo); none
+    when its ``tokenizer_class`` is one transformers has (it loads without the code)."""
     import json
 
+    import transformers
+
     try:
-        auto_map = json.loads((folder / "tokenizer_config.json").read_text()).get("auto_map")
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        auto_map = config.get("auto_map")
     except (OSError, ValueError, AttributeError):
+        return set()
+    tokenizer_class = config.get("tokenizer_class")
+    if isinstance(tokenizer_class, str) and hasattr(transformers, tokenizer_class):
         return set()
     if isinstance(auto_map, list):  # the older form: the (slow, fast) classes alone
         auto_map = {"AutoTokenizer": auto_map}

@@ -432,6 +432,11 @@ def test_a_cached_tokenizer_without_the_code_its_auto_map_names_is_incomplete(
     # the older list form of auto_map names the (slow, fast) classes alone
     (other / "tokenizer_config.json").write_text(json.dumps({"auto_map": ["tok_x.Slow", None]}))
     assert not resolve._has_tokenizer(other)
+    # a tokenizer class transformers has loads without the code (trust_remote_code=false):
+    # such a snapshot, from a download without *.py, resolved before and still does
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "auto_map": ["tok_x.Slow", None]}
+    (other / "tokenizer_config.json").write_text(json.dumps(config))
+    assert resolve._has_tokenizer(other)
 
 
 def test_a_tokenizer_lookup_of_smollm2_converts_no_weights(no_real_caches, monkeypatch):
