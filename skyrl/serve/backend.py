@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import math
 import secrets
@@ -71,7 +70,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl.data.prompts import PromptRow
-from skyrl.generators.chat import ChatTokens
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
 from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
@@ -267,12 +265,6 @@ class OpenAIBackend:
         """Requests a session may make (``generator.max_turns``; None: any number)."""
         self.created = int(time.time())
 
-    @functools.cached_property
-    def turn_stop_ids(self) -> list[int]:
-        """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``,
-        read from the template on the first chat request)."""
-        return ChatTokens(self.tokenizer).turn_stop_ids
-
     # -- endpoints -------------------------------------------------------------------
 
     def models(self) -> dict:
@@ -289,7 +281,7 @@ class OpenAIBackend:
         _refuse_unsupported(body, chat=True)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
-        stop_ids, stops = self.turn_stop_ids, self._stop_strings(body, session)
+        stop_ids, stops = self.format.turn_stop_ids, self._stop_strings(body, session)
         choices, prompt_ids = await self._sample(body, session, rendered, messages, stop_ids)
         out = []
         for k, (completion, record) in enumerate(choices):

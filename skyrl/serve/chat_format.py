@@ -138,10 +138,15 @@ class ChatFormat:
         self.parser = ToolCallParser(tokenizer, tool_parser)
 
     @cached_property
+    def turn_stop_ids(self) -> list[int]:
+        """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``,
+        read from the template once, on first use)."""
+        return ChatTokens(self.tokenizer).turn_stop_ids
+
+    @cached_property
     def final_ids(self) -> set[int]:
-        """Tokens a reply may end on that are not its text (read from the template on the
-        first reply, as ``OpenAIBackend.turn_stop_ids`` is on the first chat request)."""
-        return {self.tokenizer.eos_token_id, *ChatTokens(self.tokenizer).turn_stop_ids}
+        """Tokens a reply may end on that are not its text: EOS and ``turn_stop_ids``."""
+        return {self.tokenizer.eos_token_id, *self.turn_stop_ids}
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The conversation with the generation prompt appended, as token ids."""
