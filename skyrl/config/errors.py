@@ -25,6 +25,13 @@ class ConfigError(ValueError):
         return ConfigError(f"{prefix}.{self.key}" if prefix else self.key, self.message)
 
 
+def exception_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: an error from a library (hub, transformers,
+    json) inside a one-line message, however many lines it runs to."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 def require(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigError(key, message)`` unless ``condition`` holds."""
     if not condition:

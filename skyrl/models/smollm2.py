@@ -30,6 +30,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from skyrl.config.errors import exception_line
+
 logger = logging.getLogger(__name__)
 
 MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -132,7 +134,7 @@ def _build_once(
             logger.warning("%s %s into %s (once)", what, gguf, out)
             _build_atomically(out, gguf, build)
     except Exception as exc:  # a transformers without GGUF support, a full disk, a lock timeout
-        raise ConversionUnavailable(f"{what} {gguf} failed ({_one_line(exc)})") from exc
+        raise ConversionUnavailable(f"{what} {gguf} failed ({exception_line(exc)})") from exc
     return out
 
 
@@ -149,12 +151,6 @@ def _build_atomically(out: Path, gguf: Path, build: Callable[[Path, Path], None]
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _remove_leftovers(out: Path) -> None:
