@@ -96,8 +96,9 @@ def command_line_problem(argv: list[str]) -> Exception | None:
                 _check_sweep(config_name, args.overrides)
             else:  # composed here: Hydra's own errors are bad input (``is_bad_input``)
                 overrides = _run_overrides(args.overrides)
-                _check_job(compose(config_name, overrides, return_hydra_config=True), None, None)
-                _check_hydra_dir(config_name, args.overrides, "run")
+                composed = compose(config_name, overrides, return_hydra_config=True)
+                _check_job(composed, None, None)
+                _require_static_dir(composed.hydra, "run")
     except Exception as exc:  # bad input and bugs alike; the caller formats and tells them apart
         return exc
     return None
@@ -357,15 +358,10 @@ def _job_label(job: tuple[str, ...], axes: list[list[str]], number: int, count: 
     return f"sweep job {number} of {count}: {swept}" if basic else f"search-space point {swept}"
 
 
-def _check_hydra_dir(config_name: str, overrides: list[str], which: str) -> None:
-    """Hydra makes ``hydra.<which>.dir`` before the job starts: refuse one it cannot make."""
-    hydra_cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-    _require_static_dir(hydra_cfg.hydra, which)
-
-
 def _require_static_dir(hydra_cfg: DictConfig, which: str) -> None:
-    """The part of ``hydra.<which>.dir`` before its first interpolation (``${now:...}`` is
-    resolved only when Hydra runs) can be a directory: no file in the way, writable."""
+    """Hydra makes ``hydra.<which>.dir`` before the job starts: the part of it before its
+    first interpolation (``${now:...}`` is resolved only when Hydra runs) can be a
+    directory: no file in the way, writable."""
     section = OmegaConf.to_container(hydra_cfg[which], resolve=False)
     assert isinstance(section, dict)  # hydra.run / hydra.sweep are mappings
     raw = str(section["dir"])
