@@ -228,16 +228,24 @@ def test_precision_auto_is_bf16_on_gpus_and_amx_cpus_else_fp32():
         assert _validate(f"trainer.precision={chosen}").trainer.precision == chosen
 
 
-def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(monkeypatch):
+@pytest.fixture
+def plain_engine(monkeypatch) -> str:
+    """The name of a registered engine backend whose class takes only the model and tokenizer
+    paths (no ``lora``, no ``trust_remote_code``); unregistered after the test."""
     from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
 
     class PlainEngine:
         def __init__(self, model_path: str, tokenizer_path: str | None = None):
             pass
 
-    name = "plain_engine_for_lora_test"
+    name = "plain_engine_for_test"
     entries = {**ENGINE_BACKENDS._entries, name: lambda cfg, p, t: EngineSpec(PlainEngine, {})}
-    monkeypatch.setattr(ENGINE_BACKENDS, "_entries", entries)  # gone after the test
+    monkeypatch.setattr(ENGINE_BACKENDS, "_entries", entries)
+    return name
+
+
+def test_lora_adapter_sync_needs_an_engine_that_serves_adapters(plain_engine):
+    name = plain_engine
     with pytest.raises(ConfigError) as info:
         _validate(f"generator.backend={name}", "model.lora.rank=8")
     assert info.value.key == "trainer.lora_sync"
@@ -298,18 +306,10 @@ def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, t
     _validate(f"algorithm.{key}=test_star_{key}")
 
 
-def test_trust_remote_code_needs_an_engine_that_takes_it(monkeypatch):
+def test_trust_remote_code_needs_an_engine_that_takes_it(plain_engine):
     """``model.trust_remote_code=true`` is passed to the engine class (``make_engine``); a
     recipe's engine without that argument failed with a TypeError when the run built it."""
-    from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec
-
-    class PlainEngine:
-        def __init__(self, model_path: str, tokenizer_path: str | None = None):
-            pass
-
-    name = "plain_engine_for_remote_code_test"
-    entries = {**ENGINE_BACKENDS._entries, name: lambda cfg, p, t: EngineSpec(PlainEngine, {})}
-    monkeypatch.setattr(ENGINE_BACKENDS, "_entries", entries)  # gone after the test
+    name = plain_engine
     with pytest.raises(ConfigError) as info:
         _validate(f"generator.backend={name}", "model.trust_remote_code=true")
     assert info.value.key == "model.trust_remote_code"
