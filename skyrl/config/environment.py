@@ -47,7 +47,7 @@ class EnvironmentConfig:
     protocol; ``auto``: native when the chat template renders tools and the parser loads,
     else tags (the choice is logged)."""
     max_concurrent_calls: int = 32
-    """Env calls (init, step, close) that may run at once over all trajectories in flight,
+    """Env calls (the constructor, init, step, close) that may run at once over all trajectories in flight,
     each on a thread of its own; a call's ``timeout_s`` starts when it gets one of these."""
     max_hung_calls: int = 128
     """Timed-out env calls whose threads may still be running (Python cannot stop a thread;

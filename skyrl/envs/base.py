@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+import math
+import reprlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +30,45 @@ class StepResult:
     observations: list[Message]
     """Messages appended after the assistant turn (tool or user role); empty when done."""
     reward: float
-    """Reward of this step (the trajectory's reward is the last step's)."""
+    """Reward of this step (the trajectory's reward is the last step's): a finite real number
+    (anything ``float()`` takes but text: an int, a bool, a numpy or 0-d torch scalar)."""
     done: bool
     """True when the episode is over."""
     info: dict[str, Any] = field(default_factory=dict)
     """Free-form diagnostics."""
+
+
+def step_result_problem(result: object) -> str | None:
+    """What makes ``result`` unusable as a ``StepResult`` (None: nothing): not one, a reward
+    that is not a finite real number, observations that are not messages with string
+    ``role`` and ``content``. The generator checks every step (a NaN reward would make every
+    advantage of its group NaN) and ends the trajectory as an env error."""
+    if not isinstance(result, StepResult):
+        return f"returned a {type(result).__name__}, not a StepResult"
+    reward = result.reward
+    try:  # float() of text parses it: "1.0" is a mistake, not a reward
+        value = None if isinstance(reward, str | bytes) else float(reward)
+    except (TypeError, ValueError):
+        value = None
+    if value is None:
+        return f"reward is {reprlib.repr(reward)}, not a number"
+    if not math.isfinite(value):
+        return f"reward is {value}, not a finite number"
+    return messages_problem(result.observations, "observations")
+
+
+def messages_problem(messages: object, name: str) -> str | None:
+    """What makes ``messages`` (called ``name``) not a list of chat messages with string
+    ``role`` and ``content`` (None: nothing)."""
+    if not isinstance(messages, list):
+        return f"{name} is a {type(messages).__name__}, not a list of messages"
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            return f"{name}[{i}] is a {type(message).__name__}, not a message"
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                return f"{name}[{i}][{key!r}] is {reprlib.repr(message.get(key))}, not a string"
+    return None
 
 
 class TextEnv:
@@ -183,12 +219,16 @@ def make_checked_env(cfg) -> TextEnv:
 
 def make_env_factory(cfg) -> Callable[[], TextEnv]:
     """A zero-argument constructor of fresh envs from an ``EnvironmentConfig``: its ``kwargs``,
-    ``max_observation_chars``, ``dataset`` when the constructor takes one (``data=reasoning_gym``
-    reads it too, for envs that do not), and the ``tool_*`` fields and ``timeout_s`` for a
-    tools env (``ToolEnv`` or a subclass, whatever its name)."""
+    ``max_observation_chars`` and ``dataset`` when the constructor takes them (``data=
+    reasoning_gym`` reads ``dataset`` too, for envs that do not), and the ``tool_*`` fields and
+    ``timeout_s`` for a tools env (``ToolEnv`` or a subclass, whatever its name). A ``TextEnv``
+    whose own ``__init__`` takes no ``max_observation_chars`` (``def __init__(self):
+    super().__init__()``) gets it set on the built env, so ``truncate`` still keeps to it."""
     cls = env_class(cfg.name, cfg._target_)
     kwargs = dict(cfg.kwargs or {})
-    kwargs.setdefault("max_observation_chars", cfg.max_observation_chars)
+    set_limit = not _takes_argument(cls, "max_observation_chars")
+    if not set_limit:
+        kwargs.setdefault("max_observation_chars", cfg.max_observation_chars)
     if cfg.dataset is not None and _takes_argument(cls, "dataset"):
         kwargs.setdefault("dataset", cfg.dataset)
     if _is_tool_env(cls):  # ``tools``, a subclass of its own name, or ToolEnv by _target_
@@ -196,7 +236,14 @@ def make_env_factory(cfg) -> Callable[[], TextEnv]:
         kwargs.setdefault("tool_memory_bytes", cfg.tool_memory_bytes)
         kwargs.setdefault("tool_format", cfg.tool_format)
         kwargs.setdefault("step_timeout_s", cfg.timeout_s)
-    return lambda: cls(**kwargs)
+
+    def build() -> TextEnv:
+        env = cls(**kwargs)
+        if set_limit and isinstance(env, TextEnv):
+            env.max_observation_chars = cfg.max_observation_chars
+        return env
+
+    return build
 
 
 def _is_tool_env(factory: Callable) -> bool:

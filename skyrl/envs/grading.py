@@ -32,6 +32,8 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
 _GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
+"""How LaTeX writes a thousands separator (MATH's answers use ``10,\\!000``); read as ``,``."""
 _WRAPPER = re.compile(r"\\(?:boxed|text|textbf|mathrm)\{(.*)\}", re.DOTALL)
 
 MAX_ANSWER_CHARS = 300
@@ -105,10 +107,14 @@ def extract_answer(text: str) -> str | None:
 def plain_number(text: str) -> Decimal | None:
     """The value of an integer or decimal such as ``-3``, ``2.50``, ``$1,000.``, ``\\boxed{28}``.
 
-    ``$``, thousands separators, a trailing ``.`` and ``\\boxed{}``/``\\text{}`` wrappers are
-    ignored; anything else (an operator, a unit, a fraction, an exponent) gives ``None``.
+    ``$``, thousands separators (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``,
+    ``1\\,000``: between groups of three digits only), a trailing ``.`` and
+    ``\\boxed{}``/``\\text{}`` wrappers are ignored; anything else (an operator, a unit, a
+    fraction, an exponent) gives ``None``.
     """
-    s = text.replace("\\$", "").replace("$", "").replace("{,}", ",").replace("\u2212", "-")
+    s = text.replace("\\$", "").replace("$", "").replace("\u2212", "-")
+    for separator in _LATEX_THOUSANDS:
+        s = s.replace(separator, ",")
     s = s.strip().removesuffix(".").strip()
     while match := _WRAPPER.fullmatch(s):
         s = match.group(1).strip().removesuffix(".").strip()

@@ -1,8 +1,10 @@
 """Tools the multi-turn tool env offers: a calculator and a sandboxed Python subprocess.
 
-The calculator runs in-process, so it refuses integers past ``MAX_INT_BITS``
-before computing them: one huge power would hold the GIL for minutes, and no
-timeout around the call can interrupt it.
+The calculator computes exactly, in fractions (``0.1 + 0.2`` is ``0.3``, not a float's
+``0.30000000000000004``); a result that is not an integer prints exactly when its decimal
+ends within ``MAX_DECIMALS`` places, else rounded to that many significant digits. It runs
+in-process, so it refuses numbers past ``MAX_INT_BITS`` before computing them: one huge
+power would hold the GIL for minutes, and no timeout around the call can interrupt it.
 
 The Python sandbox is a best effort, not a security boundary: a fresh
 interpreter in isolated mode (``-I``) in a temporary working directory, with
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import math
 import operator
 import os
 import secrets
@@ -29,7 +32,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from fractions import Fraction
 from typing import Any
+
+Number = Fraction | float
+"""A calculator value: exact, or a float from a power whose exponent is not a whole number."""
 
 _OPS: dict[type[ast.operator | ast.unaryop], Callable[..., Any]] = {
     ast.Add: operator.add,
@@ -45,37 +53,98 @@ _OPS: dict[type[ast.operator | ast.unaryop], Callable[..., Any]] = {
 
 
 MAX_INT_BITS = 10_000
-"""Largest integer the calculator builds (about 3,000 digits)."""
+"""Largest integer the calculator builds, as a result or as a fraction's numerator or
+denominator (about 3,000 digits)."""
+MAX_DECIMALS = 16
+"""A result that is not an integer prints exactly when its decimal ends within this many
+places (``0.3``, ``59.97``); otherwise rounded to this many significant digits, in a float's
+notation (``1/3``: ``0.3333333333333333``; ``2**-100``: ``7.888609052210118e-31``; never
+shown as an integer: ``10**16/3`` is ``3333333333333333.0``)."""
+_LOG2_10 = math.log2(10)
 
 
-def _check_bits(bits: int) -> None:
+def _check_bits(bits: float) -> None:
     if bits > MAX_INT_BITS:
         raise ValueError(f"result too large (over {MAX_INT_BITS} bits)")
 
 
-def _apply(op: ast.operator, left: Any, right: Any) -> Any:
-    """``left op right``, refusing an integer result past ``MAX_INT_BITS`` before computing it."""
-    if isinstance(op, ast.Pow) and abs(right) > 100:
-        raise ValueError("exponent too large")
-    if isinstance(left, int) and isinstance(right, int):
-        if isinstance(op, ast.Pow) and right > 0:
-            _check_bits(left.bit_length() * right)
-        elif isinstance(op, ast.Mult):
-            _check_bits(left.bit_length() + right.bit_length())
-    value = _OPS[type(op)](left, right)
-    if isinstance(value, int):
-        _check_bits(value.bit_length())  # + and - add a bit at a time
+def _bits(value: Fraction) -> int:
+    return max(value.numerator.bit_length(), value.denominator.bit_length())
+
+
+def _literal(node: ast.Constant, source: str) -> Fraction:
+    """A number as written: ``0.1`` is 1/10, not the float nearest it. A decimal's exponent
+    is bounded before its power of ten is built (``1e100000000``)."""
+    if isinstance(node.value, int):
+        _check_bits(node.value.bit_length())  # hex literals have no digit limit
+        return Fraction(node.value)
+    written = Decimal(ast.get_source_segment(source, node) or repr(node.value))
+    _, digits, exponent = written.as_tuple()
+    assert isinstance(exponent, int)  # a literal is finite
+    _check_bits((len(digits) + max(exponent, 0)) * _LOG2_10)  # numerator
+    _check_bits(-min(exponent, 0) * _LOG2_10)  # denominator: a power of ten
+    return Fraction(written)
+
+
+def _apply(op: ast.operator, left: Number, right: Number) -> Number:
+    """``left op right``, refusing a power past ``MAX_INT_BITS`` before computing it."""
+    if isinstance(op, ast.Pow):
+        if not -100 <= right <= 100:
+            raise ValueError("exponent too large")
+        if isinstance(left, Fraction) and isinstance(right, Fraction) and right.denominator == 1:
+            _check_bits(_bits(left) * abs(right.numerator))
+    value = _OPS[type(op)](left, right)  # a non-integer power of a Fraction is a float
+    if isinstance(value, complex):  # (-8) ** (1/3)
+        raise ValueError("the result is not a real number")
+    if isinstance(value, int):  # // of Fractions is an int
+        value = Fraction(value)
+    if isinstance(value, Fraction):  # + - * / build at most twice their operands' bits
+        _check_bits(_bits(value))
     return value
 
 
-def calculator(expression: str) -> str:
-    """Evaluate + - * / // % ** on numbers; errors come back as text."""
+def _format(value: Number) -> str:
+    """An integer in full; else see ``MAX_DECIMALS``; a float (inexact) as Python prints it."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else str(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    sign = "-" if value < 0 else ""
+    places = _decimal_places(value.denominator)
+    if places is not None:
+        digits = str(abs(value.numerator) * 10**places // value.denominator).rjust(places + 1, "0")
+        return f"{sign}{digits[:-places]}.{digits[-places:]}"
+    with localcontext() as context:  # (its keyword arguments are Python 3.11+)
+        context.prec, context.rounding = MAX_DECIMALS, ROUND_HALF_EVEN
+        rounded = (Decimal(abs(value.numerator)) / value.denominator).normalize()
+    exponent = rounded.adjusted()
+    if -4 <= exponent < MAX_DECIMALS:
+        text = format(rounded, "f")
+        return sign + (text if "." in text else f"{text}.0")  # not an integer: never shown as one
+    digits = "".join(map(str, rounded.as_tuple().digits))
+    mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
+    return f"{sign}{mantissa}e{exponent:+03d}"
 
-    def ev(node):
+
+def _decimal_places(denominator: int) -> int | None:
+    """The places a fraction of this (reduced) denominator takes as a decimal, if it ends
+    within ``MAX_DECIMALS`` (the denominator is 2^a 5^b: max(a, b) places); else None."""
+    twos = (denominator & -denominator).bit_length() - 1
+    rest, fives = denominator >> twos, 0
+    while rest % 5 == 0 and fives <= MAX_DECIMALS:
+        rest, fives = rest // 5, fives + 1
+    places = max(twos, fives)
+    return places if rest == 1 and places <= MAX_DECIMALS else None
+
+
+def calculator(expression: str) -> str:
+    """Evaluate + - * / // % ** on numbers, exactly (fractions; a power whose exponent is not
+    a whole number is a float); errors come back as text. How results print: ``MAX_DECIMALS``."""
+    source = expression.strip()
+
+    def ev(node) -> Number:
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            if isinstance(node.value, int):
-                _check_bits(node.value.bit_length())  # hex literals have no digit limit
-            return node.value
+            return _literal(node, source)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _apply(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
@@ -83,10 +152,9 @@ def calculator(expression: str) -> str:
         raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
 
     try:  # the model sees the error and may retry
-        value = ev(ast.parse(expression.strip(), mode="eval").body)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return str(value)  # can raise too (int to str digit limit)
+        return _format(ev(ast.parse(source, mode="eval").body))
+    except ZeroDivisionError:  # Fraction's own message is "Fraction(1, 0)"
+        return "error: division by zero"
     except Exception as exc:
         return f"error: {exc}"
 

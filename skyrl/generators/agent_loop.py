@@ -3,14 +3,18 @@
 Per trajectory: render the opening messages, then repeat: ``await
 engine.generate`` for this turn alone (the engine batches whatever requests are
 in flight: no trajectory waits for another's turn), keep the sampled tokens,
-``env.step`` the decoded text, append the observation tokens, until the env is
+``env.step`` the decoded text (special tokens kept, all but the stop, when the env's
+tools are native: ``ChatTokens.reply_text``), append the observation tokens, until the env is
 done, ``max_turns`` is reached, or the token budget (``max_generate_length``
-over all turns) runs out. Each env call runs on a thread of its own (``EnvThreads``)
-under ``timeout_s``; an env that raises or times out ends its trajectory with reward
-0 and counts in ``env/errors``; the run goes on. Python cannot stop a thread, so a
-timed-out call's thread runs on unwatched: it no longer counts against the
-``environment.max_concurrent_calls`` that may run at once, the env is closed on that
-thread once the call returns (never under it), and more than
+over all turns) runs out. Each env call (its constructor, ``init``, ``step``, ``close``) runs
+on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises, times out,
+returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a message
+whose content is not a string) or an observation the chat template cannot render ends its
+trajectory with reward 0 and counts in ``env/errors``, logged once per distinct problem;
+the run goes on. Python cannot stop a thread, so a timed-out call's thread runs on
+unwatched: it no longer counts against the ``environment.max_concurrent_calls`` that may
+run at once, the env is closed on that thread once the call returns (never under it; an
+env built past the limit once it exists), and more than
 ``environment.max_hung_calls`` such calls still running stop the run with
 ``EnvHangError``. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
@@ -28,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from skyrl.data.prompts import PromptRow
-from skyrl.envs.base import Message, TextEnv
-from skyrl.generators.chat import ChatTokens
+from skyrl.envs.base import Message, StepResult, TextEnv, messages_problem, step_result_problem
+from skyrl.generators.chat import ChatTokens, NotAppendOnly
 from skyrl.generators.output import check_prefix
 from skyrl.generators.tool_calls import ToolCallParser, declared_tools
 from skyrl.generators.trajectory import (
@@ -55,6 +59,48 @@ def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
 
 class EnvHangError(RuntimeError):
     """More env calls are still running past their time limit than ``EnvThreads`` allows."""
+
+
+class BadEnvResult(ValueError):
+    """An env call returned what the loop cannot use; the message says what."""
+
+
+def checked_opening(env: TextEnv, row: PromptRow) -> list[Message]:
+    """``opening_messages``, refused unless they are messages with string role and content."""
+    messages = opening_messages(env, row)
+    problem = messages_problem(messages, "messages")
+    if problem is not None:
+        raise BadEnvResult(problem)
+    return messages
+
+
+def checked_step(env: TextEnv, action_text: str) -> StepResult:
+    """``env.step(action_text)``, refused unless ``step_result_problem`` finds nothing."""
+    result = env.step(action_text)
+    problem = step_result_problem(result)
+    if problem is not None:
+        raise BadEnvResult(problem)
+    return result
+
+
+class _Unbuilt:
+    """Stands for an env while its constructor runs (``EnvThreads`` tracks calls by env):
+    closing it closes the env the constructor returned, if it returned one, so an env built
+    after its time limit is closed on that thread once it exists."""
+
+    def __init__(self, factory: Callable[[], TextEnv]):
+        self.factory = factory
+        self.env: TextEnv | None = None
+        self.name = f"{factory.__name__ if isinstance(factory, type) else 'env_factory'}()"
+        """How the log names the call."""
+
+    def build(self) -> TextEnv:
+        self.env = self.factory()
+        return self.env
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
 
 
 @dataclass(eq=False)
@@ -179,7 +225,8 @@ def _resolve(future: asyncio.Future, result, error: BaseException | None) -> Non
 
 
 class AgentLoop:
-    """Runs trajectories for prompt rows against an engine and an env factory."""
+    """Runs trajectories for prompt rows against an engine and an env factory (called on env
+    threads like every env call, so several envs may be built at once)."""
 
     def __init__(
         self,
@@ -197,6 +244,7 @@ class AgentLoop:
         self.settings = settings
         self.clock = clock or VersionClock()
         self.env_threads = EnvThreads(settings.max_env_calls, settings.max_hung_env_calls)
+        self._logged_env_errors: set[str] = set()
 
     @classmethod
     def from_context(cls, ctx: DriverContext) -> AgentLoop:
@@ -218,14 +266,20 @@ class AgentLoop:
         self, row: PromptRow, sample: int, sampling: SamplingParams
     ) -> Trajectory:
         tid = f"{row.uid}/{sample}"
-        env = self.env_factory()
+        unbuilt = _Unbuilt(self.env_factory)
+        env: TextEnv | _Unbuilt = unbuilt
         try:
-            return await self._turns(env, row, tid, sample, sampling)
+            built, err = await self._safe_env_call(unbuilt, unbuilt.name, unbuilt.build)
+            if err is not None:
+                return Trajectory(row, tid, [], 0.0, "env_error", env_errors=1)
+            env = built
+            return await self._turns(built, row, tid, sample, sampling)
         finally:  # after a hung call: on its thread once it returns
             await self.env_threads.close(env, self.settings.env_timeout_s)
 
-    async def _safe_env_call(self, env, fn, *args):
-        """``(result, None)`` or ``(None, error)`` when the env raises or times out."""
+    async def _safe_env_call(self, env, where: str, fn, *args):
+        """``(result, None)``, or ``(None, error)`` when the env raises, times out or returns
+        what the loop cannot use (``BadEnvResult``); ``where`` names the call in the log."""
         try:
             result = await self.env_threads.run(
                 env, fn, *args, timeout_s=self.settings.env_timeout_s
@@ -233,8 +287,22 @@ class AgentLoop:
         except EnvHangError:
             raise
         except Exception as exc:  # TimeoutError included
+            self._log_env_error(where, exc)
             return None, exc
         return result, None
+
+    def _log_env_error(self, where: str, exc: Exception) -> None:
+        """One warning per distinct problem: a bad env fails the same way on every trajectory."""
+        if isinstance(exc, BadEnvResult):
+            what = str(exc)
+        elif isinstance(exc, TimeoutError):
+            what = f"ran past environment.timeout_s={self.settings.env_timeout_s:g}"
+        else:
+            what = f"raised {type(exc).__name__}: {exc}"
+        message = f"{where}: {what}; its trajectory ends with reward 0 (env_error)"
+        if message not in self._logged_env_errors:
+            self._logged_env_errors.add(message)
+            logger.warning(message)
 
     async def _generate(
         self, context: list[int], sampling: SamplingParams, row: PromptRow, sample: int, turn: int
@@ -266,7 +334,8 @@ class AgentLoop:
         tools = await self.env_threads.run(
             env, declared_tools, env, self.chat, self.parser, timeout_s=None, slot=False
         )
-        messages, err = await self._safe_env_call(env, opening_messages, env, row)
+        name = type(env).__name__
+        messages, err = await self._safe_env_call(env, f"{name}.init", checked_opening, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         context = self.chat.prompt_ids(messages, tools)
@@ -282,8 +351,9 @@ class AgentLoop:
                 context, replace(sampling, max_tokens=budget), row, sample, turn_idx
             )
             turns.append(turn)
-            action = self.chat.decode(turn.response_ids)
-            result, err = await self._safe_env_call(env, env.step, action)
+            # native tools: the parser may need special tokens (a model's <tool_call>)
+            action = self.chat.reply_text(turn.response_ids, keep_special=tools is not None)
+            result, err = await self._safe_env_call(env, f"{name}.step", checked_step, env, action)
             if err is not None:
                 return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
             reward = float(result.reward)
@@ -294,7 +364,15 @@ class AgentLoop:
                     stop = "stop"
                 break
             ended = self.chat.ends_turn(turn.response_ids)
-            appended = self.chat.observation_ids(result.observations, ended, tools)
+            try:
+                appended = self.chat.observation_ids(result.observations, ended, tools)
+            except NotAppendOnly:  # the template's fault, on every trajectory: stop the run
+                raise
+            except Exception as exc:  # a message the template fails on
+                why = f"{type(exc).__name__}: {exc}"
+                problem = f"the chat template cannot render its observations ({why})"
+                self._log_env_error(f"{name}.step", BadEnvResult(problem))
+                return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
             used = len(context) - prompt_len + len(turn.response_ids) + len(appended)
             if used >= s.max_generate_length:  # no room for the observation and a reply
                 stop = "budget"

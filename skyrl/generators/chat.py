@@ -33,6 +33,11 @@ def render_prompt_ids(tokenizer, messages: list, tools: list[dict] | None = None
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+class NotAppendOnly(ValueError):
+    """The chat template re-renders earlier turns when messages are added (a setup error, not
+    the env's)."""
+
+
 class ChatTokens:
     """Token-level view of a tokenizer's chat template."""
 
@@ -107,7 +112,7 @@ class ChatTokens:
         probe = self.render_text(_PROBE, tools=tools)
         full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
         if not full.startswith(probe):
-            raise ValueError(
+            raise NotAppendOnly(
                 "the chat template re-renders earlier turns when messages are added; "
                 "token-level multi-turn needs an append-only template"
             )
@@ -116,3 +121,15 @@ class ChatTokens:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
+        """A reply's text for the env. ``keep_special``: special tokens stay in it, all but
+        the one it stopped on (EOS, or ``turn_stop_ids``): a tool-call parser needs them
+        where a model's ``<tool_call>`` is a special token (vLLM's hermes parser keeps them
+        for the same reason). Otherwise ``decode``: no special tokens."""
+        if not keep_special:
+            return self.decode(response_ids)
+        ids = list(response_ids)
+        if ids and ids[-1] in (self.eos_id, *self.turn_stop_ids):
+            ids.pop()
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -245,3 +245,31 @@ def test_a_tools_env_of_its_own_name_or_target_gets_the_tool_settings():
         make_checked_env(too_slow)
     assert err.value.key == "environment.tool_timeout_s"
     assert err.value.message.startswith("must be < environment.timeout_s (4)")
+
+
+def test_an_env_whose_constructor_takes_no_arguments_is_built_with_the_observation_limit():
+    """``def __init__(self): super().__init__()`` was refused: the factory always passed
+    ``max_observation_chars``, and the error blamed ``environment.kwargs`` (empty). Now it is
+    passed only to a constructor that takes it, and set on the built env otherwise, so
+    ``truncate`` still keeps to environment.max_observation_chars."""
+    from skyrl.envs import make_checked_env, register_env
+    from skyrl.envs.base import ENV_REGISTRY, StepResult, TextEnv
+
+    @register_env("test_plain_init")
+    class Counter(TextEnv):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def step(self, action_text):
+            return StepResult([], 1.0, True)
+
+    try:
+        env = make_checked_env(EnvironmentConfig(name="test_plain_init", max_observation_chars=5))
+        again = make_env_factory(EnvironmentConfig(name="test_plain_init"))()
+    finally:
+        ENV_REGISTRY.pop("test_plain_init")
+    assert isinstance(env, Counter) and env.calls == 0
+    # 12 chars cut at 5: "abcde" + a note of the 7 cut
+    assert env.truncate("abcdefghijkl") == "abcde\n...[truncated 7 chars]"
+    assert again.max_observation_chars == 2048  # the config's default

@@ -216,3 +216,26 @@ def test_an_answer_that_is_costly_to_grade_scores_0_quickly_off_the_main_thread(
     assert [text for text, _, _ in graded] == [text for text, _ in cases]
     for text, reward, seconds in graded:
         assert reward == 0.0 and seconds < 1.0, (text, reward, seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "gold"),
+    [
+        ("\\boxed{10,\\!000}", "10000"),  # MATH's own thousands separator
+        ("#### 10,\\!000", "10000"),
+        ("\\boxed{10\\,000}", "10000"),  # a thin space
+        ("\\boxed{10\\,000}", "10,\\!000"),
+        ("\\boxed{1,\\!234,\\!567}", "1234567"),
+        ("\\boxed{1{,}000}", "1000"),
+    ],
+)
+def test_latex_thousands_separators_are_ignored(text, gold):
+    assert grade(text, gold) == 1.0
+
+
+def test_a_latex_separator_outside_digit_groups_is_not_a_number():
+    from skyrl.envs.grading import plain_number
+
+    assert plain_number("10,\\!000") == 10000 and plain_number("10\\,000") == 10000
+    assert plain_number("1\\,5") is None  # "1,5": not a group of three
+    assert grade("\\boxed{1\\,00}", "100") == 0.0  # "1,00", as "#### 1,00" scores 0

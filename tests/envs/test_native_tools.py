@@ -142,3 +142,15 @@ def test_slow_calls_in_one_reply_time_out_within_the_env_step_limit(tok):
     notes = tok.decode(traj.turns[0].appended_ids).split("<tool_response>\n")[1:]
     assert len(notes) == 3 and notes[0].startswith("error: timed out after 1.2 s")
     assert all(n.startswith(("error: timed out after ", "error: not run")) for n in notes)
+
+
+def test_a_call_in_special_tokens_reaches_the_parser(tok):
+    """Some models' ``<tool_call>``/``</tool_call>`` are special tokens (vLLM's hermes parser
+    keeps special tokens for them). The reply was decoded without special tokens, the env
+    saw no call, and the episode ended unanswered with reward 0; now the call runs and the
+    answer after it scores 1, as with plain-text markers."""
+    tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    assert len(tok.encode("<tool_call>", add_special_tokens=False)) == 1
+    traj, _ = run(tok, [CALL, "<answer>42</answer>"], tool_format="native")
+    assert len(traj.turns) == 2 and traj.reward == 1.0 and traj.env_errors == 0
+    assert "<tool_response>\n42\n</tool_response>" in tok.decode(traj.turns[0].appended_ids)

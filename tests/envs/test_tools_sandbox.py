@@ -45,8 +45,7 @@ def test_calculator_keeps_ordinary_arithmetic():
     assert calculator("(9**99)**10 % 1000") == str((9**99) ** 10 % 1000)
     assert calculator("1.5 ** 2") == "2.25"
     assert calculator("7 / 2") == "3.5"
-    assert calculator("2.0 ** -100") == str(2.0**-100)
-    assert calculator("1e308 * 10") == "inf"
+    assert calculator("2.0 ** -100") == str(2.0**-100)  # rounded: 7.888609052210118e-31
 
 
 def test_a_huge_calculator_result_is_error_text_not_an_exception():
@@ -129,3 +128,45 @@ def test_a_timed_out_child_takes_its_process_group_with_it(tmp_path):
     )
     assert "timed out" in run_python(code, timeout_s=1.0)
     assert _dies_within(int(pid_file.read_text()), 1.0)
+
+
+def test_the_calculator_is_exact():
+    # it is declared to the model as exact, but computed in floats: 0.1 + 0.2 gave
+    # 0.30000000000000004 and 4.35 * 100 gave 434.99999999999994, which grade as wrong
+    assert calculator("0.1 + 0.2") == "0.3"
+    assert calculator("1.1 * 3") == "3.3"
+    assert calculator("4.35 * 100") == "435"
+    assert calculator("19.99 * 3") == "59.97"
+    assert calculator("123456789012345678 / 2") == "61728394506172839"  # float: ...840
+    assert calculator("10**25 / 5") == "2" + "0" * 24
+    assert calculator("1e308 * 10") == "1" + "0" * 309  # float: inf
+    assert calculator("7 // 2.5") == "2" and calculator("7.5 % 2") == "1.5"
+    assert calculator("-0.5 ** 2") == "-0.25"  # -(0.5 ** 2), as Python reads it
+    # a decimal ending within 16 places is exact: 1/2**16 = 0.0000152587890625 (16 places)
+    assert calculator("1 / 2**16") == "0.0000152587890625"
+    assert calculator("1e-3 + 1") == "1.001"
+
+
+def test_a_result_that_does_not_end_within_16_decimals_is_rounded_to_16_digits():
+    # 1/3 and 2/3 never end; 2**-100 ends after 100 places: 16 significant digits, rounded
+    # half to even, in a float's notation (as the calculator printed them before)
+    assert calculator("1 / 3") == "0.3333333333333333"
+    assert calculator("2 / 3") == "0.6666666666666667"  # float: ...666 (it rounds 2/3 down)
+    assert calculator("10**20 / 3") == "3.333333333333333e+19"
+    assert calculator("2.0 ** -100") == "7.888609052210118e-31"
+    assert calculator("-1 / 7") == "-0.1428571428571429"
+    # 3333333333333333.33..: 16 digits hold no decimal, and it is not shown as an integer
+    assert calculator("10**16 / 3") == "3333333333333333.0"
+    # a power that is not a whole number is a float, as before
+    assert calculator("2 ** 0.5") == "1.4142135623730951" and calculator("4 ** 0.5") == "2"
+    assert calculator("(-8) ** (1/3)") == "error: the result is not a real number"  # complex
+
+
+def test_the_calculator_refuses_huge_decimal_literals_and_divides_by_zero_in_words():
+    start = time.monotonic()
+    assert calculator("1e100000000 + 1").startswith("error: ")
+    assert calculator("1e-100000000 + 1").startswith("error: ")
+    assert calculator("(0.5 ** 100) ** 100").startswith("error: ")
+    assert time.monotonic() - start < 1.0
+    assert calculator("1 / 0") == "error: division by zero"
+    assert calculator("1.5 % 0") == "error: division by zero"

@@ -543,3 +543,142 @@ def test_too_many_stuck_env_calls_stop_the_run_with_a_clear_error(tok):
             Generator(loop, engine).generate(rows, 1, SamplingParams())
     finally:
         HangsFirst.release.set()
+
+
+class Malformed(TextEnv):
+    """Ends in one step with reward 1, unless the row's ``extras["bad"]`` names a malformed
+    result: then a two-step episode whose first result is that one."""
+
+    BAD = {
+        "nan reward": lambda: StepResult([], float("nan"), True),
+        "inf reward": lambda: StepResult([], float("-inf"), True),
+        "None reward": lambda: StepResult([{"role": "user", "content": "again"}], None, False),
+        "text reward": lambda: StepResult([], "1.0", True),
+        "tuple": lambda: ([], 1.0, True),
+        "int content": lambda: StepResult([{"role": "user", "content": 42}], 0.0, False),
+        "one message": lambda: StepResult({"role": "user", "content": "hi"}, 0.0, False),
+    }
+
+    def step(self, action_text):
+        bad = self.extras.get("bad")
+        return self.BAD[bad]() if bad else StepResult([], 1.0, True)
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("nan reward", "reward is nan, not a finite number"),
+        ("inf reward", "reward is -inf, not a finite number"),
+        ("None reward", "reward is None, not a number"),
+        ("text reward", "reward is '1.0', not a number"),
+        ("tuple", "returned a tuple, not a StepResult"),
+        ("int content", "observations[0]['content'] is 42, not a string"),
+        ("one message", "observations is a dict, not a list of messages"),
+    ],
+)
+def test_a_malformed_step_result_is_an_env_error_of_its_trajectory_alone(tok, caplog, bad, problem):
+    """A NaN reward trained silently (every advantage of its GRPO group NaN); None, a tuple,
+    a message whose content is not a string raised out of ``generate`` for every
+    trajectory. Now that trajectory alone ends: reward 0, ``env_error``, one env error,
+    logged once naming the env's class and the problem; the other trajectory carries on."""
+    import logging
+
+    rows = [PromptRow("a", "s", {}, uid="ok"), PromptRow("b", "s", {"bad": bad}, uid="bad")]
+    with caplog.at_level(logging.WARNING, logger="skyrl.generators.agent_loop"):
+        out = make(tok, FakeEngine(tok), Malformed, False).generate(rows, 2, SamplingParams())
+    assert out.rewards == [1.0, 1.0, 0.0, 0.0]
+    assert out.stop_reasons == ["stop", "stop", "env_error", "env_error"]
+    assert out.metrics["env/errors"] == 2  # one per trajectory of the bad row
+    assert out.metrics["generate/reward_mean"] == 0.5  # (1 + 1 + 0 + 0) / 4, not nan
+    logged = [r.getMessage() for r in caplog.records if problem in r.getMessage()]
+    assert len(logged) == 1, caplog.text  # the same problem twice: logged once
+    assert logged[0].startswith(f"Malformed.step: {problem}")
+
+
+def test_an_observation_the_template_cannot_render_is_an_env_error(tok):
+    """The observation passes the check (string role and content) but the chat template
+    fails on it (``tool_calls`` of an assistant message is iterated): that trajectory ends
+    as an env error instead of ``generate`` raising."""
+
+    class BadToolCalls(TextEnv):
+        def step(self, action_text):
+            if self.extras.get("bad"):
+                message = {"role": "assistant", "content": "x", "tool_calls": 5}
+                return StepResult([message], 0.0, False)
+            return StepResult([], 1.0, True)
+
+    rows = [PromptRow("a", "s", {}, uid="ok"), PromptRow("b", "s", {"bad": True}, uid="bad")]
+    out = make(tok, FakeEngine(tok), BadToolCalls, False).generate(rows, 1, SamplingParams())
+    assert out.rewards == [1.0, 0.0] and out.stop_reasons == ["stop", "env_error"]
+    assert out.metrics["env/errors"] == 1
+
+
+class BuiltTogether(TextEnv):
+    """Its constructor waits until 4 are being built at once (a serial build would wait out the
+    barrier's 5 s and raise); the 2nd one built raises."""
+
+    barrier = threading.Barrier(4, timeout=5)
+    count = 0
+    lock = threading.Lock()
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.lock:
+            n, BuiltTogether.count = BuiltTogether.count, BuiltTogether.count + 1
+        self.barrier.wait()
+        if n == 1:
+            raise ConnectionError("sandbox pool busy")
+
+    def step(self, action_text):
+        return StepResult([], 1.0, True)
+
+
+def test_envs_are_built_on_env_threads_and_a_failing_constructor_is_an_env_error(tok, caplog):
+    """The constructors ran on the event loop, outside the fault handling: 8 slow ones took
+    8 times as long, and one that raised ended the whole ``generate``. Now they run on env
+    threads at once, and a raising one ends its trajectory alone (reward 0, env_error,
+    no turns)."""
+    import logging
+
+    BuiltTogether.count = 0
+    rows = [PromptRow("a", "s", {}, uid="p0")]
+    with caplog.at_level(logging.WARNING, logger="skyrl.generators.agent_loop"):
+        out = make(tok, FakeEngine(tok), BuiltTogether, False).generate(rows, 4, SamplingParams())
+    assert sorted(out.rewards) == [0.0, 1.0, 1.0, 1.0]
+    assert sorted(out.stop_reasons) == ["env_error", "stop", "stop", "stop"]
+    assert out.metrics["env/errors"] == 1 and BuiltTogether.count == 4
+    assert "BuiltTogether(): raised ConnectionError: sandbox pool busy" in caplog.text
+
+
+class HangsInConstructor(TextEnv):
+    """Its constructor blocks on ``release``; each close is logged."""
+
+    release = threading.Event()
+    closed: list[str] = []
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.release.wait(30)  # stands for a constructor that never returns
+
+    def step(self, action_text):
+        return StepResult([], 1.0, True)
+
+    def close(self):
+        self.closed.append("closed")
+
+
+def test_a_constructor_past_the_time_limit_is_an_env_error_and_its_env_closed_later(tok):
+    HangsInConstructor.release, HangsInConstructor.closed = threading.Event(), []
+    settings = LoopSettings(256, 64, 1, env_timeout_s=0.2)
+    engine = FakeEngine(tok)
+    gen = Generator(AgentLoop(engine, tok, HangsInConstructor, settings), engine)
+    try:
+        out = generate_or_hang(gen, [PromptRow("x", "s", {}, uid="p0")], 1, 10)
+        assert out != "hangs" and out.stop_reasons == ["env_error"] and out.rewards == [0.0]
+        assert HangsInConstructor.closed == []  # nothing built yet, nothing closed
+    finally:
+        HangsInConstructor.release.set()
+    deadline = time.monotonic() + 5
+    while not HangsInConstructor.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert HangsInConstructor.closed == ["closed"]  # the env built late is closed once

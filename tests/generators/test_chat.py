@@ -1,6 +1,7 @@
 """ChatTokens: the multi-turn context the loop builds is the chat template's rendering, token
 for token, whatever the tokenizer's EOS is and whatever day it is."""
 
+import copy
 import datetime
 
 import pytest
@@ -129,3 +130,31 @@ def test_a_dated_template_survives_midnight(monkeypatch):
     FakeClock.day = 2  # the run goes on past midnight
     appended = chat.observation_ids(obs, True)
     assert tok.decode(appended) == "\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("tok_name", ["chatml", "base_chatml"])
+def test_reply_text_keeps_special_tokens_for_a_tool_parser_but_not_the_stop(tok_name, request):
+    """A model whose ``<tool_call>`` is a special token: ``decode`` (special tokens skipped)
+    lost the markers, so no call was parsed. ``keep_special`` keeps them and drops only the
+    token the reply stopped on (EOS, or ``<|im_end|>`` where that is not EOS); without it
+    the text is ``decode``'s, as before."""
+    tok = _with_special_tool_tokens(request.getfixturevalue(tok_name))
+    chat = ChatTokens(tok)
+    call = '<tool_call>\n{"name": "calc"}\n</tool_call>'
+    body = tok.encode(call, add_special_tokens=False)
+    assert tok.convert_tokens_to_ids("<tool_call>") in body  # one special token
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    for stop in {tok.eos_token_id, im_end}:
+        assert chat.reply_text(body + [stop], keep_special=True) == call
+        assert chat.reply_text(body + [stop], keep_special=False) == chat.decode(body + [stop])
+        assert chat.decode(body + [stop]) == '\n{"name": "calc"}\n'  # the markers skipped
+    # a special token that is not the last one stays: only the stop is dropped
+    ends_twice = body + [im_end, im_end]
+    assert chat.reply_text(ends_twice, keep_special=True) == call + "<|im_end|>"
+    assert chat.reply_text(body, keep_special=True) == call  # cut off: nothing to drop
+
+
+def _with_special_tool_tokens(tok):
+    tok = copy.deepcopy(tok)
+    tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    return tok
