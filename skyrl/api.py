@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,8 +56,16 @@ class TrainResult:
         return values[-1][1] if values else math.nan
 
 
-def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
-    """The config the CLI would build from these command-line overrides."""
+def compose(
+    overrides: Sequence[str] | Mapping[str, Any] = (), config_name: str = "config"
+) -> DictConfig:
+    """The config the CLI would build from these command-line overrides: a list of
+    ``"key=value"`` strings, or a mapping (a dict or ``DictConfig``) whose items are
+    ``key=value`` overrides, each value written as Hydra reads it back (a string quoted,
+    None as ``null``, lists and mappings as such): ``{"experiment": "smoke",
+    "trainer.total_steps": 3}`` is ``["experiment=smoke", "trainer.total_steps=3"]``, and a
+    mapping value is merged into its node (``{"trainer": {"epochs": 2}}`` keeps the other
+    ``trainer`` keys)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -66,7 +76,50 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=list(overrides))
+        return hydra_compose(config_name=config_name, overrides=_override_strings(overrides))
+
+
+def _override_strings(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    """``compose``'s overrides as Hydra's ``key=value`` strings."""
+    if isinstance(overrides, str):  # list() would split it into characters
+        raise TypeError(
+            "skyrl.compose takes a list of 'key=value' override strings, e.g. "
+            f"['experiment=smoke'], or a mapping {{key: value}}; got the str {overrides!r}"
+        )
+    if isinstance(overrides, DictConfig):  # interpolations kept as written
+        container = OmegaConf.to_container(overrides)
+        assert isinstance(container, dict)
+        overrides = {str(key): value for key, value in container.items()}
+    if isinstance(overrides, Mapping):
+        return [f"{key}={_override_value(value, key)}" for key, value in overrides.items()]
+    return list(overrides)
+
+
+def _override_value(value: Any, key: str) -> str:
+    """``value`` in Hydra's override grammar, so that it parses back to itself."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)  # 1e-06, inf and nan parse back as floats
+    if isinstance(value, str):
+        # quoted: a backslash is literal except in a run before a quote or the end, halved
+        return "'" + re.sub(r"(\\*)('|\Z)", _escape_before_quote, value) + "'"
+    if isinstance(value, Mapping):
+        items = (f"{k}:{_override_value(v, f'{key}.{k}')}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(_override_value(v, f"{key}[]") for v in value) + "]"
+    raise TypeError(
+        f"skyrl.compose: {key} is a {type(value).__name__}; a mapping's values are None, "
+        "bool, int, float, str, or lists and mappings of these"
+    )
+
+
+def _escape_before_quote(match: re.Match) -> str:
+    backslashes, quote = match.groups()
+    return backslashes * 2 + ("\\'" if quote else "")
 
 
 def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
@@ -75,6 +128,7 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     dir, print the plan, and run the job (only check and plan it with
     ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
     ``outputs/<date>/<time>``."""
+    _require_composed(cfg)
     typed = validate(cfg)
     out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
     check_run_dir(typed, out)
@@ -92,6 +146,22 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     if typed.trainer.dry_run:
         return TrainResult(out)
     return _run(checked, out)
+
+
+def _require_composed(cfg: object) -> None:
+    """``cfg`` is a config ``compose`` made (typed by the schema): a dict, or a YAML loaded
+    with ``OmegaConf.load``, has no schema to validate against. A saved
+    ``resolved_config.yaml`` does not compose back either: it holds every key of the group
+    options it was run with, and other options' schemas lack some of them."""
+    if isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is SkyRLConfig:
+        return
+    what = "a plain DictConfig" if isinstance(cfg, DictConfig) else f"a {type(cfg).__name__}"
+    raise TypeError(
+        f"skyrl.train takes a config made by skyrl.compose(...), got {what}; to rerun a "
+        "saved run, compose it again from its overrides: skyrl.compose(overrides) (a "
+        "skyrl-train run dir keeps them in .hydra/overrides.yaml: "
+        "skyrl.compose(OmegaConf.load('<run dir>/.hydra/overrides.yaml')))"
+    )
 
 
 def _config_to_save(cfg: DictConfig, typed: SkyRLConfig) -> DictConfig:

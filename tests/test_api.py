@@ -8,6 +8,7 @@ import os
 
 import pytest
 import ray
+from omegaconf import OmegaConf
 
 import skyrl
 from skyrl import api
@@ -111,3 +112,48 @@ def test_a_cluster_at_ray_address_is_used_as_it_is(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     api._ray_for_run(typed("trainer.dp_size=2"))  # an autoscaling cluster may grow
     assert fake.calls == []
+
+
+def test_compose_takes_a_mapping_of_overrides():
+    listed = skyrl.compose(["experiment=smoke", "trainer.total_steps=3"])
+    assert skyrl.compose({"experiment": "smoke", "trainer.total_steps": 3}) == listed
+    # a nested mapping is merged into its node: the rest of trainer keeps config.yaml's values
+    nested = skyrl.compose(OmegaConf.create({"trainer": {"total_steps": 3, "epochs": 2}}))
+    assert (nested.trainer.total_steps, nested.trainer.epochs) == (3, 2)
+    assert nested.trainer.train_batch_size == 8  # skyrl/conf/config.yaml
+
+
+def test_compose_renders_mapping_values_so_hydra_reads_them_back():
+    values = {
+        "trainer.output_dir": "runs/it's [a]=b,c\\",  # a quote, brackets, a trailing backslash
+        "data.train_files": ["a b.jsonl", "c'd.jsonl"],
+        "trainer.policy_optimizer.lr": 1e-06,
+        "trainer.total_steps": None,
+        "trainer.dry_run": True,
+        "generator.sampling": {"top_p": 0.5, "stop": ["\n\n", "}"]},
+    }
+    cfg = skyrl.compose({"data.source": "files", **values})
+    assert cfg.trainer.output_dir == "runs/it's [a]=b,c\\"
+    assert list(cfg.data.train_files) == ["a b.jsonl", "c'd.jsonl"]
+    assert cfg.trainer.policy_optimizer.lr == 1e-06
+    assert cfg.trainer.total_steps is None and cfg.trainer.dry_run is True
+    assert cfg.generator.sampling.top_p == 0.5
+    assert list(cfg.generator.sampling.stop) == ["\n\n", "}"]
+
+
+def test_compose_refuses_a_string_naming_the_forms_it_takes():
+    with pytest.raises(TypeError) as err:
+        skyrl.compose("experiment=smoke")
+    assert str(err.value) == (
+        "skyrl.compose takes a list of 'key=value' override strings, e.g. "
+        "['experiment=smoke'], or a mapping {key: value}; got the str 'experiment=smoke'"
+    )
+
+
+@pytest.mark.parametrize("as_", [OmegaConf.create, dict])
+def test_train_refuses_a_config_compose_did_not_make(tmp_path, as_):
+    saved = OmegaConf.to_container(skyrl.compose(["experiment=smoke"]))  # a loaded yaml's shape
+    with pytest.raises(TypeError) as err:
+        skyrl.train(as_(saved), tmp_path / "run")
+    assert str(err.value).startswith("skyrl.train takes a config made by skyrl.compose(...)")
+    assert not (tmp_path / "run").exists()  # refused before anything was written

@@ -9,7 +9,8 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   ``generator.max_prompt_length`` after the env's ``init`` and the chat template, under
   ``data.overlong_prompts``: ``skyrl.data.load_checked_prompts``'s own code, the function
   the loaders call, so a run drops or rejects what its dry run reported;
-- at least ``trainer.train_batch_size`` training prompts remain;
+- at least ``trainer.train_batch_size`` training prompts remain, and the steps they give
+  (epochs x batches) leave the policy some after ``trainer.critic_only_steps``;
 - ``model.path`` / ``model.tokenizer_path``, and a critic's ``trainer.critic_model_path``,
   resolve (``skyrl.models.resolve``): a dry run fetches no weights (``locate_model_path``;
   only tokenizer files, which it loads), a real run resolves once and hands the local paths
@@ -39,6 +40,7 @@ from pathlib import Path
 
 from skyrl.config.errors import ConfigError, exception_line, require, require_dir
 from skyrl.config.root import SkyRLConfig
+from skyrl.config.validate import check_critic_only_steps, known_total_steps
 from skyrl.data.checked import SPLITS, PromptSplits, SplitReport, check_prompts
 
 
@@ -99,6 +101,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
         for split in SPLITS
     ]
     _check_enough_train_prompts(cfg, reports[0])
+    _check_critic_only_steps(cfg, reports[0])
     return Preflight(resolved, splits, reports)
 
 
@@ -460,6 +463,17 @@ def load_tokenizer(cfg: SkyRLConfig, folder: str):
     except Exception as exc:  # a folder without tokenizer files, a broken tokenizer.json, ...
         problem = f"cannot load a tokenizer from {folder}: {exception_line(exc)}"
     raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
+
+
+def _check_critic_only_steps(cfg: SkyRLConfig, train: SplitReport) -> None:
+    """``trainer.critic_only_steps`` against the run's steps, counted as the trainer will
+    (epochs x batches of the kept training prompts) where ``validate`` could not: a prompt
+    file's length, or the prompts ``data.overlong_prompts=drop`` leaves."""
+    total_steps = known_total_steps(cfg)
+    if total_steps is None:
+        t = cfg.trainer
+        total_steps = t.epochs * (train.num_prompts // t.train_batch_size)
+    check_critic_only_steps(cfg, total_steps)
 
 
 def _check_enough_train_prompts(cfg: SkyRLConfig, train: SplitReport) -> None:

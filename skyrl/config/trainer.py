@@ -72,9 +72,16 @@ class TrainerConfig:
     counts) and exit."""
 
     epochs: int = 1
-    """Passes over the training prompts (ignored when ``total_steps`` is set)."""
+    """Sets the run's steps: ``epochs`` x batches per epoch (training prompts //
+    ``train_batch_size``), the length of the LR schedules; ignored when ``total_steps`` is
+    set. One pass over the training prompts each, except with
+    ``algorithm.dynamic_sampling=filter``: there each sampling round of a step draws a new
+    batch from the loader, which keeps drawing past the end of the prompts, so an epoch
+    passes over them up to ``algorithm.max_sample_batches`` times (a prompt may be trained
+    on more than once); use ``total_steps`` to set the step count directly."""
     total_steps: int | None = None
-    """Training steps to run; None = as many as ``epochs`` give."""
+    """Training steps to run; None = ``epochs`` x batches per epoch (training prompts //
+    ``train_batch_size``)."""
     train_batch_size: int = 16
     """Prompts per training step."""
     policy_mini_batch_size: int = 8

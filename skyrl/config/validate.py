@@ -255,6 +255,19 @@ def known_total_steps(cfg: SkyRLConfig) -> int | None:
     return t.epochs * (d.num_train_prompts // t.train_batch_size)
 
 
+def check_critic_only_steps(cfg: SkyRLConfig, total_steps: int) -> None:
+    """The policy trains at least one of the run's ``total_steps`` steps: the first
+    ``trainer.critic_only_steps`` train only the critic. ``validate`` checks it when the
+    total is known from the config (``known_total_steps``); the pre-flight check and the
+    trainer again once the prompts have loaded and the total is counted."""
+    critic_only_steps = cfg.trainer.critic_only_steps
+    require(
+        critic_only_steps < total_steps,
+        "trainer.critic_only_steps",
+        f"the policy would never train: {critic_only_steps} critic-only steps of {total_steps}",
+    )
+
+
 def _check_something_trains(cfg: SkyRLConfig) -> None:
     """Settings under which the policy would never change, or data named and never read."""
     t, g, a, d = cfg.trainer, cfg.generator, cfg.algorithm, cfg.data
@@ -281,11 +294,8 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
             f"{t.critic_only_steps} steps: set it to 0",
         )
         total = known_total_steps(cfg)
-        require(
-            total is None or t.critic_only_steps < total,
-            "trainer.critic_only_steps",
-            f"the policy would never train: {t.critic_only_steps} critic-only steps of {total}",
-        )
+        if total is not None:  # else checked once the prompts load (pre-flight, trainer)
+            check_critic_only_steps(cfg, total)
     # group baselines compare a prompt's samples: identical samples all get advantage 0
     compares_samples = (
         a.advantage_estimator in GROUP_BASELINE_ESTIMATORS

@@ -182,6 +182,29 @@ def test_drop_reports_per_split_and_too_few_left(tmp_path):
     )
 
 
+@pytest.mark.parametrize("overlong", ["error", "drop"])
+def test_critic_only_steps_are_checked_against_the_steps_the_loaded_prompts_give(
+    tmp_path, overlong
+):
+    # 8 prompts kept (a 9th, over-long, dropped under drop) // train_batch_size 2
+    # = 4 batches x epochs 1 = 4 steps
+    prompts = [f"q{i}" for i in range(8)] + (["word " * 200] if overlong == "drop" else [])
+    train = write_jsonl(tmp_path / "train.jsonl", prompts)
+    ppo = [
+        "algorithm=ppo", "data.source=files", f"data.train_files=[{train}]",
+        f"data.overlong_prompts={overlong}", "generator.max_prompt_length=64",
+        "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=1",
+        "trainer.critic_mini_batch_size=1", "trainer.total_steps=null", "trainer.epochs=1",
+    ]  # fmt: skip
+    error = refused(cfg_for(*ppo, "trainer.critic_only_steps=4"))
+    assert (error.key, error.message) == (
+        "trainer.critic_only_steps",
+        "the policy would never train: 4 critic-only steps of 4",
+    )
+    checked = preflight(cfg_for(*ppo, "trainer.critic_only_steps=3"), for_run=False)
+    assert checked.reports[0].num_prompts == 8
+
+
 def test_fake_data_checks_only_the_model():
     checked = preflight(cfg_for("data=fake", "environment.name=unused"), for_run=False)
     assert checked.reports == [] and checked.plan_rows() == []

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from skyrl.config import ConfigError, register_configs
-from skyrl.config.validate import validate
+from skyrl.config.validate import check_critic_only_steps, validate
 
 
 def _validate(*overrides: str):
@@ -321,3 +321,16 @@ def test_trust_remote_code_needs_an_engine_that_takes_it(plain_engine):
 @pytest.mark.parametrize("seed", [0, 2**32 - 1])
 def test_seed_range_ends_are_valid(seed):
     assert _validate(f"trainer.seed={seed}").trainer.seed == seed
+
+
+def test_critic_only_steps_are_checked_against_a_total_known_only_once_the_prompts_load():
+    # a prompt file's length sets the steps: validate cannot count them, so it passes here
+    cfg = _validate(
+        "algorithm=ppo", "data.source=files", "data.train_files=[train.jsonl]",
+        "trainer.total_steps=null", "trainer.critic_only_steps=4",
+    )  # fmt: skip
+    check_critic_only_steps(cfg, 5)  # 4 critic-only steps of 5: the policy trains step 5
+    with pytest.raises(ConfigError) as info:
+        check_critic_only_steps(cfg, 4)
+    assert info.value.key == "trainer.critic_only_steps"
+    assert info.value.message == "the policy would never train: 4 critic-only steps of 4"
