@@ -21,7 +21,7 @@ class SamplingConfig:
     """Drop tokens below min_p x the top token's probability. Applied before top_k and
     top_p (vLLM's order), so top_p counts only the mass min_p kept."""
     stop: list[str] = field(default_factory=list)
-    """Stop strings (the stop string is kept in the response)."""
+    """Stop strings, none empty (the stop string is kept in the response)."""
     stop_token_ids: list[int] = field(default_factory=list)
     """Extra stop token ids besides the tokenizer's EOS."""
     seed: int | None = None
@@ -35,6 +35,13 @@ class SamplingConfig:
             self.top_k == -1 or self.top_k >= 1, "top_k", f"must be -1 or >= 1, got {self.top_k}"
         )
         require(0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}")
+        for i, stop in enumerate(self.stop):  # vLLM refuses "" too
+            require(
+                stop != "",
+                f"stop[{i}]",
+                "is an empty string: every text holds one, so each completion would end at "
+                "its first token",
+            )
 
 
 @dataclass

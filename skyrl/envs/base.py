@@ -155,14 +155,31 @@ def constructor_arguments(cls: type) -> list[str]:
 ENV_REGISTRY: dict[str, type[TextEnv]] = {}
 
 
-def register_env(name: str) -> Callable[[type[TextEnv]], type[TextEnv]]:
-    """Class decorator: make an environment available as ``environment.name=<name>``."""
+def register_env(name: str, *, override: bool = False) -> Callable[[type[TextEnv]], type[TextEnv]]:
+    """Class decorator: make an environment available as ``environment.name=<name>``.
+
+    A name taken by another class is refused unless ``override=True``; the built-ins are
+    registered first, so a user's ``math`` clashes now rather than being replaced by
+    ``MathEnv`` on the first lookup. The same class again (same module and qualified name:
+    a notebook cell run again) replaces the old one."""
 
     def wrap(cls: type[TextEnv]) -> type[TextEnv]:
+        if not cls.__module__.startswith("skyrl.envs."):  # a built-in's own: no recursion
+            import skyrl.envs.builtin  # noqa: F401  (registers the built-ins)
+        old = ENV_REGISTRY.get(name)
+        if old is not None and not override and _class_path(old) != _class_path(cls):
+            raise ValueError(
+                f"environment {name!r} is already registered as {_class_path(old)}; pass "
+                f"override=True to replace it with {_class_path(cls)}"
+            )
         ENV_REGISTRY[name] = cls
         return cls
 
     return wrap
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def env_class(name: str | None = None, target: str | None = None) -> type[TextEnv]:

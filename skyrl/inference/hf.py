@@ -123,11 +123,13 @@ class HFEngine(LocalEngine):
         return requests[: self.max_batch_size]
 
     def _run(self, batch: list[Request]) -> None:
-        """Decode ``batch`` and resolve each request; a failure fails the whole batch."""
+        """Decode ``batch`` and resolve each request; a bad request (``_refusal``) fails
+        alone, a failure of the decode fails the whole batch."""
         decodable = []
         for request in batch:
-            if not request.prompt_ids:
-                request.fail(ValueError("hf engine: empty prompt"))
+            refusal = self._refusal(request)
+            if refusal is not None:
+                request.fail(ValueError(f"hf engine: {refusal}"))
             elif request.sampling.max_tokens <= 0:
                 request.resolve(Completion([], [], "length"))
             else:
@@ -148,6 +150,21 @@ class HFEngine(LocalEngine):
             raise
         for request, completion in zip(batch, completions, strict=True):
             request.resolve(completion)
+
+    def _refusal(self, request: Request) -> str | None:
+        """Why ``request`` cannot join a batch (None: it can): an empty prompt, a token id
+        outside the embedding (an IndexError, on CUDA a device assert, for the whole batch),
+        an empty stop string (in every text: the completion would end at its first token)."""
+        ids = request.prompt_ids
+        if not ids:
+            return "empty prompt"
+        vocab_size = self.model.get_input_embeddings().num_embeddings
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            bad = next(i for i in ids if not 0 <= i < vocab_size)
+            return f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})"
+        if "" in request.sampling.stop:
+            return "empty stop string (every text holds one)"
+        return None
 
     # -- the decode loop ----------------------------------------------------------------
 
@@ -226,8 +243,9 @@ class HFEngine(LocalEngine):
         self.on_owner(self._load_weights, weights)
 
     def _load_weights(self, weights: WeightItems) -> None:
-        params = dict(self.model.named_parameters())
-        buffers = dict(self.model.named_buffers())
+        # with the aliases of tied weights (lm_head.weight), which ``state_dict`` holds too
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        buffers = dict(self.model.named_buffers(remove_duplicate=False))
         with torch.no_grad():
             for name, tensor in iter_named_tensors(weights):
                 if self.lora and is_adapter_name(name):  # wire name -> the injected layer's

@@ -27,6 +27,13 @@ def _validate(*overrides: str):
             "needs trainer.zero_stage >= 1",
         ),
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
+        # "" is in every text: it would end each completion at its first token
+        (
+            ["generator.sampling.stop=['</answer>','']"],
+            "generator.sampling.stop[1]",
+            "is an empty string",
+        ),
+        (["generator.eval_sampling.stop=['']"], "generator.eval_sampling.stop[0]", "empty"),
         (
             ["generator.kv_cache_memory_bytes=1000"],
             "generator.kv_cache_memory_bytes",

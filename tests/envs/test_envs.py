@@ -1,6 +1,10 @@
 """Built-in envs: grading, registry, reasoning-gym scoring, tools and their sandbox."""
 
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +193,78 @@ def test_unknown_env_kwargs_are_refused_naming_the_key(name, kwargs, key, messag
 def test_a_built_in_env_built_by_hand_refuses_an_unknown_argument():
     with pytest.raises(TypeError, match=r"^ToolEnv takes no argument 'system_promt' \(did you"):
         ToolEnv(system_promt="x")
+
+
+def test_a_user_env_under_a_built_in_name_is_refused_before_the_built_ins_load():
+    """The built-ins registered on the first lookup, so a user's ``math`` registered before
+    it was silently replaced by ``MathEnv``. ``register_env`` now loads them first (a fresh
+    interpreter: nothing loaded yet) and refuses the clash unless ``override=True``. A
+    built-in's module imported on its own first (``tool_env``) does not recurse."""
+    script = textwrap.dedent(
+        """
+        import skyrl.envs.tool_env
+        from skyrl.envs import ENV_REGISTRY, TextEnv, env_class, register_env
+        try:
+            @register_env("math")
+            class MyMath(TextEnv):
+                pass
+        except ValueError as exc:
+            print(exc)
+        print(sorted(ENV_REGISTRY), env_class("math").__qualname__)
+
+        @register_env("math", override=True)
+        class MyMath(TextEnv):
+            pass
+        print(env_class("math").__qualname__)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parents[2],  # this checkout's skyrl first on the path
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "environment 'math' is already registered as skyrl.envs.math_env.MathEnv; pass "
+        "override=True to replace it with __main__.MyMath",
+        "['math', 'reasoning_gym', 'tools'] MathEnv",
+        "MyMath",
+    ]
+
+
+def test_register_env_takes_the_same_class_again_but_refuses_another():
+    """A notebook cell run again defines a new class of the same module and qualified name:
+    it replaces the old one. A different class under a taken name needs ``override=True``."""
+    from skyrl.envs import register_env
+    from skyrl.envs.base import ENV_REGISTRY, TextEnv
+
+    def define() -> type[TextEnv]:  # one cell, run twice
+        @register_env("test_twice")
+        class Twice(TextEnv):
+            pass
+
+        return Twice
+
+    class Other(TextEnv):
+        pass
+
+    try:
+        first, again = define(), define()
+        assert again is not first and ENV_REGISTRY["test_twice"] is again
+        with pytest.raises(ValueError) as err:
+            register_env("test_twice")(Other)
+        assert str(err.value) == (
+            "environment 'test_twice' is already registered as "
+            f"{__name__}.{again.__qualname__}; pass override=True to replace it with "
+            f"{__name__}.{Other.__qualname__}"
+        )
+        assert ENV_REGISTRY["test_twice"] is again
+        assert register_env("test_twice", override=True)(Other) is Other
+        assert ENV_REGISTRY["test_twice"] is Other
+    finally:
+        ENV_REGISTRY.pop("test_twice", None)
 
 
 def test_environment_dataset_goes_only_to_envs_that_take_it():

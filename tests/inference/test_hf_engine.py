@@ -225,6 +225,59 @@ def test_a_bad_request_fails_alone(setup, engine):
     assert len(fine.token_ids) == 4
 
 
+def test_an_unknown_token_id_or_an_empty_stop_fails_that_request_alone(setup, engine):
+    """An id outside the vocabulary failed the whole batch (IndexError in the embedding; on
+    CUDA a device assert); a stop "" ended every completion at its first token ("" is in
+    every text). Each now fails its own request; the batch mates are answered."""
+    path, tok, prompts = setup
+    vocab_size = engine.model.get_input_embeddings().num_embeddings
+    assert vocab_size == 468  # the tiny model's tokenizer: ids 0..467
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    empty_stop = dataclasses.replace(greedy)
+    empty_stop.stop = ["</answer>", ""]  # past SamplingConfig's check, as a driver may build it
+    [alone] = serve_all(engine, [(prompts[0], greedy)])
+
+    async def run():
+        return await asyncio.gather(
+            engine.generate(prompts[0], greedy),
+            engine.generate([prompts[0][0], 468], greedy),
+            engine.generate([-1, prompts[0][0]], greedy),
+            engine.generate(prompts[0], empty_stop),
+            engine.generate(prompts[0], greedy),
+            return_exceptions=True,
+        )
+
+    first, too_high, negative, stops_at_once, last = run_serving(engine, run())
+    assert isinstance(too_high, ValueError)
+    assert "token id 468 is outside the vocabulary [0, 468)" in str(too_high)
+    assert isinstance(negative, ValueError) and "token id -1 is outside" in str(negative)
+    assert isinstance(stops_at_once, ValueError) and "empty stop string" in str(stops_at_once)
+    assert first.token_ids == last.token_ids == alone.token_ids and len(alone.token_ids) == 4
+
+
+def test_update_weights_takes_a_tied_models_state_dict(setup):
+    """A tied model's ``state_dict`` holds ``lm_head.weight``, an alias of the embedding that
+    ``named_parameters()`` leaves out: the update raised KeyError (vLLM takes it)."""
+    tied = {"arch": "llama", "tie_word_embeddings": True}
+    engine = HFEngine(build_tiny_model(**tied))
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(seed=1, **tied))
+    assert "lm_head.weight" in other.state_dict()
+    prompt = setup[2][0]
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    [[before]] = generate_batch(engine, [prompt], greedy)
+    engine.update_weights(other.state_dict())
+    [[c]] = generate_batch(engine, [prompt], greedy)
+    expected = at(torch.log_softmax(forward_logits(other, prompt, c.token_ids), -1), c.token_ids)
+    # cached decode vs one full forward, fp32: the reviewer measured 1.9e-6
+    torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-5, rtol=0)
+    # the old weights' logprobs are far from the new model's: the update did something
+    old = at(
+        torch.log_softmax(forward_logits(other, prompt, before.token_ids), -1), before.token_ids
+    )
+    assert (torch.tensor(before.logprobs) - old).abs().max() > 1e-2
+    assert engine.model.lm_head.weight is engine.model.get_input_embeddings().weight  # still tied
+
+
 def test_update_weights_changes_logprobs(setup):
     path, tok, prompts = setup
     engine = HFEngine(path)
