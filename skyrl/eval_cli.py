@@ -17,6 +17,11 @@ is printed and the results written as JSON (``eval.output_file``, default
 ``eval_results.json`` in the eval's run directory), with every sample beside it in a file
 named after it (``a.json`` -> ``a.samples.jsonl``, the format of ``trainer.dump_rollouts``).
 
+A run's ``final_hf`` is evaluated unless its latest checkpoint is of a later step than the
+one ``final_hf`` records (a run resumed with more steps that stopped before exporting again,
+or ran with ``trainer.export_hf=false``): then the checkpoint is, with a line saying why. A
+``final_hf`` that records no step (exported before the record existed) is evaluated.
+
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
 source without eval prompts) is a ``ConfigError`` raised before any weights are read or
 any prompt is generated; a checkpoint whose weights do not fit ``model.path`` (another
@@ -153,10 +158,38 @@ def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]
     if target is None:
         return local_model_paths(cfg), None, cfg.model.path
     path = Path(target).expanduser()
-    if (path / "final_hf" / "config.json").is_file():
-        return _with_model(cfg, path / "final_hf"), None, str(path / "final_hf")
+    final_hf = path / "final_hf"
+    if (final_hf / "config.json").is_file() and not _checkpoint_after_export(final_hf, path):
+        return _with_model(cfg, final_hf), None, str(final_hf)
     ckpt = _checkpoint_with_weights(target, path)
     return _run_model(cfg, ckpt), ckpt, str(ckpt)
+
+
+def _checkpoint_after_export(final_hf: Path, run: Path) -> bool:
+    """Whether the run's latest checkpoint is of a later step than its export ``final_hf``
+    records (``EXPORT_RECORD``); logged when it is. False for an export that records no
+    step, and for a run without a readable latest checkpoint (``final_hf`` is evaluated)."""
+    from skyrl.trainer.checkpoint import exported_step, find_checkpoint, read_trainer_state
+
+    exported = exported_step(final_hf)
+    if exported is None:
+        return False
+    try:
+        ckpt = find_checkpoint(run)
+        latest = read_trainer_state(ckpt).get("step") if ckpt is not None else None
+    except (OSError, ValueError):  # a half-written checkpoint: the export is complete
+        return False
+    if ckpt is None or not isinstance(latest, int) or latest <= exported:
+        return False
+    logger.warning(
+        "%s is from step %d, %s is step %d (%s): evaluating the latest checkpoint",
+        final_hf,
+        exported,
+        ckpt.parent / "latest",
+        latest,
+        ckpt.name,
+    )
+    return True
 
 
 def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
@@ -386,11 +419,29 @@ def _is_train_files_rule(problem: Exception | None) -> bool:
     )
 
 
+def with_eval_run_dir(argv: list[str]) -> list[str]:
+    """``argv`` (the arguments after the command) with ``EVAL_RUN_DIR`` among its overrides,
+    unless it names a run directory or sweeps (a sweep's jobs go under
+    ``hydra.sweep.dir``, as ``skyrl-train``'s). Hydra's parser takes one unbroken run of
+    overrides, so it goes right after them: before a leading flag (``-m``, ``--cfg job``) it
+    made the overrides after the flag unrecognized arguments (exit 2). Without overrides it
+    goes first, where no flag can take it as its value (``--info`` takes one)."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    if args.multirun or any(a.startswith(("hydra.run.dir=", "hydra/")) for a in argv):
+        return list(argv)
+    overrides, end = list(args.overrides), 0
+    if overrides:  # one unbroken run of ``argv``
+        k = len(overrides)
+        end = next((i + k for i in range(len(argv)) if argv[i : i + k] == overrides), len(argv))
+    return [*argv[:end], EVAL_RUN_DIR, *argv[end:]]
+
+
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then evaluate."""
     _check_command_line()
-    if not any(a.startswith(("hydra.run.dir=", "hydra/")) for a in sys.argv[1:]):
-        sys.argv.insert(1, EVAL_RUN_DIR)
+    sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
     _hydra_main()
 
 

@@ -15,6 +15,7 @@ import skyrl
 from skyrl import eval_cli
 from skyrl.config import ConfigError
 from skyrl.eval_cli import evaluate
+from skyrl.trainer.checkpoint import EXPORT_RECORD, exported_step
 
 SKYRL_EVAL = str(Path(sys.executable).parent / "skyrl-eval")
 SKYRL_TRAIN = str(Path(sys.executable).parent / "skyrl-train")
@@ -76,6 +77,7 @@ def test_eval_of_a_run_prints_the_table_and_writes_json(smoke_run, tmp_path):
     ]
     assert lines[header + 1].split()[:3] == ["arithmetic", "4", "16"]
     assert lines[header - 1].startswith(f"eval of {smoke_run / 'final_hf'}")
+    assert exported_step(smoke_run / "final_hf") == 2  # exported after step 2, latest step 2
     results = Path(lines[header + 2].removeprefix("results: "))
     assert (
         results.parent.parent.parent == tmp_path / "outputs" / "eval"
@@ -368,3 +370,89 @@ def test_a_saved_model_that_names_nothing_here_gives_way_to_the_command_line(
         "model.path",
         "'/nonexistent': no such directory (/nonexistent)",
     )
+
+
+def run_with_export(run_dir: Path, exported: int | None, latest: int) -> tuple[Path, Path]:
+    """``run_dir`` with a final_hf that records the step it was exported at (None: no record,
+    a run from before it) and a checkpoint of step ``latest`` that ``latest`` names."""
+    final_hf = run_dir / "final_hf"
+    make(final_hf, {"config.json": "{}"})
+    if exported is not None:
+        (final_hf / EXPORT_RECORD).write_text(json.dumps({"step": exported}))
+    ckpt = run_dir / "checkpoints" / f"global_step_{latest}"
+    make(ckpt, {"trainer_state.json": json.dumps({"step": latest}),
+                "policy/state/mp_rank_00_model_states.pt": ""})  # fmt: skip
+    (run_dir / "checkpoints" / "latest").write_text(ckpt.name + "\n")
+    return final_hf, ckpt
+
+
+@pytest.mark.parametrize(
+    ("exported", "latest", "evaluated"),
+    [
+        (2, 3, "ckpt"),  # resumed to total_steps=3, stopped before exporting again
+        (3, 3, "final_hf"),  # exported after its last checkpoint: the same weights
+        (4, 3, "final_hf"),  # ckpt_interval=3, 4 steps: the export is the newer
+        (None, 3, "final_hf"),  # an export without the record (an older run): as before
+    ],
+)
+def test_a_run_continued_past_its_export_is_evaluated_at_its_latest_checkpoint(
+    tmp_path, caplog, exported, latest, evaluated
+):
+    """final_hf is evaluated only when it is not older than checkpoints/latest; a stale one
+    gives way to the latest checkpoint with one line saying why."""
+    from skyrl.config.validate import validate
+
+    final_hf, ckpt = run_with_export(tmp_path / "run", exported, latest)
+    cfg = validate(skyrl.compose(["experiment=smoke", f"eval.checkpoint={tmp_path / 'run'}"]))
+    with caplog.at_level("INFO", logger="skyrl.eval_cli"):
+        _, found, label = eval_cli._model_to_evaluate(cfg)
+    if evaluated == "final_hf":
+        assert (found, label) == (None, str(final_hf)) and caplog.messages == []
+        return
+    assert (found, label) == (ckpt, str(ckpt))
+    assert caplog.messages == [
+        f"{final_hf} is from step 2, {tmp_path / 'run' / 'checkpoints' / 'latest'} is step 3 "
+        f"({ckpt.name}): evaluating the latest checkpoint"
+    ]
+
+
+RUN_DIR = eval_cli.EVAL_RUN_DIR
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["experiment=smoke"], ["experiment=smoke", RUN_DIR]),
+        # after the overrides, wherever the flags are: argparse takes one run of overrides
+        (["--cfg", "job", "experiment=smoke"], ["--cfg", "job", "experiment=smoke", RUN_DIR]),
+        (["a=1", "b=2", "--cfg", "job"], ["a=1", "b=2", RUN_DIR, "--cfg", "job"]),
+        # no overrides: first, where no flag can take it as its value (--info takes one)
+        (["--info"], [RUN_DIR, "--info"]),
+        (["-m", "a=1,2"], ["-m", "a=1,2"]),  # a sweep's jobs go under hydra.sweep.dir
+        (["a=1,2", "--multirun"], ["a=1,2", "--multirun"]),
+        (["a=1", "hydra.run.dir=mine"], ["a=1", "hydra.run.dir=mine"]),
+    ],
+)
+def test_the_eval_run_dir_goes_where_hydra_reads_it_as_an_override(argv, expected):
+    assert eval_cli.with_eval_run_dir(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "flags_first",
+    [
+        ["--cfg", "job"],  # as `skyrl-train --cfg job experiment=smoke` prints the config
+        ["-m"],  # as README's `skyrl-train -m experiment=smoke ...` sweeps
+    ],
+)
+def test_a_leading_hydra_flag_keeps_the_overrides(tmp_path, flags_first):
+    # skyrl-eval put hydra.run.dir=... before the flag: argparse then refused the overrides
+    # after it ("unrecognized arguments: experiment=smoke ...", exit 2)
+    small = ["experiment=smoke", "data.num_eval_prompts=1", "generator.eval_n_samples_per_prompt=1"]
+    result = run([SKYRL_EVAL, *flags_first, *small], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    if flags_first == ["--cfg", "job"]:
+        config = OmegaConf.create(result.stdout)
+        assert config.data.num_eval_prompts == 1 and config.generator.eval_n_samples_per_prompt == 1
+        return
+    [results] = (tmp_path / "outputs" / "multirun").glob(f"*/*/0/{eval_cli.RESULTS_FILE}")
+    assert json.loads(results.read_text())["num_prompts"] == {"arithmetic": 1}

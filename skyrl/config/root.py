@@ -82,7 +82,10 @@ class EvalConfig:
 
     checkpoint: str | None = None
     """A run directory (its ``final_hf``, else its latest checkpoint) or one checkpoint
-    (``<run>/checkpoints/global_step_N``); None = ``model.path``."""
+    (``<run>/checkpoints/global_step_N``); None = ``model.path``. A run's ``final_hf`` is
+    used unless the run's latest checkpoint is of a later step than the one ``final_hf``
+    records (``skyrl_export.json``: a run resumed past its export that did not export
+    again); then that checkpoint is evaluated, with a line saying why."""
     output_file: str | None = None
     """The results as JSON; None = ``eval_results.json`` in the run directory of the eval."""
 

@@ -5,12 +5,18 @@ unbiased estimator over the ``n`` samples of a prompt with ``c`` passes:
 ``1 - C(n - c, k) / C(n, k)``, averaged over prompts.
 
 ``evaluate_prompts`` is the one evaluation pass: the trainer's (through
-``SyncRollouts.evaluate``) and ``skyrl-eval``'s.
+``SyncRollouts.evaluate``) and ``skyrl-eval``'s. A trajectory whose env (or external
+agent) failed scores 0, a fail like any other; ``eval/env_errors`` counts them, so a pass@1
+of 0 from a broken env or agent is not taken for the model's.
+
+Its rows carry uids ``eval<i>`` (``is_eval_row``): nothing trains on them, so an external
+agent's eval sessions are not held to the training sampling (``skyrl.serve.backend``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections import defaultdict
 from math import comb
@@ -20,6 +26,15 @@ from skyrl.data import PromptRow
 from skyrl.generators.generator import Generator
 from skyrl.generators.output import GeneratorOutput
 from skyrl.inference.base import SamplingParams
+from skyrl.tracking import metric_names as names
+
+_EVAL_UID = re.compile(r"eval\d+")
+"""The uid of an eval row (training rows': the dataloader's ``s<step>r<round>p<j>``)."""
+
+
+def is_eval_row(row: PromptRow) -> bool:
+    """Whether ``row`` is one of an eval pass's (``evaluate_prompts``), which trains nothing."""
+    return _EVAL_UID.fullmatch(row.uid) is not None
 
 
 def evaluate_prompts(
@@ -28,7 +43,7 @@ def evaluate_prompts(
     """Roll out ``generator.eval_n_samples_per_prompt`` samples of every row with
     ``generator.eval_sampling`` from base seed ``seed`` (``skyrl.rollouts.sync.eval_seed``);
     the ``eval/...`` metrics
-    (``eval/seconds`` included) and the rollouts."""
+    (``eval/env_errors`` and ``eval/seconds`` included) and the rollouts."""
     started = time.perf_counter()
     n = cfg.eval_n_samples_per_prompt
     sampling = SamplingParams.from_config(
@@ -38,7 +53,8 @@ def evaluate_prompts(
     rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(rows)]
     out = generator.generate(rows, n, sampling)
     metrics = eval_metrics(out, n)
-    metrics["eval/seconds"] = time.perf_counter() - started
+    metrics[names.EVAL_ENV_ERRORS] = out.metrics.get(names.ENV_ERRORS, 0.0)
+    metrics[names.EVAL_SECONDS] = time.perf_counter() - started
     return metrics, out
 
 

@@ -13,7 +13,10 @@ client sends). A session's requests are:
 
 - checked against the training sampling (``generator.sampling``): a
   temperature or top_p that differs is refused (400) or overridden and counted
-  (``generator.agent_sampling_drift``), because the trainer's logprobs assume it;
+  (``generator.agent_sampling_drift``), because the trainer's logprobs assume it.
+  An eval session (``Session.evaluating``: the eval pass, in training or ``skyrl-eval``)
+  trains nothing: it is served with ``generator.eval_sampling`` whatever its requests ask,
+  neither checked nor counted;
 - seeded like the built-in loop's turns (``request_seed(base, uid, sample,
   turn)``), whatever seed the client sends;
 - decided against the session's chain (``skyrl.serve.reconcile``) before the
@@ -145,10 +148,14 @@ class Session:
     row: PromptRow
     sample: int
     sampling: SamplingParams
-    """The training sampling; ``seed`` is the base of the per-request seeds."""
+    """What the session's requests are sampled with: the training sampling (the eval
+    sampling in an eval session); ``seed`` is the base of the per-request seeds."""
     binding: EngineBinding
     drift: str = "error"
     """``generator.agent_sampling_drift``."""
+    evaluating: bool = False
+    """An eval pass's session: its requests are not checked against ``sampling`` (no
+    training logprobs assume it), just served with it."""
     key: str = field(default_factory=lambda: "sk-skyrl-" + secrets.token_hex(16))
     chain: Chain | None = None
     records: list[RequestRecord] = field(default_factory=list)
@@ -197,6 +204,25 @@ def _number(body: dict, name: str, kind: type, default: Any, low: float | None =
     return kind(value)
 
 
+def _check_drift(body: dict, session: Session) -> None:
+    """A training session's request asking for another temperature or top_p than the
+    training sampling: refused (400) or, with ``generator.agent_sampling_drift=override``,
+    counted (the request is sampled with the session's sampling either way)."""
+    for name in ("temperature", "top_p"):
+        asked, used = _number(body, name, float, None), getattr(session.sampling, name)
+        if asked is None or asked == float(used):
+            continue
+        if session.drift == "error":
+            raise APIError(
+                400,
+                f"{name} {asked} differs from the training {name} {used} "
+                f"(generator.sampling.{name}): the trainer's logprobs assume it; set "
+                "generator.agent_sampling_drift=override to use the training value",
+                param=name,
+            )
+        session.sampling_overrides += 1
+
+
 def _before_stop(text: str, stops: list[str]) -> int:
     """Where ``text`` ends without its stop string: the start of the first one in it (the
     end of ``text`` when there is none)."""
@@ -234,10 +260,11 @@ def _stops(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:
         return []
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return list(stop)
+    stops = [stop] if isinstance(stop, str) else stop
+    if isinstance(stops, list) and all(isinstance(s, str) for s in stops):
+        if "" in stops:  # in every text: each reply would end at its first token
+            raise APIError(400, "stop cannot contain an empty string", param="stop")
+        return list(stops)
     raise APIError(400, f"stop must be a string or a list of strings, got {stop!r}", param="stop")
 
 
@@ -485,19 +512,8 @@ class OpenAIBackend:
             stop_token_ids=own + [t for t in stop_ids if t not in own],
             max_tokens=min(self._max_tokens(body, room), room, lim.max_tokens_per_turn or room),
         )
-        for name in ("temperature", "top_p"):
-            asked, used = _number(body, name, float, None), getattr(session.sampling, name)
-            if asked is None or asked == float(used):
-                continue
-            if session.drift == "error":
-                raise APIError(
-                    400,
-                    f"{name} {asked} differs from the training {name} {used} "
-                    f"(generator.sampling.{name}): the trainer's logprobs assume it; set "
-                    "generator.agent_sampling_drift=override to use the training value",
-                    param=name,
-                )
-            session.sampling_overrides += 1
+        if not session.evaluating:
+            _check_drift(body, session)
         base = session.sampling.seed
         turn = len(session.records)
         if base is not None:

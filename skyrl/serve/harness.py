@@ -14,6 +14,11 @@ and the reply): any real number (a ``numpy`` scalar, a bool) is taken as a float
 that raises, returns no number (or not a finite one), or runs past
 ``generator.agent_timeout_s`` gets reward 0 and counts in ``env/errors``; its
 requests so far still train. All trajectories of a step run concurrently.
+
+The eval pass (``skyrl.rollouts.evaluation``) runs its trajectories the same way, in
+eval sessions: served with ``generator.eval_sampling`` whatever the agent asks (nothing
+trains on them, so the training-sampling rule does not apply); a failure counts in
+``eval/env_errors``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from skyrl.data.prompts import PromptRow
 from skyrl.generators.trajectory import DriverContext, Trajectory
 from skyrl.inference.base import SamplingParams
 from skyrl.registry import import_path
+from skyrl.rollouts.evaluation import is_eval_row
 from skyrl.serve.backend import EngineBinding, Limits, OpenAIBackend, Session
 from skyrl.serve.reconcile import fork_counts, to_turns
 
@@ -164,7 +170,7 @@ class HarnessDriver:
         import openai
 
         session = self.backend.sessions.open(
-            Session(row, sample, sampling, binding, drift=self.drift)
+            Session(row, sample, sampling, binding, drift=self.drift, evaluating=is_eval_row(row))
         )
         client = openai.AsyncOpenAI(
             base_url=url, api_key=session.key, http_client=http, max_retries=0

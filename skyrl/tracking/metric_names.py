@@ -84,6 +84,10 @@ estimate ``1 - C(n - c, k) / C(n, k)`` that one of k samples of a prompt gets fu
 (reward >= 1), mean over the eval prompts."""
 EVAL_REWARD = "eval/reward_mean"
 """Mean reward over every eval sample (the last step of each trajectory)."""
+EVAL_ENV_ERRORS = "eval/env_errors"
+"""Eval trajectories whose env raised or timed out (an external agent included: it raised,
+returned no number or ran past ``generator.agent_timeout_s``); each scored 0 and counts as a
+fail in ``eval/pass@...`` (a count over the eval pass)."""
 EVAL_SECONDS = "eval/seconds"
 """Wall seconds of the eval pass (rollouts and scoring); ``timing/eval_s`` also holds the wait
 for a weight load still running in the background."""

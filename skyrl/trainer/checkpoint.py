@@ -10,6 +10,10 @@ A run resumed from another checkpoint than ``latest`` names (rewound to an earli
 step, or another run's) first points ``latest`` at it: the run drops the metrics
 records after its step, and a kill from then on resumes where the records end,
 never from a later checkpoint it is about to replace.
+
+The run's export, ``<output_dir>/final_hf``, records the step whose weights it holds
+(``EXPORT_RECORD``): a run resumed past its export that stops before exporting again (or
+with ``trainer.export_hf=false``) leaves a ``final_hf`` older than ``latest``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from typing import Any
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 TRAINER_STATE = "trainer_state.json"
+EXPORT_RECORD = "skyrl_export.json"
+"""In an exported ``final_hf``: ``{"step": N}``, the training step whose weights it holds
+(``from_pretrained`` and the engines read only the files they know)."""
 
 
 class CheckpointManager:
@@ -123,6 +130,21 @@ def find_checkpoint(path: Path) -> Path | None:
         if (candidate / "latest").is_file():
             return CheckpointManager(candidate, 0).latest()
     return None
+
+
+def write_export_record(hf_dir: Path, step: int) -> None:
+    """Record in the export ``hf_dir`` that it holds the weights of training step ``step``."""
+    _write_atomic(hf_dir / EXPORT_RECORD, json.dumps({"step": step}) + "\n")
+
+
+def exported_step(hf_dir: Path) -> int | None:
+    """The training step the export ``hf_dir`` holds, or None when it records none (an
+    export from before the record, or one whose record was cleared as it was rewritten)."""
+    try:
+        step = json.loads((hf_dir / EXPORT_RECORD).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):  # missing, not JSON, not an object
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:

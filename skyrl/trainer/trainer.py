@@ -27,14 +27,20 @@ from skyrl.algorithms.kl import masked_kl
 from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.root import SkyRLConfig
-from skyrl.config.validate import weight_sync_path
+from skyrl.config.validate import check_critic_only_steps, weight_sync_path
 from skyrl.dispatch import MeshDispatch
 from skyrl.inference.base import WeightItems
 from skyrl.inference.client import EngineClient
 from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
-from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
+from skyrl.trainer.checkpoint import (
+    EXPORT_RECORD,
+    CheckpointManager,
+    read_trainer_state,
+    resolve_resume,
+    write_export_record,
+)
 from skyrl.trainer.on_policy import describe, separate_forward_reason
 from skyrl.trainer.plan import has_reference_workers, make_plan, optimizer_steps
 from skyrl.trainer.step_stats import step_metrics
@@ -81,6 +87,7 @@ class RLTrainer:
         )
         self.engine: EngineClient | None = self.rollouts.engine
         self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
+        check_critic_only_steps(cfg, self.total_steps)  # before any worker starts
         schedule = optimizer_steps(cfg, self.plan, self.total_steps)  # each LR schedule's length
         self.policy = WorkerGroup("policy", cfg, schedule["policy"])
         colocate = self.policy if t.colocate_policy_ref else None
@@ -483,12 +490,15 @@ class RLTrainer:
 
     def export(self) -> Path:
         """The final policy as a ``from_pretrained`` directory (with LoRA: the adapters merged
-        in, and the PEFT adapter directory ``final_adapter`` beside it)."""
+        in, and the PEFT adapter directory ``final_adapter`` beside it), recording the step
+        it holds (``EXPORT_RECORD``: ``skyrl-eval`` of the run prefers a newer checkpoint)."""
         out = self.output_dir / "final_hf"
         adapter = self.output_dir / "final_adapter" if self.cfg.model.lora.enabled else None
+        (out / EXPORT_RECORD).unlink(missing_ok=True)  # an earlier export's, being replaced
         self.policy.run(
             "export_hf", str(out), self.cfg.model.tokenizer_path, adapter and str(adapter)
         )
+        write_export_record(out, self.step)
         return out
 
     def shutdown(self) -> None:

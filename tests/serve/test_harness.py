@@ -194,3 +194,51 @@ def test_the_reward_may_be_any_real_number(tiny_tokenizer, value, reward, by_rew
     else:
         assert (traj.reward, traj.stop_reason, traj.env_errors) == (reward, "stop", 0)
         assert type(traj.reward) is float
+
+
+def test_an_eval_session_is_served_with_eval_sampling_and_not_checked(
+    engine, tiny_tokenizer, monkeypatch
+):
+    """The eval pass trains nothing, so no logprobs assume a temperature: an agent asking for
+    another one than generator.eval_sampling (agents.cold asks for 0.2) is answered at the
+    eval's, uncounted as drift. It was refused (400) against the eval temperature, every
+    trajectory scored 0 and pass@1 = 0.0 was recorded as a result."""
+    from skyrl.config.generator import SamplingConfig
+    from skyrl.rollouts.evaluation import evaluate_prompts
+
+    temperatures: list[float] = []
+    generate_one = engine.generate
+
+    async def recording(prompt_ids, sampling, route_key=None):
+        temperatures.append(sampling.temperature)
+        return await generate_one(prompt_ids, sampling, route_key)
+
+    monkeypatch.setattr(engine, "generate", recording)
+    cfg = HFGeneratorConfig(
+        agent="agents.cold", max_turns=4, max_generate_length=32, max_prompt_length=64,
+        eval_n_samples_per_prompt=1, eval_sampling=SamplingConfig(temperature=0.0),
+    )  # fmt: skip
+    gen = make_generator(cfg, EnvironmentConfig(name="math"), engine, tiny_tokenizer)
+    try:
+        metrics, out = evaluate_prompts(gen, ROWS[:2], cfg, seed=3)
+    finally:
+        gen.driver.close()
+    assert metrics["eval/env_errors"] == 0 and out.stop_reasons == ["length", "length"]
+    assert out.metrics["agent/sampling_overrides"] == 0
+    assert temperatures == [0.0, 0.0]  # 2 prompts x 1 sample x 1 request, at the eval's
+
+
+def test_a_failing_agent_shows_in_the_eval_metrics(engine, tiny_tokenizer):
+    from skyrl.rollouts.evaluation import evaluate_prompts
+
+    cfg = HFGeneratorConfig(
+        agent="agents.raises", max_turns=4, max_generate_length=32, max_prompt_length=64,
+        eval_n_samples_per_prompt=2,
+    )  # fmt: skip
+    gen = make_generator(cfg, EnvironmentConfig(name="math"), engine, tiny_tokenizer)
+    try:
+        metrics, _ = evaluate_prompts(gen, ROWS[:2], cfg, seed=3)
+    finally:
+        gen.driver.close()
+    # 2 prompts x 2 samples, each raising: 4 env errors, each a fail (reward 0)
+    assert metrics["eval/env_errors"] == 4 and metrics["eval/pass@1"] == 0.0

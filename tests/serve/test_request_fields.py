@@ -186,3 +186,16 @@ def test_a_non_finite_temperature_in_a_session_is_a_400(scripted):
     error = r.json()["error"]
     assert (r.status_code, error["param"]) == (400, "temperature") and "finite" in error["message"]
     assert engine.prompts == [] and session.records == []
+
+
+@pytest.mark.parametrize("stop", ["", ["\n", ""]])
+def test_an_empty_stop_string_is_a_400(scripted, stop):
+    # every text holds "": each reply would end at its first token (vLLM refuses it too)
+    engine, url, _ = scripted
+    r = post(
+        url, "chat/completions", {"messages": [{"role": "user", "content": "x"}], "stop": stop}
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "stop" and "empty" in error["message"], error
+    assert engine.prompts == []

@@ -92,12 +92,13 @@ def test_rollout_metrics_are_documented():
 
 
 class TwoSampleGenerator:
-    """Two samples per eval prompt, rewards 1 then 0, one data source."""
+    """Two samples per eval prompt, rewards 1 then 0, one data source; one env error."""
 
     def generate(self, rows: list[PromptRow], n: int, sampling) -> NS:
         uids = [r.uid for r in rows for _ in range(n)]
         return NS(uids=uids, data_sources=["gsm8k"] * len(uids),
-                  rewards=[1.0, 0.0] * len(rows), is_last_step=[True] * len(uids))  # fmt: skip
+                  rewards=[1.0, 0.0] * len(rows), is_last_step=[True] * len(uids),
+                  metrics={names.ENV_ERRORS: 1.0})  # fmt: skip
 
 
 def test_eval_metrics_are_documented():
@@ -107,7 +108,7 @@ def test_eval_metrics_are_documented():
     # per prompt c = 1 pass of n = 2: pass@1 = 1 - C(1,1)/C(2,1) = 0.5, pass@2 = 1; reward 0.5
     assert metrics[names.EVAL_PASS_AT_1] == 0.5 and metrics["eval/pass@2"] == 1.0
     assert metrics[names.eval_source_key("gsm8k", names.EVAL_REWARD)] == 0.5
-    assert names.EVAL_SECONDS in metrics
+    assert names.EVAL_SECONDS in metrics and metrics[names.EVAL_ENV_ERRORS] == 1.0
     assert undocumented(metrics) == []
 
 

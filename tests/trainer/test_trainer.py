@@ -238,3 +238,65 @@ def test_the_adaptive_kl_controller_counts_trajectories_not_turns(num_turns):
     # 0.1 * (1 + 0.2 * 4 / 100) = 0.1008 (counting 20 rows of 5 turns gave 0.104)
     assert metrics["algorithm/kl_in_reward"] == pytest.approx(0.5, abs=1e-12)
     assert tr.kl_ctrl.value == pytest.approx(0.1008, abs=1e-12)
+
+
+def test_critic_only_steps_past_the_runs_steps_are_refused_before_any_worker_starts(
+    monkeypatch, tmp_path
+):
+    import skyrl
+    from skyrl.config.errors import ConfigError
+    from skyrl.config.validate import validate
+    from skyrl.trainer import trainer as trainer_module
+
+    cfg = validate(
+        skyrl.compose([
+            "experiment=smoke", "algorithm=ppo", "data.source=files",
+            "data.train_files=[train.jsonl]", "trainer.train_batch_size=2",
+            "trainer.policy_mini_batch_size=1", "trainer.critic_mini_batch_size=1",
+            "trainer.total_steps=null", "trainer.epochs=2", "trainer.critic_only_steps=6",
+        ])
+    )  # fmt: skip
+    # the prompts loaded: 6 // train_batch_size 2 = 3 batches x epochs 2 = 6 steps
+    rollouts = SimpleNamespace(engine=None, batches_per_epoch=3)
+    monkeypatch.setattr(trainer_module, "make_rollouts", lambda *a, **k: rollouts)
+    monkeypatch.setattr(trainer_module, "with_local_model_paths", lambda cfg: cfg)
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    monkeypatch.setattr(
+        "skyrl.workers.group.WorkerGroup", lambda *a, **k: pytest.fail("a worker group started")
+    )
+    with pytest.raises(ConfigError) as err:
+        RLTrainer(cfg, tmp_path)
+    assert (err.value.key, err.value.message) == (
+        "trainer.critic_only_steps",
+        "the policy would never train: 6 critic-only steps of 6",
+    )
+
+
+def test_the_export_records_the_step_whose_weights_it_holds(tmp_path):
+    # a run exported at step 2, then resumed to step 3 and stopped before exporting again,
+    # left a final_hf that `skyrl-eval eval.checkpoint=<run>` took for the run's latest weights
+    import json
+
+    from skyrl.trainer.checkpoint import EXPORT_RECORD, exported_step
+
+    final_hf = tmp_path / "final_hf"
+    seen: list[bool] = []
+
+    class Exporting(FakeWorkers):
+        def run(self, method: str, *args) -> list:
+            seen.append((final_hf / EXPORT_RECORD).exists())  # the old record is gone first
+            (final_hf / "config.json").parent.mkdir(exist_ok=True)
+            (final_hf / "config.json").write_text("{}")
+            return super().run(method, *args)
+
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.output_dir, tr.policy = tmp_path, Exporting()
+    tr.cfg = SimpleNamespace(model=SimpleNamespace(lora=SimpleNamespace(enabled=False),
+                                                   tokenizer_path="tok"))  # fmt: skip
+    for step in (2, 3):
+        tr.step = step
+        assert tr.export() == final_hf
+        assert json.loads((final_hf / EXPORT_RECORD).read_text()) == {"step": step}
+        assert exported_step(final_hf) == step
+    assert seen == [False, False]
+    assert tr.policy.calls == [("export_hf", str(final_hf), "tok", None)] * 2
