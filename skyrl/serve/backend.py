@@ -232,7 +232,9 @@ def _before_stop(text: str, stops: list[str]) -> int:
 def _refuse_unsupported(body: dict, chat: bool) -> None:
     """A 400 naming a field the endpoint cannot honour, unless it has its default value
     (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
-    ``top_logprobs`` 0, completions ``logprobs`` 0, no ``logit_bias``, penalties 0."""
+    ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
+    ``logit_bias``, penalties 0, and none of the old ``functions`` (``function_call`` auto or
+    none): ``tools`` declares functions."""
 
     def refuse(name: str, allowed: str) -> APIError:
         got = body[name]
@@ -246,7 +248,15 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     if not chat:  # completions: logprobs is how many alternatives per token
         if _number(body, "logprobs", int, 0, low=0) > 0:
             raise refuse("logprobs", "0: the sampled tokens' own logprobs")
+        if _number(body, "best_of", int, 1, low=1) > 1:
+            raise refuse("best_of", "1: each request is one sample")
+        if body.get("suffix") not in (None, ""):
+            raise refuse("suffix", "null: no text is inserted before a suffix")
         return
+    if body.get("functions") not in (None, []):
+        raise refuse("functions", "null: declare them as tools")
+    if body.get("function_call") not in (None, "auto", "none"):
+        raise refuse("function_call", '"auto" or "none": no call can be forced')
     if body.get("tool_choice") not in (None, "auto", "none"):
         raise refuse("tool_choice", '"auto" or "none": no tool call can be forced')
     response_format = body.get("response_format")

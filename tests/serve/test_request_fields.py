@@ -110,6 +110,11 @@ def test_the_default_values_of_the_fields_refused_otherwise_pass(scripted):
     assert r.status_code == 200, r.text
     r = post(url, "completions", {"prompt": "SAY:hi", "logit_bias": None, "presence_penalty": 0})
     assert r.status_code == 200, r.text
+    old_defaults = {"best_of": 1, "suffix": None}  # the completions API's own defaults
+    r = post(url, "completions", {"prompt": "SAY:hi", **old_defaults})
+    assert r.status_code == 200, r.text
+    r = post(url, "chat/completions", {"messages": say, "functions": None, "function_call": "auto"})
+    assert r.status_code == 200, r.text
     # tool_choice none: the tools are not rendered, the reply is plain content
     r = post(url, "chat/completions", {"messages": say, "tools": [calc], "tool_choice": "none"})
     assert r.status_code == 200 and "calculator" not in engine.tokenizer.decode(engine.prompts[-1])
