@@ -4,12 +4,18 @@ The group is the only place that talks to Ray for training: it starts the
 actors (one bundle per rank; the reference can share the policy's bundles),
 runs a call on every rank with that rank's staged chunk, and turns a dead
 actor into one error that names the role and the rank.
+
+The policy workers get the driver's policy loss and KL estimator as functions, pickled here
+(``driver_parts``): the workers' own registries hold only what they import.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import ray
@@ -21,6 +27,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from skyrl.config.root import SkyRLConfig
 from skyrl.workers.distributed import address_in_use, find_free_port, node_ip
 from skyrl.workers.host_memory import MALLOC_ENV
+from skyrl.workers.losses import driver_parts
 from skyrl.workers.stats import TrainStats, combine_ranks
 from skyrl.workers.worker import TrainingWorker
 
@@ -62,7 +69,8 @@ class WorkerGroup:
         """Seconds the ranks spent computing in ``forward`` (slowest rank per call), for the
         trainer's overhead share; the trainer resets it."""
         actor_cls = ray.remote(TrainingWorker)
-        args = (cfg, total_optimizer_steps, os.getcwd())
+        parts = pickled_driver_parts(cfg) if role == "policy" else None
+        args = (cfg, total_optimizer_steps, os.getcwd(), parts)
         for attempt in range(1, START_ATTEMPTS + 1):
             addr, port = node_ip(), find_free_port()
             # Ray's stubs type an actor as the class it wraps (no ``.remote`` on its methods)
@@ -192,6 +200,42 @@ class WorkerGroup:
     def _kill_actors(self) -> None:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
+
+
+def pickled_driver_parts(cfg: SkyRLConfig) -> dict[str, bytes]:
+    """This process's ``skyrl.workers.losses.driver_parts``, each ``(name, function)`` pickled
+    on its own (cloudpickle), for ``TrainingWorker`` to load after its ``imports``. A function
+    of ``skyrl`` or of an ``imports`` module goes by reference (the worker imports it); any
+    other goes by value: one of ``__main__`` (a notebook, a script), or of a module the worker
+    may not find (a test module, a notebook's helper file)."""
+    from ray import cloudpickle
+
+    pickled = {}
+    for key, part in driver_parts(cfg.algorithm).items():
+        module = _module_to_copy(part[1], cfg.imports)
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            pickled[key] = cloudpickle.dumps(part)
+        finally:
+            if module is not None:
+                cloudpickle.unregister_pickle_by_value(module)
+    return pickled
+
+
+def _module_to_copy(fn: Callable, imports: Sequence[str]) -> ModuleType | None:
+    """The module whose code a worker gets by value with ``fn``: that of a plain function the
+    worker would not import itself; None for ``skyrl``, ``imports``, ``__main__`` (by value
+    anyway) and a module already registered by value."""
+    from ray import cloudpickle
+
+    name = getattr(fn, "__module__", None) or ""
+    module = sys.modules.get(name)
+    if not inspect.isfunction(fn) or module is None or name == "__main__":
+        return None
+    if any(name == root or name.startswith(root + ".") for root in ("skyrl", *imports)):
+        return None
+    return None if name in cloudpickle.list_registry_pickle_by_value() else module
 
 
 def place_rows(out: torch.Tensor, values: torch.Tensor, source_rows: Sequence[int]) -> None:

@@ -6,20 +6,48 @@ mini-batch ``loss_weights``. Critic: clipped value loss. Each returns the loss
 tensor and a ``LossSums`` record: additive figures (the loss value, sums over
 loss tokens, token counts), so adding the records of all micro batches and ranks
 gives the mini-batch's exactly; ``skyrl.trainer.step_stats`` turns them into means.
+
+The policy loss and the KL estimator are looked up by name in the worker's own registries,
+which hold what the worker imported (``skyrl`` and ``cfg.imports``). The driver resolves the
+names in its registries (``driver_parts``) and each policy worker registers the driver's
+functions under those names first (``use_driver_parts``): one registered in a notebook or
+script (``__main__``), or a built-in replaced with ``override=True`` there, is what validation
+checked and what trains.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from skyrl.algorithms import POLICY_LOSSES
+from skyrl.algorithms import KL_ESTIMATORS, POLICY_LOSSES
 from skyrl.algorithms.entropy import entropy_bonus
 from skyrl.algorithms.kl import kl_loss
 from skyrl.algorithms.value_loss import value_loss
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.algorithm import AlgorithmConfig
+from skyrl.registry import Registry
 from skyrl.tracking import metric_names as names
 from skyrl.workers.stats import LossSums
+
+WORKER_PARTS: dict[str, Registry] = {"policy_loss": POLICY_LOSSES, "kl_estimator": KL_ESTIMATORS}
+"""The ``algorithm`` keys whose registered function these losses look up by name."""
+
+
+def driver_parts(cfg: AlgorithmConfig) -> dict[str, tuple[str, Callable]]:
+    """``{key: (configured name, function)}`` for each of ``WORKER_PARTS``, as this process
+    (the driver, where the config was validated) has them registered."""
+    return {
+        key: (getattr(cfg, key), reg.get(getattr(cfg, key))) for key, reg in WORKER_PARTS.items()
+    }
+
+
+def use_driver_parts(parts: dict[str, tuple[str, Callable]]) -> None:
+    """Register the driver's functions (``driver_parts``) in this process under their names,
+    over whatever is registered there (``override``): the driver's choice trains."""
+    for key, (name, fn) in parts.items():
+        WORKER_PARTS[key].register(name, override=True)(fn)
 
 
 def policy_loss(

@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -35,6 +36,7 @@ from skyrl.batch.packing import (
     plan_micro_batches,
     unpack_to_rows,
 )
+from skyrl.config.errors import ConfigError, exception_line
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import logprob_temperature
 from skyrl.workers.deepspeed_setup import final_grad_norm, forget_grad_norm
@@ -63,7 +65,11 @@ class TrainingWorker:
         cfg: SkyRLConfig,
         total_optimizer_steps: int,
         driver_cwd: str | None = None,
+        driver_parts: dict[str, bytes] | None = None,
     ):
+        """``driver_parts``: the driver's policy loss and KL estimator
+        (``skyrl.workers.group.pickled_driver_parts``), registered here under their configured
+        names once ``cfg.imports`` ran, over anything registered under those names."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         if cfg.trainer.precision == "auto":  # a config built without ``validate``
@@ -77,6 +83,8 @@ class TrainingWorker:
         self.lora = role == "policy" and cfg.model.lora.enabled
         """The policy trains LoRA adapters on a frozen base (``model.lora``)."""
         _run_imports(cfg.imports, driver_cwd)
+        if driver_parts:
+            _use_driver_parts(driver_parts)
         trainer = cfg.trainer
         torch.set_num_threads(max(1, int(trainer.num_cpus_per_worker)))
         set_dist_env(rank, world_size, master_addr, master_port, trainer.collective_timeout_min)
@@ -214,11 +222,12 @@ class TrainingWorker:
         A non-finite loss or gradient on any rank refuses the step on every rank: weights,
         optimizer state, LR schedule and step count stay as they were, the gradients are
         dropped, and the record says ``nonfinite`` with a NaN grad norm. A non-finite loss, or
-        at ZeRO 0/1 a non-finite local gradient, is caught here before ``step()``. At ZeRO 2/3
-        the gradients live in the optimizer's partitions: DeepSpeed's ``step()`` finds their
-        norm non-finite (all ranks', reduced) and skips the update itself, clears them and
-        leaves the schedule, but counts the call in ``global_steps`` and ``skipped_steps`` and
-        reports an inf grad norm; that step is refused here too."""
+        at ZeRO 0/1 a non-finite local gradient, is caught here before ``step()``. Where the
+        gradients live in the optimizer's own buffers (ZeRO 2/3; ZeRO 1 in bf16 or offloaded)
+        DeepSpeed's ``step()`` finds their norm non-finite (all ranks', reduced) and skips the
+        update itself and leaves the schedule, but counts the call in ``global_steps`` and
+        ``skipped_steps`` and reports an inf grad norm; that step is refused here too, and what
+        the skip left of the gradients (offloaded, it kept them for the next step) is dropped."""
         started = time.perf_counter()
         self.engine.train()
         micro = self._micro_batches(chunk)
@@ -240,7 +249,9 @@ class TrainingWorker:
         else:
             skipped = self.engine.skipped_steps
             self.engine.step()
-            refused = self.engine.skipped_steps > skipped  # ZeRO 2/3: non-finite gradients
+            refused = self.engine.skipped_steps > skipped  # non-finite gradients, DeepSpeed's
+            if refused:  # what its skipped step leaves behind (ZeRO 1/2 offloaded)
+                self._drop_gradients()
         raw_norm = None if refused else self.engine.get_global_grad_norm()
         grad_norm = float(raw_norm) if raw_norm is not None else math.nan
         return TrainStats(
@@ -255,14 +266,16 @@ class TrainingWorker:
         )
 
     def _local_grads_finite(self) -> bool:
-        """At ZeRO 0/1 the accumulated gradients are still local ``.grad`` tensors; at 2/3 they
-        live in the optimizer's partitions and are not checked here: ``engine.step()`` checks
-        their (reduced) norm and skips a non-finite step itself (``train_mini_batch``,
-        ``test_an_inf_gradient_under_a_finite_loss_refuses_the_step``). One fused pass: the
-        total norm is non-finite when any entry is (or when it overflows, which would have made
-        the step's grad norm non-finite too); ~12x faster than an ``isfinite`` per tensor on
-        SmolLM2's 135M gradients (0.065 vs 0.76 s on one thread here). On a lone ZeRO-0 fp32
-        rank this is the step's own grad norm, which clipping then reuses."""
+        """At ZeRO 0/1 the accumulated gradients are still local ``.grad`` tensors (at ZeRO 1
+        in bf16 or offloaded, part of them at most: the sum is in the optimizer's buffers); at
+        2/3 they live in the optimizer's partitions and are not checked here: ``engine.step()``
+        checks their (reduced) norm and skips a non-finite step itself (``train_mini_batch``,
+        ``test_an_inf_gradient_under_a_finite_loss_refuses_the_step``,
+        ``test_after_a_refused_step_the_next_is_a_fresh_first_step_in_every_layout``). One
+        fused pass: the total norm is non-finite when any entry is (or when it overflows, which
+        would have made the step's grad norm non-finite too); ~12x faster than an ``isfinite``
+        per tensor on SmolLM2's 135M gradients (0.065 vs 0.76 s on one thread here). On a lone
+        ZeRO-0 fp32 rank this is the step's own grad norm, which clipping then reuses."""
         if self.cfg.trainer.zero_stage >= 2:
             return True
         norm = final_grad_norm(self.engine)
@@ -274,18 +287,25 @@ class TrainingWorker:
     def _drop_gradients(self) -> None:
         """Forget this mini-batch's gradients without an optimizer step. ZeRO 1/2 accumulate
         them in the optimizer's own partitions, which ``zero_grad`` leaves: they are cleared
-        as DeepSpeed's own overflow step clears them (the next step added them before)."""
+        as DeepSpeed's own overflow step clears them (the next step added them before), and
+        the micro-step count goes back as ``step()`` sets it (with offload, a count above 0
+        made the next step's first backward add the dropped CPU gradients to its own). ZeRO 3
+        clears them with its own overflow clean-up."""
         forget_grad_norm(self.engine)
         optimizer = self.engine.optimizer
         if self.engine.zero_optimization():
             optimizer.zero_grad(set_to_none=True)
-        if hasattr(optimizer, "averaged_gradients"):  # ZeRO 1/2 (DeepSpeedZeroOptimizer)
+        if hasattr(optimizer, "_overflow_clean_up"):  # ZeRO 3 (DeepSpeedZeroOptimizer_Stage3)
+            optimizer._overflow_clean_up(optimizer.loss_scale)
+        elif hasattr(optimizer, "averaged_gradients"):  # ZeRO 1/2 (DeepSpeedZeroOptimizer)
             optimizer._release_preflattened_grad_buffers()
             if getattr(optimizer, "cpu_offload", False):
                 optimizer.reset_cpu_buffers()
+                optimizer._offload_accumulated_param_ids = set()
             for partitions in (optimizer.averaged_gradients, optimizer.all_grad_tensors):
                 for group in list(partitions):
                     partitions[group] = None
+            optimizer.micro_step_id = -1  # DeepSpeed's INITIAL_MICRO_STEP_ID, as step() sets it
         self.engine.zero_grad()
         if hasattr(self.engine, "_unmanaged_backward_count"):
             self.engine._unmanaged_backward_count = 0
@@ -562,6 +582,23 @@ def _run_imports(modules: list[str], driver_cwd: str | None) -> None:
         sys.path.insert(0, driver_cwd)
     for module in modules:
         importlib.import_module(module)
+
+
+def _use_driver_parts(pickled: dict[str, bytes]) -> None:
+    """Load the driver's algorithm parts and register them here (``use_driver_parts``); one
+    that does not load (a module the worker cannot import) is an error naming its key."""
+    from skyrl.workers.losses import use_driver_parts
+
+    parts = {}
+    for key, blob in pickled.items():
+        try:
+            parts[key] = pickle.loads(blob)
+        except Exception as exc:
+            raise ConfigError(
+                f"algorithm.{key}",
+                f"the driver's function does not load in the worker: {exception_line(exc)}",
+            ) from None
+    use_driver_parts(parts)
 
 
 def _seed_everything(seed: int) -> None:

@@ -179,3 +179,38 @@ def test_tokenizer_path_hub_id_is_resolved_and_exported(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     exported = AutoTokenizer.from_pretrained(tmp_path / "run" / "final_hf")
     assert exported.model_max_length == 12345
+
+
+def shifted_ppo(*args):
+    """PPO's loss + 123: registered by the test below in this process only (pytest imports
+    this file as a top-level module that the workers cannot import)."""
+    from skyrl.algorithms.policy_losses.ppo import ppo
+
+    loss, metrics = ppo(*args)
+    return loss + 123.0, metrics
+
+
+def test_a_policy_loss_registered_only_in_the_driver_trains(ray_cluster, tmp_path, monkeypatch):
+    """A loss registered where the run starts (a notebook, a script, here this test module)
+    and not in ``imports``: validation accepted it, then the workers, looking the name up in
+    their own registry, died with "unknown policy loss". The driver now hands them it."""
+    import skyrl
+    from skyrl.algorithms import POLICY_LOSSES
+
+    POLICY_LOSSES.register("e2e_shifted_ppo", override=True)(shifted_ppo)
+    monkeypatch.chdir(tmp_path)
+    cfg = skyrl.compose(
+        [
+            "experiment=smoke",
+            "data=fake",
+            "trainer.dp_size=1",
+            "trainer.total_steps=1",
+            "trainer.export_hf=false",
+            "algorithm.policy_loss=e2e_shifted_ppo",
+        ]  # fmt: skip
+    )
+    result = skyrl.train(cfg, tmp_path / "run")
+    # each mini-batch is one micro batch at dp 1: its loss is PPO's (|loss| <= ~2 here, the
+    # advantages being normalised per group) + 123, and policy/loss their mean
+    [(step, loss)] = result.metric("policy/loss")
+    assert step == 1 and loss == pytest.approx(123.0, abs=5.0)

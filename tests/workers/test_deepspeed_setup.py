@@ -7,12 +7,10 @@ world size 1) for the whole process, which must not leak into the other tests.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from worker_helpers import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -103,14 +101,7 @@ SCRIPT = textwrap.dedent(
 
 
 def run_case(model_path: str, zero_stage: int) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, model_path, str(zero_stage)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_script(SCRIPT, model_path, str(zero_stage))
 
 
 def test_one_rank_zero0_skips_the_allreduce_and_matches_torch(tiny_model_path):
@@ -206,14 +197,7 @@ def test_bf16_zero0_first_step_is_adamw_step_one_from_the_models_weights(tiny_mo
     trace: step count 0, zero moments, fp32 master weights equal to the model's (not decayed
     by 1 - lr * wd = 0.999), so the first real update is AdamW's step 1 (lr * sign(g) with
     eps 1e-8, not step 2's 0.744 lr)."""
-    result = subprocess.run(
-        [sys.executable, "-c", BF16_SCRIPT, tiny_model_path],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_script(BF16_SCRIPT, tiny_model_path)
     assert out["wrapper"] == "FP16_UnfusedOptimizer"
     assert out["state_at_build"] == [[0.0, 0.0, 0.0]]
     assert out["master_vs_initial"] == 0.0  # bf16 -> fp32 is exact
@@ -254,11 +238,166 @@ def test_an_inference_engine_builds_at_every_zero_stage(tiny_model_path, zero_st
     stage 2 requires an optimizer"), so PPO or a KL loss could not start at those stages.
     They only shard optimizer and gradient state, which an inference engine has none of:
     it runs at stage 0 and computes what the plain model does."""
-    result = subprocess.run(
-        [sys.executable, "-c", INFERENCE_SCRIPT, tiny_model_path, str(zero_stage)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    assert run_script(INFERENCE_SCRIPT, tiny_model_path, str(zero_stage))["diff"] == 0.0
+
+
+OFFLOAD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from transformers import AutoModelForCausalLM
+    from worker_helpers import MAX_SEQ_LEN, make_batch, make_config
+
+    from skyrl.algorithms.reductions import compute_loss_weights
+    from skyrl.batch import compute_prompt_mini_batch_boundaries
+    from skyrl.dispatch import MeshDispatch
+    from skyrl.workers.distributed import find_free_port
+    from skyrl.workers.worker import TrainingWorker
+
+    model_path, zero_stage = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(1)
+    batch = make_batch(model_path, ["a", "a", "b", "b"], [16, 9, 13, 6])
+    bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], 2, 2)
+    ((chunk,),) = MeshDispatch.stage_chunks(
+        1, batch, bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["diff"] == 0.0
+    initial = dict(AutoModelForCausalLM.from_pretrained(model_path).named_parameters())
+    runs = []
+    for offload in (False, True):
+        cfg = make_config(
+            model_path, dp_size=1, zero_stage=zero_stage, offload_optimizer=offload,
+            micro_batch_max_tokens=16, **{"policy_optimizer.max_grad_norm": 0.5},
+        )
+        worker = TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
+        records = [worker.train_mini_batch(chunk) for _ in range(2)]  # two AdamW steps
+        runs.append({
+            "optimizer": type(worker.engine.optimizer).__name__,
+            "cpu_offload": bool(getattr(worker.engine.optimizer, "cpu_offload", False)
+                                or getattr(worker.engine.optimizer, "offload_optimizer", False)),
+            "grad_norms": [r.grad_norm for r in records],
+            "losses": [r.losses.loss for r in records],
+            "steps": worker.global_steps(),
+            "weights": worker.state_dict_for_sync(all_ranks=True),
+        })
+    plain, offloaded = runs
+    print(json.dumps({
+        "optimizers": [r["optimizer"] for r in runs],
+        "cpu_offload": [r["cpu_offload"] for r in runs],
+        "grad_norms": [r["grad_norms"] for r in runs],
+        "losses": [r["losses"] for r in runs],
+        "steps": [r["steps"] for r in runs],
+        "moved": max(float((w - initial[k]).abs().max()) for k, w in plain["weights"].items()),
+        "max_weight_diff": max(
+            float((offloaded["weights"][k] - w).abs().max()) for k, w in plain["weights"].items()
+        ),
+    }))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
+def test_offloaded_optimizer_takes_the_step_of_one_on_the_device(tiny_model_path, zero_stage):
+    """``trainer.offload_optimizer`` keeps the AdamW state in CPU memory (ZeRO-Offload). It
+    changes where the optimizer runs, not what it computes: two steps of a policy worker with
+    the state offloaded equal two steps without, to the bit. DeepSpeed refused any client
+    optimizer but its own DeepSpeedCPUAdam for offload unless told otherwise."""
+    out = run_script(OFFLOAD_SCRIPT, tiny_model_path, str(zero_stage))
+    assert out["cpu_offload"] == [False, True]
+    assert out["steps"] == [2, 2]
+    assert out["moved"] > 1e-3  # the steps moved weights (lr 0.05)
+    # the same arithmetic on the same fp32 gradients, so equal, not close; only ZeRO 3's
+    # offloaded grad norm comes back rounded to fp32 (8.8685007 vs 8.8685003 at step 1: half
+    # an fp32 ulp, which at 8.87 is 2^3 * 2^-23 = 9.5e-7, 1.1e-7 relative)
+    assert out["grad_norms"][1] == pytest.approx(out["grad_norms"][0], rel=1e-7, abs=0)
+    assert out["losses"][1] == out["losses"][0]
+    assert out["max_weight_diff"] == 0.0
+
+
+ACCUMULATION_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from worker_helpers import MAX_SEQ_LEN, make_batch, make_config
+
+    from skyrl.algorithms.reductions import compute_loss_weights
+    from skyrl.batch import compute_prompt_mini_batch_boundaries
+    from skyrl.dispatch import MeshDispatch
+    from skyrl.workers.distributed import find_free_port
+    from skyrl.workers.worker import TrainingWorker
+
+    model_path, zero_stage = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(1)
+    num_prompts = 16
+    uids = [f"p{i // 2}" for i in range(2 * num_prompts)]
+    batch = make_batch(model_path, uids, [16 - i % 7 for i in range(2 * num_prompts)])
+    bounds = compute_prompt_mini_batch_boundaries(uids, num_prompts, num_prompts)
+    ((chunk,),) = MeshDispatch.stage_chunks(
+        1, batch, bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
+    )
+    cfg = make_config(
+        model_path, dp_size=1, zero_stage=zero_stage, precision="bf16",
+        micro_batch_max_tokens=16, train_batch_size=num_prompts,
+        policy_mini_batch_size=num_prompts,
+    )
+    worker = TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
+    # lr 0: every step below leaves the weights alone, so each sees the same model
+    adamw = worker.engine.basic_optimizer
+    for group in adamw.param_groups:
+        group["lr"] = 0.0
+    worker.engine.lr_scheduler.base_lrs = [0.0] * len(adamw.param_groups)
+    seen = []  # the fp32 gradient AdamW steps with
+    adamw.register_step_pre_hook(lambda *_: seen.append(
+        [p.grad.float().clone() for g in adamw.param_groups for p in g["params"]]
+    ))
+    worker.engine.train()
+    micro = worker._micro_batches(chunk)
+    fp32_sum = None  # each micro batch's gradient alone (one step each), added in fp32
+    for mb in micro:
+        loss, _, _ = worker._micro_batch_loss(chunk, mb)
+        worker.engine.backward(loss, scale_wrt_gas=False)
+        worker.engine.step()
+        grads = seen.pop()
+        fp32_sum = grads if fp32_sum is None else [s + g for s, g in zip(fp32_sum, grads)]
+    worker.train_mini_batch(chunk)  # all of them accumulated, one step
+    (accumulated,) = seen
+
+    def norm(tensors):
+        return sum(float(t.double().pow(2).sum()) for t in tensors) ** 0.5
+
+    print(json.dumps({
+        "optimizer": type(worker.engine.optimizer).__name__,
+        "micro_batches": len(micro),
+        "error": norm([a - s for a, s in zip(accumulated, fp32_sum)]) / norm(fp32_sum),
+        "one_rounding": norm([s.bfloat16().float() - s for s in fp32_sum]) / norm(fp32_sum),
+    }))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_bf16_micro_batch_gradients_add_up_in_fp32(tiny_model_path, zero_stage):
+    """In bf16 the gradients of a mini-batch's micro batches add up in fp32 at ZeRO >= 1
+    (``data_types.grad_accum_dtype``). Added in bf16, 32 micro batches put the step's gradient
+    0.57% (relative L2) off the fp32 sum of the very same micro-batch gradients, 3.5x the
+    0.16% of rounding that sum to bf16 once."""
+    out = run_script(ACCUMULATION_SCRIPT, tiny_model_path, str(zero_stage))
+    print(out)
+    assert out["micro_batches"] == 32
+    if zero_stage == 1:
+        # DeepSpeed's BF16_Optimizer adds up in fp32, then all-reduces the sum in bf16 (even
+        # on one rank): exactly one rounding of it
+        assert out["optimizer"] == "BF16_Optimizer"
+        assert out["error"] == pytest.approx(out["one_rounding"], rel=1e-6)
+    else:
+        # the fp32 partitions add up the same fp32 numbers in the same order: a few fp32 ulp
+        # (2^-24 = 6e-8 relative) at most
+        assert out["error"] < 1e-6
+    assert out["one_rounding"] < 0.0025  # bf16's 8-bit mantissa: about 2^-9 / sqrt(3) = 0.11%

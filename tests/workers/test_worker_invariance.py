@@ -9,7 +9,12 @@ eps=1e-8 Adam's first step is ~lr x sign(grad), blind to a wrong dp_size factor)
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -248,13 +253,14 @@ def test_non_finite_loss_refuses_the_step_on_every_rank(dp2_small_micro, batch, 
     assert_weights_close(group.run("state_dict_for_sync")[0], expected, atol=2e-6)
 
 
-@pytest.mark.parametrize("zero_stage", [1, 2])
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
 def test_a_refused_step_leaves_no_gradient_behind_under_zero(
     ray_cluster, tiny_model_path, batch, zero_stage
 ):
     """ZeRO 1/2 accumulate the micro batches' gradients in the optimizer's own partitions;
     ZeRO-2 kept a refused step's there, so the next step added them to its own (its grad norm
-    doubled; with NaN gradients the next step was refused too)."""
+    doubled; with NaN gradients the next step was refused too). At ZeRO 3 dropping them
+    raised AttributeError (ZeRO 1/2's clean-up)."""
     cfg = make_config(tiny_model_path, zero_stage=zero_stage, micro_batch_max_tokens=16)
     group = WorkerGroup("policy", cfg, total_optimizer_steps=10)
     try:
@@ -378,3 +384,112 @@ def test_policy_loss_is_a_mean_whatever_the_mini_batch_size(ray_cluster, tiny_mo
     # approx_kl at ratio 1 is 0 in both layouts; every grad norm was measured
     assert reported[1][POLICY.token_mean("approx_kl")] == pytest.approx(0.0, abs=1e-6)
     assert reported[1][POLICY.grad_norm_max] >= reported[1][POLICY.grad_norm] > 0
+
+
+REFUSAL_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from worker_helpers import MAX_SEQ_LEN, PROMPT_LEN, make_batch, make_config
+
+    from skyrl.algorithms.reductions import compute_loss_weights
+    from skyrl.batch import compute_prompt_mini_batch_boundaries
+    from skyrl.dispatch import MeshDispatch
+    from skyrl.workers.distributed import find_free_port
+    from skyrl.workers.worker import TrainingWorker
+
+    model_path, cases = sys.argv[1], json.loads(sys.argv[2])
+    torch.set_num_threads(1)
+    batch = make_batch(model_path, ["a", "a", "b", "b"], [16, 9, 13, 6])
+    nan_loss = batch.replace(advantages=batch.advantages.clone())
+    nan_loss.advantages[3, PROMPT_LEN] = float("nan")
+
+    def chunk(data):
+        bounds = compute_prompt_mini_batch_boundaries(data.metadata["uids"], 2, 2)
+        ((c,),) = MeshDispatch.stage_chunks(
+            1, data, bounds,
+            loss_weights_fn=lambda mb: compute_loss_weights(
+                "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+            ),
+        )
+        return c
+
+    def inf_in_first_micro_batch(worker):  # one entry of one weight's gradient, once
+        param = dict(worker.engine.module.named_parameters())[
+            "model.layers.0.self_attn.q_proj.weight"
+        ]
+        calls = []
+
+        def to_inf(grad):
+            calls.append(1)
+            if len(calls) > 1:
+                return grad
+            grad = grad.clone()
+            grad.view(-1)[0] = float("inf")
+            return grad
+
+        return param.register_hook(to_inf)
+
+    out = []
+    for zero_stage, precision, offload in cases:
+        cfg = make_config(
+            model_path, dp_size=1, zero_stage=zero_stage, precision=precision,
+            offload_optimizer=offload, micro_batch_max_tokens=16,  # 3 micro batches
+        )
+
+        def worker():
+            return TrainingWorker("policy", 0, 1, "127.0.0.1", find_free_port(), cfg, 10)
+
+        fresh = worker()
+        fresh.train_mini_batch(chunk(batch))
+        first_step = fresh.state_dict_for_sync(all_ranks=True)
+        record = {"case": [zero_stage, precision, offload]}
+        for refusal in ("nan_loss", "inf_gradient"):
+            w = worker()
+            if refusal == "nan_loss":
+                refused = w.train_mini_batch(chunk(nan_loss))
+            else:
+                hook = inf_in_first_micro_batch(w)
+                refused = w.train_mini_batch(chunk(batch))
+                hook.remove()
+            steps = [w.global_steps(), w.engine.lr_scheduler.last_epoch]
+            after = w.train_mini_batch(chunk(batch))
+            record[refusal] = {
+                "refused": refused.nonfinite,
+                "steps": steps,
+                "next_grad_norm": after.grad_norm,
+                "next_vs_first_step": max(
+                    float((v.float() - first_step[k].float()).abs().max())
+                    for k, v in w.state_dict_for_sync(all_ranks=True).items()
+                ),
+            }
+        out.append(record)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_after_a_refused_step_the_next_is_a_fresh_first_step_in_every_layout(tiny_model_path):
+    """A refused step (a NaN loss, or an inf gradient in the first of three micro batches
+    under finite losses) leaves nothing behind in the layouts the Ray tests above do not
+    cover: ZeRO 3 (dropping the gradients of a NaN loss raised AttributeError), the
+    optimizer offloaded to the CPU (ZeRO 2 added the dropped CPU gradients to the next step's;
+    after DeepSpeed's own skipped step at ZeRO 1 with fp32 accumulation the next step was NaN
+    too), and bf16 at ZeRO 1 (DeepSpeed's BF16_Optimizer). One rank, in-process."""
+    cases = [[3, "fp32", False], [1, "bf16", False], [1, "bf16", True], [2, "bf16", True]]
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSAL_SCRIPT, tiny_model_path, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).parent,  # worker_helpers
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for record in json.loads(result.stdout.strip().splitlines()[-1]):
+        for refusal in ("nan_loss", "inf_gradient"):
+            got = record[refusal]
+            where = f"{record['case']} {refusal}: {got}"
+            assert got["refused"] and got["steps"] == [0, 0], where
+            # the next step starts from the same weights with the same gradients: bit-equal
+            assert math.isfinite(got["next_grad_norm"]), where
+            assert got["next_vs_first_step"] == 0.0, where

@@ -3,6 +3,11 @@ transformers logprobs to compare against. Imports no Ray, so GPU machines withou
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from hydra import compose, initialize_config_module
 from transformers import AutoModelForCausalLM
@@ -74,3 +79,17 @@ def assert_weights_close(actual: dict, expected: dict, atol: float):
     assert actual.keys() == expected.keys()
     worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
     assert worst <= atol, f"max weight difference {worst:.3g} > {atol}"
+
+
+def run_script(script: str, *args: str) -> dict:
+    """Run ``script`` (``python -c``) in a fresh interpreter in this folder (so it can import
+    ``worker_helpers``) with ``args``; the JSON object its last stdout line prints."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
