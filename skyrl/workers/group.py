@@ -24,6 +24,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from skyrl.config.errors import exception_line
 from skyrl.config.root import SkyRLConfig
 from skyrl.workers.distributed import address_in_use, find_free_port, node_ip
 from skyrl.workers.host_memory import MALLOC_ENV
@@ -122,7 +123,9 @@ class WorkerGroup:
             except Exception:
                 continue
         cause = getattr(first, "cause", None) or first
-        return RuntimeError(f"{self.role} worker failed: {_first_line(cause)}")
+        return RuntimeError(
+            f"{self.role} worker failed: {exception_line(cause)}"
+        )  # KeyError: 'clip'
 
     def run(self, method: str, *args: Any) -> list[Any]:
         """Call ``method(*args)`` on every rank with the same arguments."""
