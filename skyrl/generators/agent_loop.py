@@ -16,7 +16,8 @@ unwatched: it no longer counts against the ``environment.max_concurrent_calls`` 
 run at once, the env is closed on that thread once the call returns (never under it; an
 env built past the limit once it exists), and more than
 ``environment.max_hung_calls`` such calls still running stop the run with
-``EnvHangError``. Each request's seed is
+``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown) does not wait for
+its env's close: that runs on a thread not waited for. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
 template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 """
@@ -122,9 +123,10 @@ class EnvThreads:
     slot, so time queued does not count against it. A call past its limit is abandoned:
     its caller gets ``TimeoutError`` and its slot frees, while the thread (which nothing can
     stop; daemon, so it never holds up exit) runs on. ``close`` of an env whose call hangs
-    runs on that thread after the call returns. More than ``max_stuck`` abandoned calls still
-    running raise ``EnvHangError``: a fixed pool instead loses a thread to each one for good
-    until every env call waits forever."""
+    runs on that thread after the call returns; ``close_detached`` closes an env without
+    waiting (a cancelled trajectory). More than ``max_stuck`` abandoned calls still running
+    raise ``EnvHangError``: a fixed pool instead loses a thread to each one for good until
+    every env call waits forever."""
 
     def __init__(self, max_running: int, max_stuck: int):
         self.max_running, self.max_stuck = max_running, max_stuck
@@ -161,14 +163,14 @@ class EnvThreads:
         thread.start()
         try:
             return await asyncio.wait_for(future, timeout_s)
-        except (TimeoutError, asyncio.CancelledError) as exc:
+        except (TimeoutError, asyncio.TimeoutError, asyncio.CancelledError) as exc:  # 3.10: two
             with self.lock:
                 if call.returned:  # it returned as the limit passed: nothing runs on
                     raise
                 call.abandoned, self._hung[id(env)] = True, call
                 self.stuck += 1
                 stuck = self.stuck
-            if isinstance(exc, TimeoutError) and stuck > self.max_stuck:
+            if not isinstance(exc, asyncio.CancelledError) and stuck > self.max_stuck:
                 raise EnvHangError(
                     f"{stuck} env calls are still running past environment.timeout_s="
                     f"{timeout_s:g} (a thread cannot be stopped; at most "
@@ -198,14 +200,20 @@ class EnvThreads:
             pass
 
     async def close(self, env, timeout_s: float) -> None:
-        """``env.close()``: now, or on the thread of its hung call once that returns."""
-        with self.lock:
-            call = self._hung.pop(id(env), None)
-            if call is not None and not call.returned:
-                call.then.append(env.close)
-                return
+        """``env.close()``: now, or on the thread of its hung call once that returns. Cancelled
+        while waiting for a slot, the close still runs, on a thread of its own
+        (``close_detached``)."""
+        if self._close_after_hung_call(env):
+            return
+        started = False
         try:
-            await self.run(env, env.close, timeout_s=timeout_s)
+            async with self._slots_here():
+                started = True
+                await self._watch(env, env.close, (), timeout_s)
+        except asyncio.CancelledError:
+            if not started:
+                _detach(env.close)
+            raise
         except EnvHangError:
             raise
         except Exception:
@@ -213,6 +221,34 @@ class EnvThreads:
         finally:  # a hung close leaves nothing to run after it (and ids are reused)
             with self.lock:
                 self._hung.pop(id(env), None)
+
+    def close_detached(self, env) -> None:
+        """``env.close()`` not waited for, for a cancelled trajectory (its caller is going
+        away): on the thread of its hung call once that returns, else on a daemon thread of
+        its own, outside ``max_running`` and with no time limit (as a hung call's thread)."""
+        if not self._close_after_hung_call(env):
+            _detach(env.close)
+
+    def _close_after_hung_call(self, env) -> bool:
+        """Whether a call of ``env`` hangs: then its close is queued to run after it."""
+        with self.lock:
+            call = self._hung.pop(id(env), None)
+            if call is not None and not call.returned:
+                call.then.append(env.close)
+                return True
+        return False
+
+
+def _detach(close: Callable[[], object]) -> None:
+    """``close()`` on a daemon thread of its own, not waited for; a failure is logged."""
+
+    def run() -> None:
+        try:
+            close()
+        except Exception:
+            logger.exception("env.close failed")
+
+    threading.Thread(target=run, name="skyrl-env", daemon=True).start()
 
 
 def _resolve(future: asyncio.Future, result, error: BaseException | None) -> None:
@@ -268,14 +304,20 @@ class AgentLoop:
         tid = f"{row.uid}/{sample}"
         unbuilt = _Unbuilt(self.env_factory)
         env: TextEnv | _Unbuilt = unbuilt
+        cancelled = False
         try:
             built, err = await self._safe_env_call(unbuilt, unbuilt.name, unbuilt.build)
             if err is not None:
                 return Trajectory(row, tid, [], 0.0, "env_error", env_errors=1)
             env = built
             return await self._turns(built, row, tid, sample, sampling)
+        except asyncio.CancelledError:  # a shutdown: its env closes without holding it up
+            cancelled = True
+            self.env_threads.close_detached(env)
+            raise
         finally:  # after a hung call: on its thread once it returns
-            await self.env_threads.close(env, self.settings.env_timeout_s)
+            if not cancelled:
+                await self.env_threads.close(env, self.settings.env_timeout_s)
 
     async def _safe_env_call(self, env, where: str, fn, *args):
         """``(result, None)``, or ``(None, error)`` when the env raises, times out or returns
@@ -295,7 +337,7 @@ class AgentLoop:
         """One warning per distinct problem: a bad env fails the same way on every trajectory."""
         if isinstance(exc, BadEnvResult):
             what = str(exc)
-        elif isinstance(exc, TimeoutError):
+        elif isinstance(exc, TimeoutError | asyncio.TimeoutError):
             what = f"ran past environment.timeout_s={self.settings.env_timeout_s:g}"
         else:
             what = f"raised {type(exc).__name__}: {exc}"

@@ -109,6 +109,13 @@ class Generator:
         out.metrics = rollout_metrics(trajs, n_samples, elapsed)
         return out
 
+    def close(self) -> None:
+        """Stop what the driver keeps running between calls (an external agent's endpoint:
+        ``HarnessDriver.close``); a driver without ``close`` keeps nothing."""
+        close = getattr(self.driver, "close", None)
+        if close is not None:
+            close()
+
 
 def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> GeneratorOutput:
     """Rows for training: one per trajectory (or per run of turns between forks), or one per

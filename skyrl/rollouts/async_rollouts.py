@@ -39,12 +39,14 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import warnings
 from collections import deque
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +69,8 @@ from skyrl.rollouts.sync import base_seed, dump_rollouts, eval_seed, prompt_load
 from skyrl.tracking import metric_names as names
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class Admission:
@@ -160,47 +164,12 @@ def batch_shaping(groups: list[Group]) -> dict[str, float]:
     return out
 
 
-class GatedEngine:
-    """The engine as the training driver sees it: requests wait while a weight sync holds the
-    gate; requests in flight are counted (a sync can wait for them) and the time with none in
-    flight is the engine's idle time. Lives on the source's event loop."""
+class _EngineView:
+    """An engine seen through a wrapper that changes only ``generate``: the rest of the
+    engine interface goes to ``self.engine`` unchanged."""
 
-    def __init__(self, engine: InferenceEngine, gate: asyncio.Event):
-        self.engine, self.gate = engine, gate
-        self.in_flight = 0
-        self.drained = asyncio.Event()
-        self.drained.set()
-        self.idle_s = 0.0
-        self._idle_since: float | None = time.monotonic()
+    engine: InferenceEngine
 
-    async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
-    ) -> Completion:
-        await self.gate.wait()
-        if self.in_flight == 0 and self._idle_since is not None:
-            self.idle_s += time.monotonic() - self._idle_since
-            self._idle_since = None
-        self.in_flight += 1
-        self.drained.clear()
-        try:
-            return await self.engine.generate(prompt_ids, sampling, route_key)
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle_since = time.monotonic()
-                self.drained.set()
-
-    def take_idle_s(self) -> float:
-        """Idle seconds since the last call."""
-        idle = self.idle_s
-        if self._idle_since is not None:
-            now = time.monotonic()
-            idle += now - self._idle_since
-            self._idle_since = now
-        self.idle_s = 0.0
-        return idle
-
-    # the rest of the engine interface, unchanged
     def serve(self, done: Future) -> None:
         self.engine.serve(done)
 
@@ -226,6 +195,69 @@ class GatedEngine:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+
+
+class GatedEngine(_EngineView):
+    """The engine as the training driver sees it: requests wait while a weight sync holds the
+    gate; requests in flight are counted (a sync can wait for them) and the time with none in
+    flight is the engine's idle time. Lives on the source's event loop."""
+
+    def __init__(self, engine: InferenceEngine, gate: asyncio.Event):
+        self.engine, self.gate = engine, gate
+        self.in_flight = 0
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.idle_s = 0.0
+        self._idle_since: float | None = time.monotonic()
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        await self.gate.wait()
+        return await self.counted(prompt_ids, sampling, route_key)
+
+    async def counted(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        """A request counted in flight, not held by the gate."""
+        if self.in_flight == 0 and self._idle_since is not None:
+            self.idle_s += time.monotonic() - self._idle_since
+            self._idle_since = None
+        self.in_flight += 1
+        self.drained.clear()
+        try:
+            return await self.engine.generate(prompt_ids, sampling, route_key)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle_since = time.monotonic()
+                self.drained.set()
+
+    def take_idle_s(self) -> float:
+        """Idle seconds since the last call."""
+        idle = self.idle_s
+        if self._idle_since is not None:
+            now = time.monotonic()
+            idle += now - self._idle_since
+            self._idle_since = now
+        self.idle_s = 0.0
+        return idle
+
+
+class UngatedEngine(_EngineView):
+    """The engine as the eval pass sees it: its requests are not held by a weight sync's gate
+    (the trainer evaluates between syncs) but count in ``gated``'s requests in flight, so an
+    eval is engine time, not idle time. The eval's generator runs them on an event loop of
+    its own; they are sent from the source's loop, where the count lives."""
+
+    def __init__(self, gated: GatedEngine, loop: asyncio.AbstractEventLoop):
+        self.gated, self.loop, self.engine = gated, loop, gated.engine
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
+    ) -> Completion:
+        request = self.gated.counted(prompt_ids, sampling, route_key)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(request, self.loop))
 
 
 class AsyncRollouts:
@@ -258,7 +290,6 @@ class AsyncRollouts:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.clock = VersionClock()
         """The version the engines hold; new requests record it at dispatch."""
-        self.eval_generator = make_generator(cfg.generator, cfg.environment, engine, tokenizer)
         self.line: deque[Group] = deque()
         """Admitted groups not yet taken or dropped, in admission order."""
         self.queued: deque[tuple[int, str, int]] = deque()
@@ -285,6 +316,9 @@ class AsyncRollouts:
         )
         self.thread.start()
         self._on_loop(self._setup())
+        self.eval_generator = make_generator(
+            cfg.generator, cfg.environment, UngatedEngine(self.gated, self.loop), tokenizer
+        )
 
     async def _setup(self) -> None:
         self.gate = asyncio.Event()
@@ -304,7 +338,7 @@ class AsyncRollouts:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
-        except TimeoutError:
+        except (TimeoutError, FutureTimeout):  # one class from Python 3.11, two on 3.10
             future.cancel()
             raise
 
@@ -378,14 +412,35 @@ class AsyncRollouts:
                 "it was trained on",
             )
 
-    def close(self) -> None:
-        """Cancel the groups in flight and stop the event loop."""
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Cancel the groups in flight (waiting at most ``timeout_s`` for them to end; their
+        envs close on threads not waited for), stop the drivers (an external agent's
+        endpoints) and stop and close the event loop."""
         if self.closed:
             return
         self.closed = True
-        self._on_loop(self._cancel_all(), timeout=30)
+        try:
+            self._on_loop(self._cancel_all(), timeout_s)
+        except FutureTimeout:
+            logger.warning(
+                "closing the rollout stream: its tasks did not end within %g s of being "
+                "cancelled; stopping its event loop anyway",
+                timeout_s,
+            )
+        try:
+            self.generator.close()
+        finally:
+            try:
+                self.eval_generator.close()
+            finally:
+                self._stop_loop(timeout_s)
+
+    def _stop_loop(self, timeout_s: float) -> None:
+        """Stop the event loop and, once its thread is done, close it."""
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
+        self.thread.join(timeout=timeout_s)
+        if not self.thread.is_alive():
+            self.loop.close()
 
     # -- on the event loop ---------------------------------------------------------------
 
@@ -419,7 +474,7 @@ class AsyncRollouts:
             return
         try:
             await asyncio.wait_for(self.progress.wait(), self.hold_deadline - time.monotonic())
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
             raise WeightSyncTimeout(
                 "the inference engines to load the weights (the next batch waits for them)"
             ) from None
@@ -524,7 +579,7 @@ class AsyncRollouts:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             self._on_loop(self.gated.drained.wait(), timeout)
-        except TimeoutError:
+        except (TimeoutError, FutureTimeout):
             in_flight = self.gated.in_flight
             raise WeightSyncTimeout(
                 f"{in_flight} request(s) in flight on the inference engines to finish "

@@ -69,7 +69,8 @@ class RolloutSource(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def close(self) -> None:
-        """Stop producing (cancel what is in flight); the engine itself stays up."""
+        """Stop producing (cancel what is in flight) and stop what the rollout drivers run
+        (an external agent's endpoint); the engine itself stays up."""
         ...
 
 

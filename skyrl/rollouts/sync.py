@@ -78,7 +78,8 @@ class SyncRollouts:
         return set_version_after(self.clock, version)
 
     def close(self) -> None:
-        pass
+        """Stop the generator's driver (an external agent's endpoint); the engine stays up."""
+        self.generator.close()
 
     def has_eval(self) -> bool:
         return bool(self.eval_rows)

@@ -682,3 +682,103 @@ def test_a_constructor_past_the_time_limit_is_an_env_error_and_its_env_closed_la
     while not HangsInConstructor.closed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert HangsInConstructor.closed == ["closed"]  # the env built late is closed once
+
+
+class ClosesSlowly(TextEnv):
+    """Done after one step; ``close`` takes ``close_s`` (a sandbox being stopped) and is
+    logged with the thread it ran on."""
+
+    close_s = 1.0
+    lock = threading.Lock()
+    steps = 0
+    closing = 0
+    closed: list[str] = []
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.steps, cls.closing, cls.closed = 0, 0, []
+
+    def step(self, action_text):
+        with self.lock:
+            ClosesSlowly.steps += 1
+        return StepResult([], 1.0, True)
+
+    def close(self):
+        with self.lock:
+            ClosesSlowly.closing += 1
+        time.sleep(self.close_s)
+        with self.lock:
+            self.closed.append(threading.current_thread().name)
+
+
+class AnswersAfter:
+    """An in-process engine (no serving) that answers "7" after ``delay_s``; counts requests."""
+
+    def __init__(self, tok, delay_s: float):
+        self.ids, self.delay_s, self.requests = tok.encode("7") + [tok.eos_token_id], delay_s, 0
+
+    async def generate(self, prompt_ids, sampling, route_key=None):
+        self.requests += 1
+        await asyncio.sleep(self.delay_s)
+        return Completion(list(self.ids), [-0.5] * len(self.ids), "stop")
+
+
+async def cancel_when(task: asyncio.Task, ready, limit_s: float = 10.0) -> float:
+    """Cancel ``task`` once ``ready()``; the seconds until it was done cancelling."""
+    deadline = time.monotonic() + limit_s
+    while not ready() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert ready(), "the trajectories did not get that far"
+    started = time.monotonic()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return time.monotonic() - started
+
+
+def wait_for_closes(expected: int, limit_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + limit_s
+    while len(ClosesSlowly.closed) < expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return list(ClosesSlowly.closed)
+
+
+def test_a_cancelled_trajectory_does_not_wait_for_its_env_to_close(tok):
+    """3 trajectories cancelled while their requests are at the engine (an async run's
+    shutdown), 1 env call at a time, each close 1 s. Each awaited its close: the cancel took
+    until the first close was done (1 s; ``gather`` gives up at its first cancelled child),
+    the other 2 closes went on queued for the slot (an async run's shutdown waited 3 x 1 s
+    for them, and timed out with more) and were cancelled there when the loop ended: never
+    closed. The closes are handed to threads and not waited for; every env is still closed,
+    on an env thread."""
+    ClosesSlowly.reset()
+    settings = LoopSettings(256, 64, 1, env_timeout_s=10.0, max_env_calls=1)
+    engine = AnswersAfter(tok, delay_s=1000.0)
+    loop = AgentLoop(engine, tok, ClosesSlowly, settings)
+
+    async def main() -> float:
+        task = asyncio.ensure_future(loop.run([ROWS[0]], 3, SamplingParams()))
+        return await cancel_when(task, lambda: engine.requests == 3)
+
+    assert asyncio.run(main()) < 0.5
+    assert wait_for_closes(3) == ["skyrl-env"] * 3
+
+
+def test_env_closes_queued_for_a_slot_still_run_when_cancelled(tok):
+    """3 trajectories done at once, 1 env call at a time, each close 1 s: the first close
+    runs, 2 wait for the slot when the run is cancelled. Those 2 were never closed (the
+    cancel reached them in the queue); now they are, on threads of their own."""
+    ClosesSlowly.reset()
+    settings = LoopSettings(256, 64, 1, env_timeout_s=10.0, max_env_calls=1)
+    loop = AgentLoop(AnswersAfter(tok, delay_s=0.0), tok, ClosesSlowly, settings)
+    threads = loop.env_threads
+
+    def queued() -> bool:  # every step done, the first close holds the slot, 2 wait for it
+        waiting = len(threads._slots._waiters or ()) if threads._slots is not None else 0
+        return ClosesSlowly.steps == 3 and ClosesSlowly.closing == 1 and waiting == 2
+
+    async def main() -> float:
+        task = asyncio.ensure_future(loop.run([ROWS[0]], 3, SamplingParams()))
+        return await cancel_when(task, queued)
+
+    assert asyncio.run(main()) < 0.5
+    assert wait_for_closes(3) == ["skyrl-env"] * 3
