@@ -188,7 +188,8 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     from skyrl.trainer.trainer import RLTrainer
 
     cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
-    _ray_for_run(cfg)
+    _ray_keeping_sigterm_handler(cfg)
+    # a trainer that fails to start stops what it started itself, before this try
     trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
         trainer.train()
@@ -201,6 +202,19 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     plot_history(history, output_dir / "metrics.png")
     print(format_summary(history, output_dir), flush=True)
     return TrainResult(output_dir, history, final_hf)
+
+
+def _ray_keeping_sigterm_handler(cfg) -> None:
+    """``_ray_for_run``, then the caller's own SIGTERM handler back in place (``skyrl-train``'s
+    ends the run in one line): ``ray.init`` replaces it with Ray's ``sys.exit`` behind a C++
+    handler that prints a stack banner. A default handler (a notebook's) is left to Ray's."""
+    import signal
+    import threading
+
+    handler = signal.getsignal(signal.SIGTERM)
+    _ray_for_run(cfg)
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 _started_ray_address: str | None = None

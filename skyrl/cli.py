@@ -11,13 +11,25 @@ the rollout driver), for a dry run too; what it finds is a ``ConfigError`` as we
 checked whole (every job) before its first job starts; a job that fails anyway ends the
 sweep with the line and exit code a single run would give, after Hydra's line naming the
 job's overrides.
+
+Ctrl-C (SIGINT) and SIGTERM end a run, and a sweep (no later job starts), with one line
+naming the checkpoint ``trainer.resume=auto`` continues from, and exit code 128 + the
+signal (130, 143), after the run's cleanup (``skyrl.train`` stops its workers and engines in
+a ``finally``). The process then ends with ``os._exit`` once the exit handlers have run:
+Python's own finalization would run the garbage collector over Ray's and the engines'
+remains (it aborted with SIGABRT after a SIGTERM) and log the interrupted generation's
+pending asyncio tasks.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import signal
 import sys
+import threading
+from pathlib import Path
 from typing import NoReturn
 
 import hydra
@@ -40,10 +52,27 @@ EXIT_RUN_FAILED = 1
 def run(cfg: DictConfig) -> TrainResult:
     """The Hydra task: train in Hydra's run (or sweep job) directory unless
     ``trainer.output_dir`` is set."""
+    return train(cfg, _output_dir(cfg))
+
+
+def _output_dir(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
 
-    configured = cfg.trainer.get("output_dir")
-    return train(cfg, configured or HydraConfig.get().runtime.output_dir)
+    return cfg.trainer.get("output_dir") or HydraConfig.get().runtime.output_dir
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, with the line that ends the run (or the sweep) and its exit code. A
+    ``KeyboardInterrupt``: Hydra's launchers record an ``Exception`` as a failed job and go
+    on to the next; this ends the sweep."""
+
+    def __init__(self, signum: int, line: str = ""):
+        super().__init__(signum, line)
+        self.signum, self.line = signum, line
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 class JobFailed(CompactHydraException):
@@ -64,7 +93,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     """Returns the final held-out pass@1 (a sweeper's objective), if the run evaluated.
 
     A single run ends with one error line and an exit code; in a multirun the job raises
-    ``JobFailed`` with that line and code instead (Hydra records the job as failed)."""
+    ``JobFailed`` with that line and code instead (Hydra records the job as failed). Ctrl-C
+    or SIGTERM, once the run has cleaned up, raises ``Interrupted`` with its line, which
+    ``main`` prints, in a sweep too (it ends the sweep)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -81,6 +112,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         _fail(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
     except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
         _fail(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM: the run cleaned up
+        signum = _signal_of(exc)
+        raise Interrupted(signum, interrupted_line(Path(_output_dir(cfg)), signum)) from None
     if multirun and needs_objective(str(HydraConfig.get().sweeper.get("_target_", ""))):
         return sweep_objective(cfg, result, HydraConfig.get().sweeper.get("direction"))
     objective = result.final(names.EVAL_PASS_AT_1)
@@ -125,13 +159,75 @@ def check_command_line() -> None:
         sys.exit(EXIT_CONFIG_ERROR)
 
 
+def interrupted_line(output_dir: Path, signum: int) -> str:
+    """The line a run stopped by ``signum`` ends with: the checkpoint a resume continues from."""
+    from skyrl.trainer.checkpoint import CheckpointManager
+
+    what = _stopped_by(signum)
+    try:
+        latest = CheckpointManager(output_dir / "checkpoints", 0).latest()
+    except (OSError, ValueError):  # a pointer to an incomplete checkpoint
+        latest = None
+    if latest is None:
+        return f"{what}; no checkpoint was saved"
+    return f"{what}; last checkpoint: {latest} (trainer.resume=auto continues from it)"
+
+
+def _stopped_by(signum: int) -> str:
+    if signum == signal.SIGINT:
+        return "interrupted"
+    return f"terminated ({signal.Signals(signum).name})"
+
+
 def main() -> None:
-    """Console script: check the command line, then hand it to Hydra."""
-    check_command_line()
-    if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
-        _hydra_main()
-        return
-    _run_sweep()
+    """Console script: check the command line, then hand it to Hydra. Ctrl-C and SIGTERM end
+    the run or sweep with one line (``Interrupted``)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
+    try:
+        check_command_line()
+        if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+            _hydra_main()
+        else:
+            _run_sweep()
+    except KeyboardInterrupt as exc:
+        # outside a job (composing, between a sweep's jobs) there is no run to name
+        done = exc if isinstance(exc, Interrupted) else Interrupted(_signal_of(exc))
+        print(done.line or _stopped_by(done.signum), file=sys.stderr)
+        _exit_now(done.exit_code)
+    finally:
+        _terminated.clear()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_terminated: list[int] = []
+"""The SIGTERM received, if one was: Ray turns an exception a signal handler raises inside
+``ray.get`` into a plain ``KeyboardInterrupt``."""
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    """The SIGTERM handler: interrupt the main thread as Ctrl-C does, once (a second SIGTERM
+    while the run cleans up is ignored)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _terminated.append(signum)
+    raise Interrupted(signum)
+
+
+def _signal_of(exc: KeyboardInterrupt) -> int:
+    """The signal that raised ``exc``: SIGTERM once one came, else SIGINT (Ctrl-C)."""
+    if isinstance(exc, Interrupted):
+        return exc.signum
+    return _terminated[0] if _terminated else signal.SIGINT
+
+
+def _exit_now(exit_code: int) -> NoReturn:
+    """End the process with ``exit_code`` after the exit handlers (``ray.shutdown``, the
+    logging flush), skipping the interpreter's finalization (see the module docstring)."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def _run_sweep() -> None:

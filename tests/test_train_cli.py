@@ -380,3 +380,159 @@ def test_a_bug_in_a_sweep_job_is_still_reported_as_hydra_does(tmp_path, monkeypa
     assert err.startswith("Error executing job with overrides: ['trainer.seed=1']\nTraceback")
     assert "RuntimeError: a bug in the job" in err and "HYDRA_FULL_ERROR=1" in err
     assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+# -- interrupts: Ctrl-C and SIGTERM end a run (or a sweep) in one line -----------------------
+
+
+def main_in_process(tmp_path, monkeypatch, argv: list[str], run) -> int:
+    """``skyrl.cli.main()`` in this process with ``run`` as the Hydra task; returns its exit
+    code (the final ``os._exit`` is replaced by ``SystemExit``)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import skyrl.cli
+
+    def exit_now(code: int):
+        raise SystemExit(code)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(skyrl.cli, "run", run)
+    monkeypatch.setattr(skyrl.cli, "_exit_now", exit_now)
+    monkeypatch.setattr(sys, "argv", ["skyrl-train", *argv])
+    try:
+        with pytest.raises(SystemExit) as exited:
+            skyrl.cli.main()
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(exited.value.code, int)
+    return exited.value.code
+
+
+def test_ctrl_c_ends_a_run_in_one_line_naming_the_checkpoint_to_resume(
+    tmp_path, monkeypatch, capfd
+):
+    # Ctrl-C printed a 50-80 line KeyboardInterrupt traceback (from ray.get) and exited 1
+    from skyrl.trainer.checkpoint import CheckpointManager
+
+    out = tmp_path / "run"
+
+    def run(cfg):
+        manager = CheckpointManager(out / "checkpoints", 0)
+        manager.commit(manager.temp_dir(2), 2, {"step": 2})  # then Ctrl-C in step 3
+        raise KeyboardInterrupt
+
+    code = main_in_process(
+        tmp_path, monkeypatch, ["experiment=smoke", f"trainer.output_dir={out}"], run
+    )
+    err = capfd.readouterr().err
+    assert code == 130  # 128 + SIGINT (2), as a shell reports Ctrl-C
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted; last checkpoint: {out / 'checkpoints' / 'global_step_2'} "
+        "(trainer.resume=auto continues from it)"
+    )
+
+
+def test_sigterm_ends_a_run_in_one_line_and_restores_the_handler(tmp_path, monkeypatch, capfd):
+    # SIGTERM: Ray's handler (sys.exit(15)) and a C++ stack banner, then SIGABRT (exit -6)
+    import signal
+    import time
+
+    before = signal.getsignal(signal.SIGTERM)
+
+    def run(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler interrupts the sleep
+        raise AssertionError("SIGTERM did not stop the run")
+
+    code = main_in_process(tmp_path, monkeypatch, ["experiment=smoke", "trainer.output_dir=r"], run)
+    err = capfd.readouterr().err
+    assert code == 143  # 128 + SIGTERM (15)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "terminated (SIGTERM); no checkpoint was saved"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ctrl_c_in_a_sweep_job_ends_the_sweep_in_one_line(tmp_path, monkeypatch, capfd):
+    # a failed job lets the sweeper go on; an interrupted one stops the sweep
+    jobs: list[int] = []
+
+    def run(cfg):
+        jobs.append(cfg.trainer.seed)
+        raise KeyboardInterrupt
+
+    argv = ["-m", "experiment=smoke", "trainer.seed=1,2", "hydra.sweep.dir=s"]
+    code = main_in_process(tmp_path, monkeypatch, argv, run)
+    err = capfd.readouterr().err
+    assert code == 130 and jobs == [1]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "interrupted; no checkpoint was saved"
+    assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+STALLING_TRAINER = """
+import time
+
+from skyrl.trainer import trainer
+
+
+class StallingTrainer:
+    # stands in for RLTrainer once Ray is up: the signal lands after ray.init
+    def __init__(self, cfg, output_dir, prompts=None):
+        pass
+
+    def train(self):
+        print("training", flush=True)
+        time.sleep(60)
+
+    def shutdown(self):
+        print("shutdown ran", flush=True)
+
+
+trainer.RLTrainer = StallingTrainer
+"""
+
+
+def test_sigterm_after_ray_started_exits_143_in_one_line(tmp_path):
+    # ray.init replaced skyrl's SIGTERM handler with its own sys.exit and a C++ banner
+    # ("*** SIGTERM received ..."); the interpreter then aborted in its finalization
+    # (exit -6, SIGABRT) after the cleanup
+    import signal
+    import time
+
+    (tmp_path / "stalling_trainer.py").write_text(STALLING_TRAINER)
+    cmd = [
+        SKYRL_TRAIN, "experiment=smoke", "trainer.output_dir=run", "imports=[stalling_trainer]",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "training":
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err[-3000:]
+        assert "shutdown ran" in out
+        assert "Traceback" not in err and "SIGTERM received" not in err
+        assert err.strip().splitlines()[-1] == "terminated (SIGTERM); no checkpoint was saved"
+        deadline = time.monotonic() + 20  # Ray's own processes stop with the run
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            time.sleep(0.5)
+        assert not _group_alive(proc.pid)
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

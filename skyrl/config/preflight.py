@@ -16,6 +16,9 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   only tokenizer files, which it loads), a real run resolves once and hands the local paths
   on; ``model.path`` and the critic's path are model folders (their configs load);
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
+- each built-in logger ``trainer.loggers`` chooses (tensorboard, wandb, mlflow) finds its
+  package (``importlib.util.find_spec``: nothing imported; the sink imports it only once the
+  workers are up);
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
   the meta device);
 - the model's attention is one skyrl's packed attention computes (no logit softcapping, no
@@ -77,6 +80,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     on the first problem. ``for_run``: resolve the model paths for good (downloading if
     needed) and keep the checked rows; else (the dry run) fetch no weights and only count."""
     fake = cfg.data.source == "fake"
+    _check_logger_packages(cfg)
     if not fake:
         check_files_exist(cfg)
         check_env_and_agent(cfg)
@@ -103,6 +107,28 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     _check_enough_train_prompts(cfg, reports[0])
     _check_critic_only_steps(cfg, reports[0])
     return Preflight(resolved, splits, reports)
+
+
+def _check_logger_packages(cfg: SkyRLConfig) -> None:
+    """Each built-in sink ``trainer.loggers`` chooses finds its optional package (a recipe's
+    sink registered under a built-in name needs what it imports itself, unchecked)."""
+    import importlib.util
+
+    from skyrl.tracking import SINKS
+    from skyrl.tracking.mlflow import MlflowSink
+    from skyrl.tracking.sink import install_hint
+    from skyrl.tracking.tensorboard import TensorBoardSink
+    from skyrl.tracking.wandb import WandbSink
+
+    packages: dict[object, str] = {
+        TensorBoardSink: "tensorboard",
+        WandbSink: "wandb",
+        MlflowSink: "mlflow",
+    }
+    for logger in cfg.trainer.loggers:
+        package = packages.get(SINKS.get(logger)) if logger in SINKS else None
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ConfigError("trainer.loggers", install_hint(package, logger))
 
 
 def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:

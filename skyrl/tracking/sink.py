@@ -56,7 +56,13 @@ def require(module: str, pip_name: str, logger: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        raise ImportError(
-            f"logger '{logger}' needs the '{pip_name}' package: pip install {pip_name} "
-            "(or pip install 'skyrl[trackers]' for every tracker)"
-        ) from error
+        raise ImportError(install_hint(pip_name, logger)) from error
+
+
+def install_hint(pip_name: str, logger: str) -> str:
+    """The message for a logger whose optional package ``pip_name`` is not installed (also
+    the pre-flight check's, which looks before the run starts)."""
+    return (
+        f"logger '{logger}' needs the '{pip_name}' package: pip install {pip_name} "
+        "(or pip install 'skyrl[trackers]' for every tracker)"
+    )

@@ -4,7 +4,8 @@ A checkpoint is written into ``.tmp_global_step_N`` and renamed when every
 part is on disk; only then is ``latest`` (a one-line text file naming the
 directory) replaced, atomically. A run killed mid-save therefore leaves the
 previous checkpoint and ``latest`` untouched; the half-written temp dir is
-removed by the next save or resume.
+removed by the next run's resume or first save (one trainer owns the checkpoints dir, so
+every ``.tmp_global_step_*`` there is then a killed save's).
 
 A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
 step, or another run's) first points ``latest`` at it: the run drops the metrics
@@ -37,13 +38,27 @@ class CheckpointManager:
 
     def __init__(self, root: Path, max_to_keep: int):
         self.root, self.max_to_keep = Path(root), max_to_keep
+        self._stale_removed = False
+        """This run removed the temp dirs of earlier killed saves (at resume or first save)."""
 
     def temp_dir(self, step: int) -> Path:
-        """A fresh temp dir for step ``step`` (a stale one from a killed save is removed)."""
+        """A fresh temp dir for step ``step``; the run's first also removes the stale temp
+        dirs of saves killed midway, whatever their step."""
+        self.remove_stale_temp_dirs()
         tmp = self.root / f".tmp_global_step_{step}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp
+
+    def remove_stale_temp_dirs(self) -> None:
+        """Remove every ``.tmp_global_step_*`` under ``root``, once per run (before any save
+        of this run starts one): each is what a killed save left."""
+        if self._stale_removed:
+            return
+        self._stale_removed = True
+        if self.root.is_dir():
+            for tmp in self.root.glob(".tmp_global_step_*"):
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def commit(
         self, tmp: Path, step: int, trainer_state: dict[str, Any], publish: bool = True
@@ -70,7 +85,9 @@ class CheckpointManager:
     def resume_from(self, checkpoint: Path) -> None:
         """Point ``latest`` at ``checkpoint``, the one this run resumes from, unless it names it
         already (by name under ``root``, else by its full path). Called before the run drops
-        the metrics records after the checkpoint's step; nothing is pruned."""
+        the metrics records after the checkpoint's step; nothing is pruned, the temp dirs of
+        killed saves are removed."""
+        self.remove_stale_temp_dirs()
         pointer = self.root / "latest"
         checkpoint = checkpoint.resolve()
         if pointer.is_file() and (self.root / pointer.read_text().strip()).resolve() == checkpoint:
@@ -104,6 +121,17 @@ class CheckpointManager:
             return
         for step in [s for s in self.steps() if s <= up_to][: -self.max_to_keep]:
             shutil.rmtree(self.root / f"global_step_{step}", ignore_errors=True)
+
+
+def free_space(path: Path) -> str:
+    """The free space on the disk that holds ``path`` (or its nearest existing parent), as
+    ``"<x> MiB"`` or ``"<x> GiB"``; ``"unknown"`` when it cannot be read."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), path)
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return "unknown"
+    return f"{free / 2**30:.1f} GiB" if free >= 2**30 else f"{free / 2**20:.1f} MiB"
 
 
 def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:

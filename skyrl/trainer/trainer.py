@@ -9,6 +9,7 @@ optimizer steps, whatever the number of turns.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import (
     EXPORT_RECORD,
     CheckpointManager,
+    free_space,
     read_trainer_state,
     resolve_resume,
     write_export_record,
@@ -86,35 +88,39 @@ class RLTrainer:
             cfg, self.tokenizer, self.output_dir, prompts=prompts
         )
         self.engine: EngineClient | None = self.rollouts.engine
-        self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
-        check_critic_only_steps(cfg, self.total_steps)  # before any worker starts
-        schedule = optimizer_steps(cfg, self.plan, self.total_steps)  # each LR schedule's length
-        self.policy = WorkerGroup("policy", cfg, schedule["policy"])
-        colocate = self.policy if t.colocate_policy_ref else None
-        self.reference = (
-            WorkerGroup("reference", cfg, 0, colocate)  # it takes no optimizer step
-            if has_reference_workers(cfg)
-            else None
-        )
-        self.critic = (
-            WorkerGroup("critic", cfg, schedule["critic"]) if cfg.algorithm.uses_critic else None
-        )
-        sync_path = weight_sync_path(cfg) if self.engine is not None else None
-        self.weight_sync = (
-            BroadcastWeightSync(self.policy, self.engine, cfg)
-            if self.engine is not None and sync_path == "broadcast"
-            else None
-        )
-        self.shared_weights = (
-            SharedMemoryWeightSync.start(self.policy, cfg, explicit=t.weight_sync != "auto")
-            if sync_path == "shared_memory"
-            else None
-        )
-        """Set with ``trainer.weight_sync=shared_memory``; neither this nor ``weight_sync``:
-        the object store."""
-        self.kl_ctrl = build_kl_controller(cfg.algorithm)
-        self.reuse_training_logprobs = self._decide_old_logprobs()
-        """The step is exactly on-policy: the training forward's logprobs are the old ones."""
+        try:  # a group that fails to start, a ConfigError, Ctrl-C: stop what did start
+            self.total_steps = self.plan.total_steps or t.epochs * self.rollouts.batches_per_epoch
+            check_critic_only_steps(cfg, self.total_steps)  # before any worker starts
+            # each LR schedule's length
+            schedule = optimizer_steps(cfg, self.plan, self.total_steps)
+            self.policy = WorkerGroup("policy", cfg, schedule["policy"])
+            colocate = self.policy if t.colocate_policy_ref else None
+            self.reference = (
+                WorkerGroup("reference", cfg, 0, colocate)  # it takes no optimizer step
+                if has_reference_workers(cfg)
+                else None
+            )
+            uses_critic = cfg.algorithm.uses_critic
+            self.critic = WorkerGroup("critic", cfg, schedule["critic"]) if uses_critic else None
+            sync_path = weight_sync_path(cfg) if self.engine is not None else None
+            self.weight_sync = (
+                BroadcastWeightSync(self.policy, self.engine, cfg)
+                if self.engine is not None and sync_path == "broadcast"
+                else None
+            )
+            self.shared_weights = (
+                SharedMemoryWeightSync.start(self.policy, cfg, explicit=t.weight_sync != "auto")
+                if sync_path == "shared_memory"
+                else None
+            )
+            """Set with ``trainer.weight_sync=shared_memory``; neither this nor ``weight_sync``:
+            the object store."""
+            self.kl_ctrl = build_kl_controller(cfg.algorithm)
+            self.reuse_training_logprobs = self._decide_old_logprobs()
+            """The step is exactly on-policy: the training forward's logprobs are the old ones."""
+        except BaseException:
+            self._stop_started()
+            raise
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", t.max_ckpts_to_keep)
         self._unpublished: Path | None = None
         """A checkpoint saved by the running step, published once the step is logged."""
@@ -429,19 +435,47 @@ class RLTrainer:
 
     def save_checkpoint(self, step: int, publish: bool = True) -> Path:
         """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``
-        (``publish=False``: not yet; ``train`` publishes after the step's metrics are logged)."""
-        tmp = self.checkpoints.temp_dir(step)
-        for group in (self.policy, self.critic):
-            if group is not None:
-                group.run("save_checkpoint", str(tmp), {"step": step})
-        state = {
-            "step": step,
-            "rollouts": self.rollouts.state_dict(),
-            "policy_version": self.policy_version,
-            "kl_coef": self.kl_ctrl.value,
-            "consecutive_nonfinite": self.consecutive_nonfinite,
-        }
-        return self.checkpoints.commit(tmp, step, state, publish=publish)
+        (``publish=False``: not yet; ``train`` publishes after the step's metrics are logged).
+        A save that fails (a full disk, a read-only dir) ends the run with ``TrainingAborted``
+        saying where, the free space there, what resumes, and the original reason; its
+        half-written temp dir is removed."""
+        from skyrl.workers.group import WorkerDiedError
+
+        tmp = None
+        try:
+            tmp = self.checkpoints.temp_dir(step)
+            for group in (self.policy, self.critic):
+                if group is not None:
+                    group.run("save_checkpoint", str(tmp), {"step": step})
+            state = {
+                "step": step,
+                "rollouts": self.rollouts.state_dict(),
+                "policy_version": self.policy_version,
+                "kl_coef": self.kl_ctrl.value,
+                "consecutive_nonfinite": self.consecutive_nonfinite,
+            }
+            return self.checkpoints.commit(tmp, step, state, publish=publish)
+        except WorkerDiedError:  # a dead worker: its own one-line error says it
+            raise
+        except Exception as exc:  # a worker's write or the trainer's own
+            failed = self._save_failed(step, exc)  # the free space while the temp dir is there
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)  # it holds the space the user needs
+            raise failed from exc
+
+    def _save_failed(self, step: int, exc: Exception) -> TrainingAborted:
+        root = self.checkpoints.root
+        latest = self.checkpoints.latest()
+        resumes = (
+            f"last checkpoint: {latest} (trainer.resume=auto continues from it)"
+            if latest
+            else "no checkpoint was saved"
+        )
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return TrainingAborted(
+            f"saving the checkpoint of step {step} into {root} failed ({free_space(root)} free "
+            f"there); {resumes}; {reason}"
+        )
 
     def resume(self) -> Path | None:
         """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh)."""
@@ -501,15 +535,37 @@ class RLTrainer:
         write_export_record(out, self.step)
         return out
 
+    def _stop_started(self) -> None:
+        """Stop what a failed ``__init__`` started (the rollout source and its engines, the
+        worker groups up so far): ``shutdown``, the components not reached taken as absent."""
+        for name in ("policy", "reference", "critic", "shared_weights"):
+            if not hasattr(self, name):
+                setattr(self, name, None)
+        self.shutdown()
+
     def shutdown(self) -> None:
-        self.rollouts.close()
-        for group in (self.critic, self.reference, self.policy):
-            if group is not None:
-                group.shutdown()
+        """Stop the rollout source, the worker groups, the engines and the shared-memory file,
+        each whatever the others do: one that fails to stop is logged in one line and the rest
+        are still stopped. Raises nothing, so the run's own result or error is what the caller
+        sees (``skyrl.train`` calls this in a ``finally``)."""
+        import logging
+
+        stops = [("rollout source", self.rollouts.close)]
+        groups = {"critic": self.critic, "reference": self.reference, "policy": self.policy}
+        stops += [(f"{n} workers", g.shutdown) for n, g in groups.items() if g is not None]
         if self.engine is not None:
-            self.engine.shutdown()
+            stops.append(("inference engines", self.engine.shutdown))
         if self.shared_weights is not None:
-            self.shared_weights.close()
+            stops.append(("shared-memory weights", self.shared_weights.close))
+        for name, stop in stops:
+            try:
+                stop()
+            except Exception as exc:  # the others must still stop
+                why = (str(exc).splitlines() or [""])[0]
+                logging.getLogger(__name__).error(
+                    "shutdown: stopping the %s failed: %s%s",
+                    name, type(exc).__name__, f": {why}" if why else "",
+                )  # fmt: skip
 
     # -- helpers ---------------------------------------------------------------------
 

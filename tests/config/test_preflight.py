@@ -574,3 +574,47 @@ def test_a_conversion_that_fails_is_one_line(tmp_path, monkeypatch):
             error.message
         )
         assert error.__context__ is None
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_anything_starts(monkeypatch):
+    # trainer.loggers=[console,wandb] without wandb installed ended, after Ray and the workers
+    # had started, in train()'s Tracker with an ImportError traceback; now the pre-flight
+    # (dry run too) names the key with the sink's own install hint, and only for the sinks
+    # chosen: tensorboard, also missing here, is not asked for.
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    missing = {"wandb", "tensorboard"}
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in missing else real_find_spec(name, *a),
+    )
+    error = refused(
+        cfg_for("data=fake", "environment.name=unused", "trainer.loggers=[console,wandb]")
+    )
+    assert (error.key, error.message) == (
+        "trainer.loggers",
+        "logger 'wandb' needs the 'wandb' package: pip install wandb "
+        "(or pip install 'skyrl[trackers]' for every tracker)",
+    )
+    preflight(
+        cfg_for("data=fake", "environment.name=unused", "trainer.loggers=[console,mlflow]"), False
+    )
+
+
+def test_a_recipe_sink_registered_over_a_builtin_name_is_not_checked(monkeypatch):
+    # a recipe may register its own "wandb" sink (SINKS.register(..., override=True)): the
+    # wandb package is then not what it needs
+    import importlib.util
+
+    from skyrl.tracking import SINKS
+
+    class OwnWandb:
+        def __init__(self, run): ...
+
+    monkeypatch.setitem(SINKS._entries, "wandb", OwnWandb)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: pytest.fail(name))
+    preflight(
+        cfg_for("data=fake", "environment.name=unused", "trainer.loggers=[console,wandb]"), False
+    )

@@ -39,6 +39,38 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_usable(tmp_path):
     assert manager.steps() == [1, 2] and manager.latest().name == "global_step_2"
 
 
+def _killed_save(root: Path, step: int) -> Path:
+    """The temp dir a save of ``step`` killed midway leaves (a worker's part written)."""
+    tmp = root / f".tmp_global_step_{step}"
+    (tmp / "policy").mkdir(parents=True)
+    (tmp / "policy" / "part.bin").write_bytes(b"p")
+    return tmp
+
+
+def test_a_resume_removes_every_stale_temp_dir(tmp_path):
+    # A run killed while saving step 2 left .tmp_global_step_2; resumed with another
+    # ckpt_interval it never saved step 2 again, and the temp dir stayed for good.
+    root = tmp_path / "checkpoints"
+    manager = CheckpointManager(root, max_to_keep=0)
+    _save(manager, 1)
+    stale = [_killed_save(root, 2), _killed_save(root, 7)]
+    resumed = CheckpointManager(root, max_to_keep=0)
+    resumed.resume_from(resumed.latest())  # latest names global_step_1 already
+    assert not any(tmp.exists() for tmp in stale)
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]
+
+
+def test_the_first_save_of_a_run_removes_every_stale_temp_dir(tmp_path):
+    # a fresh run into a dir whose earlier run was killed mid-save (the run dir check allows
+    # it when nothing was committed), or a resumed run that saves before any resume_from
+    root = tmp_path / "checkpoints"
+    stale = [_killed_save(root, 3), _killed_save(root, 5)]
+    manager = CheckpointManager(root, max_to_keep=0)
+    _save(manager, 1)  # step 1: neither stale step saved again
+    assert not any(tmp.exists() for tmp in stale)
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]
+
+
 def test_resume_resolution(tmp_path):
     manager = CheckpointManager(tmp_path / "run" / "checkpoints", max_to_keep=0)
     assert resolve_resume("auto", manager) is None  # nothing saved yet: fresh start

@@ -257,7 +257,8 @@ def test_critic_only_steps_past_the_runs_steps_are_refused_before_any_worker_sta
         ])
     )  # fmt: skip
     # the prompts loaded: 6 // train_batch_size 2 = 3 batches x epochs 2 = 6 steps
-    rollouts = SimpleNamespace(engine=None, batches_per_epoch=3)
+    closed: list[bool] = []
+    rollouts = SimpleNamespace(engine=None, batches_per_epoch=3, close=lambda: closed.append(True))
     monkeypatch.setattr(trainer_module, "make_rollouts", lambda *a, **k: rollouts)
     monkeypatch.setattr(trainer_module, "with_local_model_paths", lambda cfg: cfg)
     monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
@@ -270,6 +271,7 @@ def test_critic_only_steps_past_the_runs_steps_are_refused_before_any_worker_sta
         "trainer.critic_only_steps",
         "the policy would never train: 6 critic-only steps of 6",
     )
+    assert closed == [True]  # the rollout source (its engines, if any) is stopped
 
 
 def test_the_export_records_the_step_whose_weights_it_holds(tmp_path):
@@ -300,3 +302,195 @@ def test_the_export_records_the_step_whose_weights_it_holds(tmp_path):
         assert exported_step(final_hf) == step
     assert seen == [False, False]
     assert tr.policy.calls == [("export_hf", str(final_hf), "tok", None)] * 2
+
+
+class Component:
+    """A rollout source, worker group, engine or shared-memory file whose stop is recorded,
+    or raises ``fails`` after recording it."""
+
+    def __init__(self, name: str, stopped: list[str], fails: BaseException | None = None):
+        self.name, self.stopped, self.fails = name, stopped, fails
+
+    def shutdown(self) -> None:
+        self.stopped.append(self.name)
+        if self.fails is not None:
+            raise self.fails
+
+    close = shutdown
+
+
+def test_shutdown_stops_every_component_when_some_fail(caplog):
+    # The rollout source's close timed out (TimeoutError, as an async run's did) and the
+    # reference group's shutdown raised: shutdown raised the first error, the rest never
+    # stopped (workers, engine and shared memory left running) and skyrl.train's finally
+    # replaced the run's result with it. Now each is stopped, each failure logged as one line.
+    import logging
+
+    stopped: list[str] = []
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.rollouts = Component("rollouts", stopped, TimeoutError())
+    tr.critic = Component("critic", stopped)
+    tr.reference = Component("reference", stopped, RuntimeError("actor died"))
+    tr.policy = Component("policy", stopped)
+    tr.engine = Component("engine", stopped)
+    tr.shared_weights = Component("shared_weights", stopped)
+    with caplog.at_level(logging.ERROR, logger="skyrl.trainer.trainer"):
+        tr.shutdown()
+    assert stopped == ["rollouts", "critic", "reference", "policy", "engine", "shared_weights"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "rollout source" in lines[0] and "TimeoutError" in lines[0]
+    assert "reference" in lines[1] and "RuntimeError: actor died" in lines[1]
+    assert all("\n" not in line for line in lines)
+
+
+def test_shutdown_skips_the_components_a_run_does_not_have():
+    stopped: list[str] = []
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.rollouts, tr.policy = Component("rollouts", stopped), Component("policy", stopped)
+    tr.critic = tr.reference = tr.engine = tr.shared_weights = None  # data=fake, no critic
+    tr.shutdown()
+    assert stopped == ["rollouts", "policy"]
+
+
+class FailingSave(FakeWorkers):
+    """A worker group whose ``save_checkpoint`` raises ``error`` after writing a part."""
+
+    def __init__(self, error: Exception):
+        super().__init__()
+        self.error = error
+
+    def run(self, method: str, *args) -> list:
+        super().run(method, *args)
+        from pathlib import Path
+
+        (Path(args[0]) / "policy").mkdir()  # the part written before the disk filled up
+        raise self.error
+
+
+def saving_trainer(tmp_path, policy) -> RLTrainer:
+    """A trainer whose step 1 is checkpointed and published, with ``policy`` as its group."""
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    manager.commit(manager.temp_dir(1), 1, {"step": 1})
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.checkpoints, tr.policy, tr.critic = manager, policy, None
+    tr.rollouts = SimpleNamespace(state_dict=lambda: {})
+    tr.policy_version, tr.consecutive_nonfinite = 1, 0
+    tr.kl_ctrl = SimpleNamespace(value=0.0)
+    return tr
+
+
+def test_a_save_that_fails_on_a_full_disk_says_where_and_what_resumes(tmp_path, monkeypatch):
+    # A full disk at step 3's save ended the run with a traceback and "RuntimeError: policy
+    # worker failed: [enforce fail at inline_container.cc:672] . unexpected pos ...", naming
+    # neither the step, the dir, the free space nor the checkpoint a resume would use.
+    import shutil
+
+    from skyrl.trainer.trainer import TrainingAborted
+
+    reason = "policy worker failed: [enforce fail at inline_container.cc:672] . unexpected pos 8"
+    tr = saving_trainer(tmp_path, FailingSave(RuntimeError(reason + "\nmore lines")))
+    usage = shutil._ntuple_diskusage(total=8 << 20, used=(8 << 20) - 111_411, free=111_411)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(TrainingAborted) as err:
+        tr.save_checkpoint(3, publish=False)
+    root = tmp_path / "checkpoints"
+    # 111_411 bytes / 2**20 = 0.106 MiB -> "0.1 MiB"
+    assert str(err.value) == (
+        f"saving the checkpoint of step 3 into {root} failed (0.1 MiB free there); last "
+        f"checkpoint: {root / 'global_step_1'} (trainer.resume=auto continues from it); {reason}"
+    )
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]  # part removed
+
+
+def test_a_save_into_a_read_only_dir_names_the_os_reason(tmp_path, monkeypatch):
+    import shutil
+
+    from skyrl.trainer.trainer import TrainingAborted
+
+    tr = saving_trainer(tmp_path, FakeWorkers())
+    root = tmp_path / "checkpoints"
+
+    def read_only(step: int):
+        raise OSError(30, "Read-only file system", str(root / f".tmp_global_step_{step}"))
+
+    monkeypatch.setattr(tr.checkpoints, "temp_dir", read_only)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(0, 0, 3 << 30))
+    with pytest.raises(TrainingAborted) as err:
+        tr.save_checkpoint(2)
+    assert str(err.value).endswith(
+        f"(3.0 GiB free there); last checkpoint: {root / 'global_step_1'} (trainer.resume=auto "
+        f"continues from it); [Errno 30] Read-only file system: '{root}/.tmp_global_step_2'"
+    )
+    assert tr.policy.calls == []
+
+
+def test_a_worker_that_dies_while_saving_is_reported_as_such(tmp_path):
+    from skyrl.workers.group import WorkerDiedError
+
+    died = WorkerDiedError("policy worker rank 0 died: killed")
+    tr = saving_trainer(tmp_path, FailingSave(died))
+    with pytest.raises(WorkerDiedError) as err:
+        tr.save_checkpoint(2)
+    assert err.value is died
+
+
+def test_a_trainer_whose_critic_fails_to_start_stops_what_it_started(monkeypatch, tmp_path):
+    # skyrl.train builds the trainer before its try/finally and __init__ cleaned up nothing: a
+    # critic that failed to start (out of memory) left the policy's actors and placement group
+    # alive (and the engines), holding 2 of the caller's Ray CPUs until the process ended.
+    import skyrl
+    from skyrl.config.validate import validate
+    from skyrl.trainer import trainer as trainer_module
+    from skyrl.workers.group import WorkerDiedError
+
+    cfg = validate(skyrl.compose(["experiment=smoke", "algorithm=ppo"]))  # reference + critic
+    stopped: list[str] = []
+    engine = Component("engine", stopped)
+    rollouts = SimpleNamespace(
+        engine=engine, batches_per_epoch=4, close=lambda: stopped.append("rollouts")
+    )
+    died = WorkerDiedError("critic worker rank 0 failed to start: MemoryError: simulated")
+
+    def start_group(role: str, *args):
+        if role == "critic":
+            raise died
+        return Component(role, stopped)
+
+    monkeypatch.setattr(trainer_module, "make_rollouts", lambda *a, **k: rollouts)
+    monkeypatch.setattr(trainer_module, "with_local_model_paths", lambda cfg: cfg)
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+    monkeypatch.setattr("skyrl.workers.group.WorkerGroup", start_group)
+    with pytest.raises(WorkerDiedError) as err:
+        RLTrainer(cfg, tmp_path)
+    assert err.value is died  # the start's own error, after the cleanup
+    # shutdown's order; the critic never started, the shared-memory file was not made yet
+    assert stopped == ["rollouts", "reference", "policy", "engine"]
+
+
+def test_an_interrupt_while_the_trainer_starts_stops_what_it_started(monkeypatch, tmp_path):
+    import skyrl
+    from skyrl.config.validate import validate
+    from skyrl.trainer import trainer as trainer_module
+
+    cfg = validate(skyrl.compose(["experiment=smoke"]))
+    stopped: list[str] = []
+    rollouts = SimpleNamespace(
+        engine=None, batches_per_epoch=4, close=lambda: stopped.append("rollouts")
+    )
+    monkeypatch.setattr(trainer_module, "make_rollouts", lambda *a, **k: rollouts)
+    monkeypatch.setattr(trainer_module, "with_local_model_paths", lambda cfg: cfg)
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *a, **k: None)
+
+    def start_group(role: str, *args):
+        return Component(role, stopped)
+
+    monkeypatch.setattr("skyrl.workers.group.WorkerGroup", start_group)
+
+    def interrupted(self):
+        raise KeyboardInterrupt  # Ctrl-C while asking the policy about dropout
+
+    monkeypatch.setattr(RLTrainer, "_decide_old_logprobs", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RLTrainer(cfg, tmp_path)
+    assert stopped == ["rollouts", "policy"]
