@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from jinja2.exceptions import TemplateError
+
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import Message, StepResult, TextEnv, messages_problem, step_result_problem
 from skyrl.generators.chat import ChatTokens, NotAppendOnly
@@ -394,7 +396,12 @@ class AgentLoop:
             )
             turns.append(turn)
             # native tools: the parser may need special tokens (a model's <tool_call>)
-            action = self.chat.reply_text(turn.response_ids, keep_special=tools is not None)
+            action = self.chat.reply_text(
+                turn.response_ids,
+                keep_special=tools is not None,
+                stopped=turn.finish_reason == "stop",
+                stop_strings=sampling.stop,
+            )
             result, err = await self._safe_env_call(env, f"{name}.step", checked_step, env, action)
             if err is not None:
                 return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
@@ -408,8 +415,8 @@ class AgentLoop:
             ended = self.chat.ends_turn(turn.response_ids)
             try:
                 appended = self.chat.observation_ids(result.observations, ended, tools)
-            except NotAppendOnly:  # the template's fault, on every trajectory: stop the run
-                raise
+            except (NotAppendOnly, TemplateError):  # the template's (its raise_exception: a
+                raise  # role it refuses), on every trajectory: stop the run
             except Exception as exc:  # a message the template fails on
                 why = f"{type(exc).__name__}: {exc}"
                 problem = f"the chat template cannot render its observations ({why})"

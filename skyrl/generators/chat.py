@@ -52,6 +52,11 @@ class ChatTokens:
         """Stop ids a reply needs beside the engine's EOS: the turn end when it is not EOS
         (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), so a sampled turn end
         ends the reply instead of the model inventing the next turn."""
+        decoder = getattr(tokenizer, "added_tokens_decoder", {})
+        self.special_ids = frozenset(tokenizer.all_special_ids) | {
+            i for i, token in decoder.items() if getattr(token, "special", False)
+        }
+        """Every special token id (``decode`` skips these)."""
 
     def _turn_end(self) -> tuple[str, int | None, str]:
         """``(turn_end, turn_end_id, assistant_tail)``: the template's text after an assistant
@@ -122,14 +127,30 @@ class ChatTokens:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
+    def reply_text(
+        self,
+        response_ids: list[int],
+        keep_special: bool,
+        stopped: bool,
+        stop_strings: list[str] | tuple[str, ...] = (),
+    ) -> str:
         """A reply's text for the env. ``keep_special``: special tokens stay in it, all but
-        the one it stopped on (EOS, or ``turn_stop_ids``): a tool-call parser needs them
-        where a model's ``<tool_call>`` is a special token (vLLM's hermes parser keeps them
-        for the same reason). Otherwise ``decode``: no special tokens."""
+        the one it stopped on: a tool-call parser needs them where a model's ``<tool_call>``
+        is a special token (vLLM's hermes parser keeps them for the same reason). The stop is
+        EOS or ``turn_stop_ids``, or, for a reply that ``stopped`` (finish reason ``stop``),
+        any special token last in it: the engine also stops on the model's
+        ``generation_config`` EOS ids and ``stop_token_ids`` (Qwen2.5-Instruct's
+        ``<|endoftext|>``, Llama 3.1's ``<|eom_id|>``), which the env never sees in vLLM's
+        text either; a stop string (``stop_strings``, kept in the text) is not dropped.
+        Otherwise ``decode``: no special tokens."""
         if not keep_special:
             return self.decode(response_ids)
         ids = list(response_ids)
-        if ids and ids[-1] in (self.eos_id, *self.turn_stop_ids):
+        if ids and (
+            ids[-1] in (self.eos_id, *self.turn_stop_ids)
+            or stopped
+            and ids[-1] in self.special_ids
+            and self.tokenizer.decode(ids[-1:]) not in stop_strings
+        ):
             ids.pop()
         return self.tokenizer.decode(ids, skip_special_tokens=False)

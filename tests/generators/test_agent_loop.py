@@ -2,11 +2,13 @@
 thread and errors, real engine."""
 
 import asyncio
+import copy
 import threading
 import time
 
 import pytest
 import torch
+from jinja2.exceptions import TemplateError
 from transformers import AutoTokenizer
 
 from skyrl.data import arithmetic_rows
@@ -611,6 +613,25 @@ def test_an_observation_the_template_cannot_render_is_an_env_error(tok):
     out = make(tok, FakeEngine(tok), BadToolCalls, False).generate(rows, 1, SamplingParams())
     assert out.rewards == [1.0, 0.0] and out.stop_reasons == ["stop", "env_error"]
     assert out.metrics["env/errors"] == 1
+
+
+def test_a_template_that_refuses_a_role_stops_the_run(tok):
+    """A template whose ``raise_exception`` refuses the tool role (Gemma-2 / Mistral style
+    "roles must alternate") fails on every trajectory that calls a tool: a setup error, so
+    ``generate`` raises it, as it did before observations became env errors; it must not end
+    each of them as an env error with reward 0 and train the policy away from tools."""
+    strict = copy.deepcopy(tok)
+    refuse = (
+        "{% if message['role'] == 'tool' %}{{ raise_exception('roles must alternate') }}{% endif %}"
+    )
+    strict.chat_template = strict.chat_template.replace(
+        "{%- for message in messages %}", "{%- for message in messages %}" + refuse, 1
+    )
+    assert refuse in strict.chat_template  # the template has the loop this edits
+    with pytest.raises(TemplateError, match="roles must alternate"):
+        make(strict, FakeEngine(strict), TwoToolTurns, False).generate(
+            ROWS[:1], 1, SamplingParams()
+        )
 
 
 class BuiltTogether(TextEnv):

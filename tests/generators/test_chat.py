@@ -145,16 +145,34 @@ def test_reply_text_keeps_special_tokens_for_a_tool_parser_but_not_the_stop(tok_
     assert tok.convert_tokens_to_ids("<tool_call>") in body  # one special token
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     for stop in {tok.eos_token_id, im_end}:
-        assert chat.reply_text(body + [stop], keep_special=True) == call
-        assert chat.reply_text(body + [stop], keep_special=False) == chat.decode(body + [stop])
+        assert chat.reply_text(body + [stop], True, stopped=True) == call
+        assert chat.reply_text(body + [stop], False, stopped=True) == chat.decode(body + [stop])
         assert chat.decode(body + [stop]) == '\n{"name": "calc"}\n'  # the markers skipped
     # a special token that is not the last one stays: only the stop is dropped
     ends_twice = body + [im_end, im_end]
-    assert chat.reply_text(ends_twice, keep_special=True) == call + "<|im_end|>"
-    assert chat.reply_text(body, keep_special=True) == call  # cut off: nothing to drop
+    assert chat.reply_text(ends_twice, True, stopped=True) == call + "<|im_end|>"
+    assert chat.reply_text(body, True, stopped=False) == call  # cut off: nothing to drop
 
 
 def _with_special_tool_tokens(tok):
     tok = copy.deepcopy(tok)
     tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
     return tok
+
+
+@pytest.mark.parametrize("tok_name", ["chatml", "base_chatml"])
+def test_reply_text_drops_any_special_token_a_stopped_reply_ends_on(tok_name, request):
+    """The engine also stops on the model's generation-config EOS ids and on
+    ``stop_token_ids`` (Llama 3.1's ``<|eom_id|>``): the env must not see that token (a
+    trailing ``<|eom_id|>`` made ``#### 42`` grade 0), unless it is a configured stop string,
+    which stays in the text. A reply cut by length keeps its last token."""
+    tok = copy.deepcopy(request.getfixturevalue(tok_name))
+    tok.add_special_tokens({"additional_special_tokens": ["<|eom_id|>"]})
+    chat = ChatTokens(tok)
+    eom = tok.convert_tokens_to_ids("<|eom_id|>")
+    body = tok.encode("so 6*7 is\n#### 42", add_special_tokens=False)
+    assert chat.reply_text(body + [eom], True, stopped=True) == "so 6*7 is\n#### 42"
+    kept = chat.reply_text(body + [eom], keep_special=True, stopped=False)
+    assert kept == "so 6*7 is\n#### 42<|eom_id|>"
+    as_stop_string = chat.reply_text(body + [eom], True, stopped=True, stop_strings=["<|eom_id|>"])
+    assert as_stop_string == "so 6*7 is\n#### 42<|eom_id|>"
