@@ -9,6 +9,7 @@ result.metric("generate/reward_mean")   # [(step, value), ...]
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
@@ -86,6 +87,10 @@ def _override_strings(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]
             "skyrl.compose takes a list of 'key=value' override strings, e.g. "
             f"['experiment=smoke'], or a mapping {{key: value}}; got the str {overrides!r}"
         )
+    if isinstance(overrides, ListConfig):  # overrides.yaml: its ${...} kept as written
+        items = OmegaConf.to_container(overrides, resolve=False)
+        assert isinstance(items, list)
+        return [str(item) for item in items]
     if isinstance(overrides, DictConfig):  # interpolations kept as written
         container = OmegaConf.to_container(overrides)
         assert isinstance(container, dict)
@@ -101,8 +106,10 @@ def _override_value(value: Any, key: str) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)  # 1e-06, inf and nan parse back as floats
+    if isinstance(value, numbers.Integral):  # numpy's too (its repr is np.int64(3))
+        return repr(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))  # 1e-06, inf and nan parse back as floats
     if isinstance(value, str):
         # quoted: a backslash is literal except in a run before a quote or the end, halved
         return "'" + re.sub(r"(\\*)('|\Z)", _escape_before_quote, value) + "'"

@@ -123,6 +123,19 @@ def test_compose_takes_a_mapping_of_overrides():
     assert nested.trainer.train_batch_size == 8  # skyrl/conf/config.yaml
 
 
+def test_compose_takes_a_saved_overrides_yaml_and_numpy_numbers():
+    # .hydra/overrides.yaml holds overrides verbatim, ${...} included: list() of the loaded
+    # ListConfig resolved each one as an interpolation of the list (an error)
+    listed = ["experiment=smoke", "generator.eval_sampling.seed=${trainer.seed}"]
+    assert skyrl.compose(OmegaConf.create(listed)) == skyrl.compose(listed)
+    # a notebook's np.logspace / np.arange values: numpy's repr is np.float64(1e-06)
+    import numpy as np
+
+    values = {"trainer.policy_optimizer.lr": np.float64(1e-6), "trainer.total_steps": np.int64(3)}
+    plain = skyrl.compose(["trainer.policy_optimizer.lr=1e-06", "trainer.total_steps=3"])
+    assert skyrl.compose(values) == plain
+
+
 def test_compose_renders_mapping_values_so_hydra_reads_them_back():
     values = {
         "trainer.output_dir": "runs/it's [a]=b,c\\",  # a quote, brackets, a trailing backslash

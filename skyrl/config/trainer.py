@@ -128,9 +128,9 @@ class TrainerConfig:
     """``fp32``, ``bf16`` (bf16 weights, fp32 master weights and optimizer state), or ``auto``:
     bf16 on GPUs and on CPUs with AMX-BF16 (``amx_bf16``), fp32 on other CPUs, where bf16
     runs 50-100x slower (``skyrl.config.validate.resolve_precision``). In bf16 the micro
-    batches' gradients add up in fp32 at ``zero_stage`` >= 1; at ``zero_stage=0`` in bf16
-    (DeepSpeed has no fp32 gradient accumulation without ZeRO; about 0.6% relative error
-    over 32 micro batches of the tiny test model)."""
+    batches' gradients add up in fp32 at ``zero_stage`` >= 1, and in bf16 at
+    ``zero_stage=0`` (DeepSpeed has no fp32 gradient accumulation without ZeRO; about 0.6%
+    relative error over 32 micro batches of the tiny test model)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
     offload_optimizer: bool = False

@@ -24,7 +24,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from skyrl.config.errors import exception_line
+from skyrl.config.errors import ConfigError, exception_line
 from skyrl.config.root import SkyRLConfig
 from skyrl.workers.distributed import address_in_use, find_free_port, node_ip
 from skyrl.workers.host_memory import MALLOC_ENV
@@ -51,6 +51,8 @@ class WorkerGroup:
         colocate_with: WorkerGroup | None = None,
     ):
         t = cfg.trainer
+        # before the bundles are reserved: a function that does not pickle reserves nothing
+        parts = pickled_driver_parts(cfg) if role == "policy" else None
         self.role, self.dp_size = role, t.dp_size
         self._owns_pg = colocate_with is None
         share = 0.5 if colocate_with is not None else 1.0
@@ -70,7 +72,6 @@ class WorkerGroup:
         """Seconds the ranks spent computing in ``forward`` (slowest rank per call), for the
         trainer's overhead share; the trainer resets it."""
         actor_cls = ray.remote(TrainingWorker)
-        parts = pickled_driver_parts(cfg) if role == "policy" else None
         args = (cfg, total_optimizer_steps, os.getcwd(), parts)
         for attempt in range(1, START_ATTEMPTS + 1):
             addr, port = node_ip(), find_free_port()
@@ -220,6 +221,11 @@ def pickled_driver_parts(cfg: SkyRLConfig) -> dict[str, bytes]:
             cloudpickle.register_pickle_by_value(module)
         try:
             pickled[key] = cloudpickle.dumps(part)
+        except Exception as exc:  # a global it uses that does not pickle (a lock, a client)
+            raise ConfigError(
+                f"algorithm.{key}",
+                f"{part[0]!r} cannot be sent to the training workers: {exception_line(exc)}",
+            ) from None
         finally:
             if module is not None:
                 cloudpickle.unregister_pickle_by_value(module)

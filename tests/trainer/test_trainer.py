@@ -388,7 +388,7 @@ def test_a_save_that_fails_on_a_full_disk_says_where_and_what_resumes(tmp_path, 
 
     from skyrl.trainer.trainer import TrainingAborted
 
-    reason = "policy worker failed: [enforce fail at inline_container.cc:672] . unexpected pos 8"
+    reason = "policy worker failed: RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 8"
     tr = saving_trainer(tmp_path, FailingSave(RuntimeError(reason + "\nmore lines")))
     usage = shutil._ntuple_diskusage(total=8 << 20, used=(8 << 20) - 111_411, free=111_411)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)

@@ -107,3 +107,32 @@ def test_the_worker_trains_with_the_drivers_loss_and_kl_estimator(tiny_model_pat
     # 14 with the built-in k1, 3 x 14 = 42 with the driver's override of it
     assert builtin["kl_sum"] == pytest.approx(14.0, abs=1e-4)
     assert driver["kl_sum"] == pytest.approx(42.0, abs=1e-4)
+
+
+def test_a_driver_part_that_does_not_pickle_is_a_config_error_naming_its_key(tiny_model_path):
+    # a loss whose global cannot be pickled (a lock) raised a bare TypeError after the policy's
+    # placement group was reserved, which then stayed reserved
+    import dataclasses
+    import threading
+
+    from worker_helpers import make_config
+
+    from skyrl.algorithms import POLICY_LOSSES
+    from skyrl.algorithms.policy_losses.ppo import ppo
+    from skyrl.config.errors import ConfigError
+    from skyrl.workers.group import pickled_driver_parts
+
+    lock = threading.Lock()
+
+    @POLICY_LOSSES.register("locked_ppo_test_only", override=True)
+    def locked_ppo(*args):
+        with lock:
+            return ppo(*args)
+
+    cfg = make_config(tiny_model_path, dp_size=1)
+    cfg = dataclasses.replace(
+        cfg, algorithm=dataclasses.replace(cfg.algorithm, policy_loss="locked_ppo_test_only")
+    )
+    with pytest.raises(ConfigError) as err:
+        pickled_driver_parts(cfg)
+    assert err.value.key == "algorithm.policy_loss" and "lock" in err.value.message
