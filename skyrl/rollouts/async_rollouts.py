@@ -335,6 +335,9 @@ class AsyncRollouts:
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the source's event loop and wait for it (cancelled on a timeout)."""
+        if self.loop.is_closed():  # ``close`` ran: never scheduled, so close it (no warning)
+            coro.close()
+            raise RuntimeError("the rollout stream is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
@@ -377,7 +380,8 @@ class AsyncRollouts:
                 self._drain(deadline)
             yield
         finally:
-            self._on_loop(self._resume(version))
+            if not self.closed:  # a background load outlived the run (its sync timed out)
+                self._on_loop(self._resume(version))
 
     def has_eval(self) -> bool:
         return bool(self.eval_rows)
