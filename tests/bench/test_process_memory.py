@@ -90,15 +90,16 @@ def test_a_tree_is_read_in_full_as_it_grows_not_every_tick():
     # process is read in full once; each stage's growth (50 and 250 MiB, far above the
     # 4 MiB slack) makes one more full read. The first read, the two stages, and a tick that
     # lands in the interpreter's start-up or in the middle of filling a buffer (each read
-    # again once it has grown by the slack): 4-6 full reads in 8 runs here; at most 10, where
-    # a read a tick makes ~30.
+    # again once it has grown by the slack): 4-6 full reads in 8 runs here, 12 once with a
+    # second test suite and a training run on the same 2 cores (filling the buffers slowed
+    # down, so more ticks landed mid-fill); at most 15, where a read a tick makes ~30.
     proc = subprocess.Popen(
         [sys.executable, "-c", _holder([(50, 1.5), (250, 1.5)])], stdout=subprocess.DEVNULL
     )
     with PeakTreeMemory(proc.pid, interval=0.1) as mem:
         assert proc.wait(timeout=60) == 0
     assert mem.ticks >= 20
-    assert 2 <= mem.full_reads <= 10
+    assert 2 <= mem.full_reads <= 15
     # 300 MiB held at the end plus a bare interpreter (~10 MiB)
     assert 300 * MIB <= mem.peak_bytes < 330 * MIB
 

@@ -1,5 +1,5 @@
 """Fault injection for the end-to-end tests, loaded through the CLI (``environment._target_``,
-``imports``): NaN rewards after a number of trajectories, a policy loss that kills rank 1, and an
+``imports``): NaN advantages after the first step, a policy loss that kills rank 1, and an
 engine whose weight loads stall."""
 
 from __future__ import annotations
@@ -7,25 +7,28 @@ from __future__ import annotations
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
-from skyrl.algorithms import POLICY_LOSSES
-from skyrl.envs.base import StepResult, TextEnv
+from skyrl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+from skyrl.envs.base import StepResult
 from skyrl.envs.tool_env import ToolEnv
 from skyrl.inference.backends import ENGINE_BACKENDS, EngineSpec, hf_engine_kwargs
 from skyrl.inference.hf import HFEngine
 
 
-class NaNAfterEnv(TextEnv):
-    """Parity reward for the first ``$NAN_AFTER`` trajectories of the process, then NaN."""
+@ADVANTAGE_ESTIMATORS.register("nan_after_first_step", override=True)
+def nan_after_first_step(inputs, cfg):
+    """GRPO at the run's first step, then NaN advantages: a non-finite loss from the driver
+    side (an env's NaN reward no longer gets that far: it is an env error of its trajectory)."""
+    nan_after_first_step.calls += 1  # type: ignore[attr-defined]
+    advantages, returns = ADVANTAGE_ESTIMATORS.get("grpo")(inputs, cfg)
+    if nan_after_first_step.calls > 1:  # type: ignore[attr-defined]
+        advantages = torch.full_like(advantages, float("nan"))
+    return advantages, returns
 
-    started = 0
 
-    def step(self, action_text: str) -> StepResult:
-        NaNAfterEnv.started += 1
-        poisoned = NaNAfterEnv.started > int(os.environ["NAN_AFTER"])
-        reward = float("nan") if poisoned else float(len(action_text) % 2 == 0)
-        return StepResult(observations=[], reward=reward, done=True)
+nan_after_first_step.calls = 0  # type: ignore[attr-defined]
 
 
 @POLICY_LOSSES.register("die_on_rank1", override=True)

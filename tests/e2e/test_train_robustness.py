@@ -99,12 +99,16 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
         assert not off, f"step {want['step']}, (resumed, straight): {off}"
 
 
-def test_nan_rewards_refuse_steps_and_abort_with_the_last_good_checkpoint(tmp_path):
+def test_nan_advantages_refuse_steps_and_abort_with_the_last_good_checkpoint(tmp_path):
     result = cli(
-        tmp_path, *PARITY, "environment._target_=faults.NaNAfterEnv", "trainer.total_steps=4",
-        "trainer.ckpt_interval=1", "trainer.max_consecutive_nonfinite=2",
-        env={"NAN_AFTER": "8"},  # step 1's 2 prompts x 4 samples are fine, then NaN
-    )  # fmt: skip
+        tmp_path,
+        *PARITY,
+        "+imports=[faults]",
+        "algorithm.advantage_estimator=nan_after_first_step",
+        "trainer.total_steps=4",
+        "trainer.ckpt_interval=1",
+        "trainer.max_consecutive_nonfinite=2",
+    )  # fmt: skip  (step 1 trains; steps 2 and 3 have NaN advantages, so a NaN loss)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: 2 consecutive steps had a non-finite loss or grad norm")
