@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from skyrl.tracking.sink import RunInfo, require
+from skyrl.tracking.sink import RunInfo, require, start_error
 
 MAX_PARAM_VALUE_CHARS = 6000
 """MLflow's ``MAX_PARAM_VAL_LENGTH``: longer param values are refused, so they are cut."""
@@ -29,6 +29,8 @@ PARAMS_PER_BATCH = 100
 """MLflow's ``MAX_PARAMS_TAGS_PER_BATCH``."""
 METRICS_PER_BATCH = 1000
 """MLflow's ``MAX_METRICS_PER_BATCH``."""
+SETTINGS = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")
+"""The environment variables this sink reads, named when MLflow will not start."""
 
 
 class MlflowSink:
@@ -36,20 +38,32 @@ class MlflowSink:
 
     def __init__(self, run: RunInfo) -> None:
         require("mlflow", "mlflow", logger="mlflow")
-        from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             uri = "file:" + str((run.output_dir / "mlruns").resolve())
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.client = MlflowClient(tracking_uri=uri)
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "skyrl")
-        experiment = self.client.get_experiment_by_name(name)
-        experiment_id = (
-            experiment.experiment_id if experiment else self.client.create_experiment(name)
-        )
-        self.run_id = self.client.create_run(experiment_id, run_name=run.run_name).info.run_id
+        try:
+            self.client = MlflowClient(tracking_uri=uri)
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "skyrl")
+            experiment = self.client.get_experiment_by_name(name)
+            experiment_id = (
+                experiment.experiment_id if experiment else self.client.create_experiment(name)
+            )
+            self.run_id = self.client.create_run(experiment_id, run_name=run.run_name).info.run_id
+        except Exception as error:  # the store the settings name refused, or is unreachable
+            raise start_error("mlflow", SETTINGS, error) from error
+        try:
+            self._log_params(run)
+        except Exception as error:
+            self.close(failed=True)
+            raise start_error("mlflow", SETTINGS, error) from error
+
+    def _log_params(self, run: RunInfo) -> None:
+        """The flattened config as params, values cut to what MLflow accepts."""
+        from mlflow.entities import Param
+
         params = [
             Param(sanitize_name(key), str(value)[:MAX_PARAM_VALUE_CHARS])
             for key, value in flatten(run.config)

@@ -1,14 +1,19 @@
 """What every metric sink shares: the run it logs for, its two-method protocol, the check
-that an optional package is installed, and how a fresh run moves an earlier run's files aside."""
+that an optional package is installed, the error for a backend that will not start, and how a
+fresh run moves an earlier run's files aside."""
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from skyrl.config.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,23 @@ def install_hint(pip_name: str, logger: str) -> str:
         f"logger '{logger}' needs the '{pip_name}' package: pip install {pip_name} "
         "(or pip install 'skyrl[trackers]' for every tracker)"
     )
+
+
+def start_error(logger: str, settings: tuple[str, ...], error: Exception) -> ConfigError:
+    """The one-line error for a backend that refused to start (a bad ``WANDB_MODE``, an
+    ``MLFLOW_TRACKING_URI`` it cannot use, no login): the logger, the ``settings`` (environment
+    variables) that are set and the backend's first line, any password in a URI masked.
+    A ``ConfigError`` on ``trainer.loggers``, so ``skyrl-train`` ends in that line."""
+    from skyrl.config.errors import ConfigError, exception_line  # imports hydra: only on failure
+
+    shown = [
+        f"{name}={_mask_password(os.environ[name])!r}" for name in settings if name in os.environ
+    ]
+    where = f" with {', '.join(shown)}" if shown else ""
+    reason = _mask_password(exception_line(error))  # MLflow quotes the URI it refused
+    return ConfigError("trainer.loggers", f"logger '{logger}' could not start{where}: {reason}")
+
+
+def _mask_password(value: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://***@host``."""
+    return re.sub(r"//[^/@]*@", "//***@", value)

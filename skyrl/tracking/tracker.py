@@ -7,6 +7,7 @@ end-of-run summary read, whatever else the user picked.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -58,10 +59,16 @@ class Tracker:
         run_name: str | None = None,
         start_step: int = 0,
     ) -> None:
+        if isinstance(loggers, str):
+            raise TypeError(
+                f"loggers must be a list of logger names, got the string {loggers!r} "
+                f"(for one logger: [{loggers!r}])"
+            )
         for name in loggers:
             if name not in SINKS:
                 raise ValueError(SINKS.unknown(name))
         output_dir = Path(output_dir)
+        _require_no_file_at(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         run = RunInfo(
             output_dir=output_dir,
@@ -76,14 +83,20 @@ class Tracker:
             for name in dict.fromkeys(["jsonl", *loggers]):
                 self.sinks.append(SINKS.get(name)(run))
         except BaseException:
-            self.close()
+            self.close(failed=True)  # a run that never started: mlflow marks it FAILED
             raise
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Send one step's metrics (numbers, converted to float) to every sink."""
+        """Send one step's metrics (numbers, converted to float) to every sink. A step that is
+        not an integer, or a value that is not a number, is refused (``TypeError`` naming it)
+        before any sink records the step."""
         if self.closed:
             raise RuntimeError("Tracker.log after close()")
-        values = {name: float(value) for name, value in metrics.items()}
+        try:
+            step = operator.index(step)  # numpy integers too; json would refuse np.int64
+        except TypeError:
+            raise TypeError(f"step must be an integer, got {step!r}") from None
+        values = {name: _as_float(name, value, step) for name, value in metrics.items()}
         for sink in self.sinks:
             sink.log(step, values)
 
@@ -113,6 +126,24 @@ class Tracker:
         traceback: TracebackType | None,
     ) -> None:
         self.close(failed=exc_type is not None)
+
+
+def _require_no_file_at(output_dir: Path) -> None:
+    """Refuse an ``output_dir`` that is a file or lies under one (``mkdir`` said only "File
+    exists" or "Not a directory", naming the run dir rather than the file in the way)."""
+    file = next((p for p in (output_dir, *output_dir.parents) if p.is_file()), None)
+    if file == output_dir:
+        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a directory")
+    if file is not None:
+        raise NotADirectoryError(f"output_dir {output_dir} is under a file: {file}")
+
+
+def _as_float(name: str, value: Any, step: int) -> float:
+    """``float(value)``, or a ``TypeError`` naming the metric and the step."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"metric {name!r} at step {step} is not a number: {value!r}") from None
 
 
 def _close(sink: Sink, failed: bool) -> None:

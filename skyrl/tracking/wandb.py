@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 
-from skyrl.tracking.sink import RunInfo, require
+from skyrl.tracking.sink import RunInfo, require, start_error
+
+SETTINGS = ("WANDB_MODE", "WANDB_PROJECT")
+"""The environment variables this sink reads, named when wandb will not start."""
 
 
 class WandbSink:
@@ -19,14 +22,17 @@ class WandbSink:
 
     def __init__(self, run: RunInfo) -> None:
         wandb = require("wandb", "wandb", logger="wandb")
-        self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "skyrl"),
-            name=run.run_name,
-            config=run.config,
-            dir=str(run.output_dir),
-            mode=None if "WANDB_MODE" in os.environ else "offline",
-            reinit="create_new",
-        )
+        try:
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "skyrl"),
+                name=run.run_name,
+                config=run.config,
+                dir=str(run.output_dir),
+                mode=None if "WANDB_MODE" in os.environ else "offline",
+                reinit="create_new",
+            )
+        except Exception as error:  # a mode it does not know, no login for online mode, ...
+            raise start_error("wandb", SETTINGS, error) from error
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Log the step's metrics at wandb step ``step``."""

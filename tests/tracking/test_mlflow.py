@@ -7,7 +7,8 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
-from skyrl.tracking import Tracker
+from skyrl.config.errors import ConfigError
+from skyrl.tracking import SINKS, Tracker
 from skyrl.tracking.mlflow import MAX_PARAM_VALUE_CHARS, flatten, sanitize_name
 
 
@@ -66,3 +67,37 @@ def test_flatten():
         ("a.c.d", [1, 2]),
         ("e", None),
     ]
+
+
+def test_a_tracking_uri_mlflow_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
+    """Was mlflow's own exception raised from deep in its store registry: a traceback wall
+    through ``skyrl-train`` (only a ``ConfigError`` ends a run in one line), naming no setting."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus://user:secret@host/x")
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    with pytest.raises(ConfigError) as info:
+        Tracker(["mlflow"], output_dir=tmp_path, total_steps=1)
+    message = str(info.value)
+    assert message.startswith(
+        "trainer.loggers: logger 'mlflow' could not start with "
+        "MLFLOW_TRACKING_URI='bogus://***@host/x': UnsupportedModelRegistryStoreURIException: "
+        "Model registry functionality is unavailable; got unsupported URI"
+    )
+    assert "\n" not in message and "secret" not in message
+
+
+def test_a_tracker_that_fails_to_start_marks_the_runs_it_started_failed(tmp_path, monkeypatch):
+    """mlflow started, then the next sink failed to start: the mlflow run read FINISHED
+    (``close()`` without ``failed``) for a run that never ran."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+    def refusing_sink(run):
+        raise RuntimeError("no such server")
+
+    monkeypatch.setitem(SINKS._entries, "refusing", refusing_sink)
+    with pytest.raises(RuntimeError, match="no such server"):
+        Tracker(["mlflow", "refusing"], output_dir=tmp_path, total_steps=1, run_name="never")
+    client = MlflowClient(tracking_uri=f"file:{(tmp_path / 'mlruns').resolve()}")
+    (run,) = client.search_runs([client.get_experiment_by_name("skyrl").experiment_id])
+    assert (run.info.run_name, run.info.status) == ("never", "FAILED")

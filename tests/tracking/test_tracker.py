@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -89,3 +90,50 @@ def test_leaving_the_with_block_on_an_error_closes_as_failed(tmp_path):
         tracker.sinks.append(status)
         raise KeyError("boom")
     assert status.closed_failed == [True]
+
+
+@pytest.mark.parametrize(("value", "shown"), [("abc", "'abc'"), (None, "None"), ([1, 2], "[1, 2]")])
+def test_a_value_that_is_not_a_number_is_named_with_its_step(tmp_path, value, shown):
+    """Was ``could not convert string to float: 'abc'`` (or a ``TypeError``) naming neither the
+    metric nor the step; nothing of the refused step is written."""
+    tracker = Tracker([], output_dir=tmp_path, total_steps=2)
+    tracker.log(1, {"x": 1.0})
+    message = rf"^metric 'env/info' at step 2 is not a number: {re.escape(shown)}$"
+    with pytest.raises(TypeError, match=message):
+        tracker.log(2, {"x": 2.0, "env/info": value})
+    tracker.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "x": 1.0}\n'
+
+
+def test_a_numpy_step_is_written_as_an_int_and_a_fractional_step_is_refused(tmp_path):
+    """``np.int64`` steps failed in the jsonl sink (``Object of type int64 is not JSON
+    serializable``); ``2.5`` was written as ``"step": 2.5``."""
+    import numpy as np
+
+    with Tracker([], output_dir=tmp_path, total_steps=3) as tracker:
+        tracker.log(np.int64(1), {"x": 1.0})
+        with pytest.raises(TypeError, match=r"^step must be an integer, got 2\.5$"):
+            tracker.log(2.5, {"x": 2.0})
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "x": 1.0}\n'
+
+
+def test_loggers_given_as_one_string_is_refused_as_such(tmp_path):
+    """Was ``unknown logger 'w'``: the string was read letter by letter."""
+    with pytest.raises(
+        TypeError, match=r"^loggers must be a list of logger names, got the string 'wandb'"
+    ):
+        Tracker("wandb", output_dir=tmp_path / "run", total_steps=1)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_output_dir_that_is_a_file_or_under_one_names_the_file(tmp_path):
+    """Was ``[Errno 17] File exists`` / ``[Errno 20] Not a directory`` naming the run dir."""
+    file = tmp_path / "notes.txt"
+    file.write_text("kept\n")
+    with pytest.raises(NotADirectoryError, match=rf"^output_dir {file} is a file, not a dir"):
+        Tracker([], output_dir=file, total_steps=1)
+    with pytest.raises(
+        NotADirectoryError, match=rf"^output_dir {file}/run is under a file: {file}$"
+    ):
+        Tracker([], output_dir=file / "run", total_steps=1)
+    assert file.read_text() == "kept\n"

@@ -6,9 +6,11 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
 import wandb
 from wandb.proto import wandb_internal_pb2
 
+from skyrl.config.errors import ConfigError
 from skyrl.tracking import Tracker
 
 BLOCK_BYTES = 32 * 1024
@@ -86,3 +88,16 @@ def test_a_failed_run_finishes_with_exit_code_1(tmp_path, monkeypatch):
             r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"
         ]
     assert exit_codes == {"ok": 0, "failed": 1}
+
+
+def test_a_mode_wandb_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
+    """Was wandb's pydantic ``ValidationError`` (a traceback wall through ``skyrl-train``,
+    where only a ``ConfigError`` ends a run in one line), naming no environment variable."""
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    with pytest.raises(ConfigError) as info:
+        Tracker(["wandb"], output_dir=tmp_path, total_steps=1)
+    assert str(info.value) == (
+        "trainer.loggers: logger 'wandb' could not start with WANDB_MODE='bogus': "
+        "ValidationError: 1 validation error for Settings"
+    )
