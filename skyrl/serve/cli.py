@@ -8,14 +8,23 @@ overrides); ``serve.host`` / ``serve.port`` say where to listen and
 ``serve.model_name`` the model id clients send (default ``model.path``). The
 engine is the one ``generator`` names; requests are limited by
 ``generator.max_prompt_length`` and ``generator.max_generate_length``. The base
-URL is printed once the endpoint listens; Ctrl-C (or SIGTERM) stops it.
+URL is printed once the endpoint listens; Ctrl-C (or SIGTERM) stops it (exit 0).
+
+A mistake is one ``error:`` line naming the key, exit 2, found before the engine loads
+(minutes for a large model): ``serve.host`` / ``serve.port`` are bound once up front (a port
+out of range, one in use, a host that is no address of this machine), ``model.path`` must be
+a model folder with a tokenizer. Ctrl-C or SIGTERM before the endpoint listens ends the
+start with one line and exit 128 + the signal (130, 143).
 """
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import sys
 from concurrent.futures import Future
+from typing import NoReturn
 
 import hydra
 from omegaconf import DictConfig
@@ -34,10 +43,14 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     from skyrl.serve.app import HTTPServer, build_app
     from skyrl.serve.backend import EngineBinding, Limits, OpenAIBackend
 
-    typed = local_model_paths(validate(cfg))
+    checked = validate(cfg)
+    check_listen_address(checked.serve.host, checked.serve.port)
+    typed = local_model_paths(checked)
     g, s = typed.generator, typed.serve
     assert typed.model.tokenizer_path is not None  # local_model_paths sets it
-    tokenizer = load_tokenizer(typed, typed.model.tokenizer_path)
+    # the key the user set: model.path unless model.tokenizer_path was given
+    tokenizer = load_tokenizer(checked, typed.model.tokenizer_path)
+    check_model_folder(typed.model.path, typed.model.trust_remote_code)
     if g.engines_in_actors:
         from skyrl.api import start_ray
 
@@ -75,6 +88,42 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
         engine.shutdown()
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """``serve.host`` / ``serve.port`` can be listened on: bound once, as uvicorn will bind
+    them, and released (a ``ConfigError`` naming the key that is wrong)."""
+    if not 0 <= port <= 65535:
+        raise ConfigError("serve.port", f"must be 0..65535 (0: any free port), got {port}")
+    if not host:
+        raise ConfigError("serve.host", "empty (0.0.0.0 listens on every interface)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # uvicorn's choice
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            problem = exc
+        else:
+            return
+    if problem.errno == errno.EADDRINUSE:
+        raise ConfigError("serve.port", f"{host}:{port} is already in use")
+    if problem.errno == errno.EACCES:
+        raise ConfigError("serve.port", f"{host}:{port}: permission denied (ports below 1024)")
+    raise ConfigError("serve.host", f"cannot listen on {host}: {problem.strerror or problem}")
+
+
+def check_model_folder(model_dir: str, trust_remote_code: bool) -> None:
+    """``model.path`` (a local folder by now) holds a model config the engine can load."""
+    from skyrl.batch.budget import text_config
+    from skyrl.config.errors import exception_line
+
+    try:
+        text_config(model_dir, trust_remote_code)
+        return
+    except Exception as exc:  # no config.json, a broken one, an unknown model type
+        problem = f"{model_dir} is not a model folder: {exception_line(exc)}"
+    raise ConfigError("model.path", problem)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     from skyrl.cli import EXIT_CONFIG_ERROR
@@ -91,10 +140,30 @@ def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then serve."""
     from skyrl.cli import check_command_line
 
-    check_command_line()
-    if not any(a.startswith(("hydra.run.dir=", "hydra/")) for a in sys.argv[1:]):
-        sys.argv.insert(1, SERVE_RUN_DIR)
-    _hydra_main()
+    signal.signal(signal.SIGTERM, _interrupt)  # until serve() listens: as Ctrl-C
+    try:
+        check_command_line()
+        if not any(a.startswith(("hydra.run.dir=", "hydra/")) for a in sys.argv[1:]):
+            sys.argv.insert(_first_override(sys.argv), SERVE_RUN_DIR)
+        _hydra_main()
+    except KeyboardInterrupt as exc:  # before the endpoint listened (serve() then takes both)
+        signum = next((a for a in exc.args if isinstance(a, signal.Signals)), signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else f"terminated ({signum.name})"
+        print(f"skyrl-serve: {what} while starting; nothing was served", file=sys.stderr)
+        sys.exit(128 + signum)
+
+
+def _first_override(argv: list[str]) -> int:
+    """Where in ``argv`` the overrides start (else its end): an override put there keeps them
+    one run, as Hydra's parser needs (``--cfg job a=1`` takes ``a=1``; ``x=1 --cfg job a=1``
+    would not)."""
+    return next((i for i, a in enumerate(argv) if i and "=" in a and a[0] != "-"), len(argv))
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    """SIGTERM while starting: interrupt as Ctrl-C does (once; a second one is ignored)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum))
 
 
 if __name__ == "__main__":

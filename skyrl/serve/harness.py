@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, exception_line
 from skyrl.data.prompts import PromptRow
 from skyrl.generators.trajectory import DriverContext, Trajectory
 from skyrl.inference.base import SamplingParams
@@ -92,6 +92,8 @@ def reward_function(path: str) -> Callable[[PromptRow, list[dict]], float]:
         return import_path(path)
     except ValueError as exc:
         problem = str(exc)
+    except Exception as exc:  # the module was found but raised (its own bug, a syntax error)
+        problem = f"importing {path!r} raised {exception_line(exc)}"
     raise ConfigError("generator.agent_reward_fn", problem)
 
 

@@ -242,3 +242,26 @@ def test_a_failing_agent_shows_in_the_eval_metrics(engine, tiny_tokenizer):
         gen.driver.close()
     # 2 prompts x 2 samples, each raising: 4 env errors, each a fail (reward 0)
     assert metrics["eval/env_errors"] == 4 and metrics["eval/pass@1"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ("raise RuntimeError('boom')\n", "raised RuntimeError: boom"),
+        ("def reward(row, messages)\n    return 1.0\n", "raised SyntaxError: "),
+    ],
+)
+def test_a_reward_fn_module_that_fails_to_import_is_one_config_error(
+    tmp_path, monkeypatch, source, says
+):
+    # before: the module's own RuntimeError / SyntaxError came out of the dry run as a
+    # traceback wall instead of a line naming generator.agent_reward_fn
+    from skyrl.config.errors import ConfigError
+    from skyrl.serve.harness import reward_function
+
+    (tmp_path / "broken_reward.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as raised:
+        reward_function("broken_reward.reward")
+    assert raised.value.key == "generator.agent_reward_fn"
+    assert raised.value.message.startswith(f"importing 'broken_reward.reward' {says}")
