@@ -14,11 +14,13 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
 - ``model.path`` / ``model.tokenizer_path``, and a critic's ``trainer.critic_model_path``,
   resolve (``skyrl.models.resolve``): a dry run fetches no weights (``locate_model_path``;
   only tokenizer files, which it loads), a real run resolves once and hands the local paths
-  on; ``model.path`` and the critic's path are model folders (their configs load);
+  on; ``model.path`` and the critic's path are model folders (their configs load); one
+  given as a local folder holds its weights (``check_local_weights``; ``skyrl-eval`` and
+  ``skyrl-serve`` check ``model.path``'s too, in ``local_model_paths``);
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - each built-in logger ``trainer.loggers`` chooses (tensorboard, wandb, mlflow) finds its
   package (``importlib.util.find_spec``: nothing imported; the sink imports it only once the
-  workers are up);
+  workers are up), and ``WANDB_MODE``, when set for wandb, is a mode wandb accepts;
 - ``model.lora.target_modules`` name linear layers of the model (built from its config on
   the meta device);
 - the model's attention is one skyrl's packed attention computes (no logit softcapping, no
@@ -81,6 +83,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     needed) and keep the checked rows; else (the dry run) fetch no weights and only count."""
     fake = cfg.data.source == "fake"
     _check_logger_packages(cfg)
+    _check_wandb_mode(cfg)
     if not fake:
         check_files_exist(cfg)
         check_env_and_agent(cfg)
@@ -90,7 +93,9 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     model_config = _model_config(resolved, for_run)
     if model_config is not None:
         _check_packed_forward(resolved, model_config, "model.path", resolved.model.path)
+    check_local_weights(cfg.model.path, "model.path")
     _check_critic_model(resolved, for_run)
+    _check_critic_weights(cfg)
     _check_lora_modules(resolved, for_run)
     if model_config is not None:  # the longest sequence, the micro batch budget's memory
         from skyrl.batch.budget import check_micro_batch_budget
@@ -129,6 +134,30 @@ def _check_logger_packages(cfg: SkyRLConfig) -> None:
         package = packages.get(SINKS.get(logger)) if logger in SINKS else None
         if package is not None and importlib.util.find_spec(package) is None:
             raise ConfigError("trainer.loggers", install_hint(package, logger))
+
+
+WANDB_MODES = ("online", "offline", "shared", "disabled", "dryrun", "run")
+"""The values of ``WANDB_MODE`` wandb accepts (its ``Settings.mode``; compared exactly)."""
+
+
+def _check_wandb_mode(cfg: SkyRLConfig) -> None:
+    """A ``WANDB_MODE`` set for the built-in wandb sink is one of ``WANDB_MODES``: wandb
+    refused any other only once the workers were up (a recipe's own sink under the name
+    ``wandb`` reads what it likes)."""
+    import os
+
+    from skyrl.tracking import SINKS
+    from skyrl.tracking.wandb import WandbSink
+
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None or "wandb" not in cfg.trainer.loggers or SINKS.get("wandb") is not WandbSink:
+        return
+    require(
+        mode in WANDB_MODES,
+        "trainer.loggers",
+        f"logger 'wandb' would not start with WANDB_MODE={mode!r}: wandb's modes are "
+        f"{', '.join(WANDB_MODES)} (unset WANDB_MODE: offline)",
+    )
 
 
 def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
@@ -336,6 +365,40 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
         check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
 
 
+def _check_critic_weights(cfg: SkyRLConfig) -> None:
+    """A critic's own ``trainer.critic_model_path``, given as a local folder, holds weights."""
+    from skyrl.models.resolve import CRITIC_KEY, critic_model_path
+
+    critic = critic_model_path(cfg)
+    if critic is not None:
+        check_local_weights(critic, CRITIC_KEY)
+
+
+def check_local_weights(path: str, key: str) -> None:
+    """The model ``path`` (config key ``key``) names, when it is a local folder, holds its
+    weights: transformers' ``model.safetensors`` / ``pytorch_model.bin`` (which it loads before
+    any index), else every shard some ``*.index.json`` names, else (no index) any
+    ``*.safetensors`` / ``*.bin`` file. What a hub id, ``skyrl-tiny`` or the converted
+    SmolLM2 resolve to is checked by its resolver (``skyrl.models.resolve``: the same rule,
+    less the first clause, for a hub snapshot). A folder without ``config.json`` is left to
+    the config's own check (``_text_config``; ``skyrl-serve``'s after the tokenizer's)."""
+    from skyrl.models.resolve import has_weights, local_path
+
+    found = local_path(path)
+    folder = Path(found) if found is not None else None
+    single = ("model.safetensors", "pytorch_model.bin")
+    if folder is None or not (folder / "config.json").is_file():
+        return
+    if any((folder / name).is_file() for name in single) or has_weights(folder):
+        return
+    indexes = sorted(p.name for p in folder.glob("*.index.json"))
+    if indexes:
+        problem = f"{folder}: not every weight shard {' or '.join(indexes)} names is there"
+    else:
+        problem = f"{folder} holds no weights (no *.safetensors or *.bin file)"
+    raise ConfigError(key, problem)
+
+
 def _check_packed_forward(cfg: SkyRLConfig, model_config, key: str, name: str) -> None:
     """The workers' packed forward computes the model ``key`` names (``name``, its (text)
     config ``model_config``): its attention is one skyrl's packed attention implements
@@ -414,9 +477,12 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories
-    (fetched if needed); one that names nothing is a one-line ``ConfigError``. A critic's
-    ``trainer.critic_model_path`` is left as it is: evaluation and serving load no critic."""
-    return _model_paths(cfg, fetch=True, critic=False)[0]
+    (fetched if needed); one that names nothing, or a local ``model.path`` folder without
+    weights, is a one-line ``ConfigError``. A critic's ``trainer.critic_model_path`` is left
+    as it is: evaluation and serving load no critic."""
+    resolved = _model_paths(cfg, fetch=True, critic=False)[0]
+    check_local_weights(cfg.model.path, "model.path")
+    return resolved
 
 
 def check_files_exist(cfg: SkyRLConfig, splits: tuple[str, ...] = SPLITS) -> None:

@@ -79,7 +79,7 @@ class _Unavailable(Exception):
     """One source cannot provide the model; the message says why (for the final error)."""
 
 
-def _has_weights(folder: Path) -> bool:
+def has_weights(folder: Path) -> bool:
     """A config and the weights: every shard some index names, or (no index) a weights file.
     An index alone is not enough: a tokenizer lookup downloads it (``*.json``)."""
     if not (folder / "config.json").is_file():
@@ -160,7 +160,7 @@ class _Wanted:
 _MODEL = _Wanted(
     key="model.path",
     needs="config.json and weights (safetensors/bin)",
-    complete=_has_weights,
+    complete=has_weights,
     download_patterns=(*_TOKENIZER_PATTERNS, "*.safetensors"),  # *.py there: remote code
     fallback_patterns=("*.bin",),
 )

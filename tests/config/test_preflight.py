@@ -393,8 +393,10 @@ TINY = {
 
 
 def model_folder(tmp_path: Path, config) -> str:
-    """A model folder holding only ``config``'s config.json (all the pre-flight reads)."""
+    """A model folder holding ``config``'s config.json (all the pre-flight reads) and an empty
+    stand-in for the weights (the pre-flight checks that they are there, never reads them)."""
     config.save_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "model.safetensors").touch()
     return str(tmp_path / "model")
 
 
@@ -618,3 +620,98 @@ def test_a_recipe_sink_registered_over_a_builtin_name_is_not_checked(monkeypatch
     preflight(
         cfg_for("data=fake", "environment.name=unused", "trainer.loggers=[console,wandb]"), False
     )
+
+
+def weightless_copy_of_tiny(tmp_path: Path, missing: str) -> Path:
+    """The tiny model's folder (config.json, tokenizer, model.safetensors) copied, then its
+    weights taken away: ``missing="weights"`` deletes model.safetensors, ``"a shard"`` makes
+    it a one-shard checkpoint whose index names a shard that is not there."""
+    import shutil
+
+    from skyrl.models.tiny import build_tiny_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(build_tiny_model(), folder)
+    weights = folder / "model.safetensors"
+    if missing == "a shard":
+        index = {
+            "metadata": {},
+            "weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"},
+        }
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    weights.unlink()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("missing", "problem"),
+    [
+        ("weights", "{folder} holds no weights (no *.safetensors or *.bin file)"),
+        ("a shard", "{folder}: not every weight shard model.safetensors.index.json names is there"),
+    ],
+)
+def test_a_model_folder_without_its_weights_is_refused(tmp_path, missing, problem):
+    # config.json and a tokenizer but no weights passed the pre-flight; the run then ended
+    # after the workers started, in transformers' "OSError: Error no file named
+    # model.safetensors, or pytorch_model.bin, found in directory ..." traceback
+    from skyrl.config.preflight import local_model_paths
+
+    folder = weightless_copy_of_tiny(tmp_path, missing)
+    for for_run in (False, True):
+        error = refused(cfg_for(f"model.path={folder}"), for_run=for_run)
+        assert (error.key, error.message) == ("model.path", problem.format(folder=folder))
+    with pytest.raises(ConfigError) as err:  # skyrl-eval and skyrl-serve resolve with this
+        local_model_paths(cfg_for(f"model.path={folder}"))
+    assert err.value.key == "model.path" and str(folder) in err.value.message
+
+
+def test_a_critic_folder_without_its_weights_is_refused(tmp_path):
+    folder = weightless_copy_of_tiny(tmp_path, "weights")
+    cfg = cfg_for("algorithm=ppo", f"trainer.critic_model_path={folder}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run=for_run)
+        assert (error.key, error.message) == (
+            "trainer.critic_model_path",
+            f"{folder} holds no weights (no *.safetensors or *.bin file)",
+        )
+
+
+def test_wandb_modes_are_the_installed_wandbs():
+    import typing
+
+    from wandb.sdk.wandb_settings import Settings
+
+    from skyrl.config.preflight import WANDB_MODES
+
+    assert set(WANDB_MODES) == set(typing.get_args(Settings.model_fields["mode"].annotation))
+
+
+def test_a_wandb_mode_wandb_does_not_accept_is_refused_before_anything_starts(monkeypatch):
+    # WANDB_MODE=bogus passed the pre-flight; the wandb sink refused it only once the workers
+    # were up. wandb compares the exact string: "Offline" and "" are refused too.
+    fake = ["data=fake", "environment.name=unused"]
+    for mode in ("bogus", "Offline", ""):
+        monkeypatch.setenv("WANDB_MODE", mode)
+        error = refused(cfg_for(*fake, "trainer.loggers=[console,wandb]"))
+        assert (error.key, error.message) == (
+            "trainer.loggers",
+            f"logger 'wandb' would not start with WANDB_MODE={mode!r}: wandb's modes are "
+            "online, offline, shared, disabled, dryrun, run (unset WANDB_MODE: offline)",
+        )
+        preflight(cfg_for(*fake, "trainer.loggers=[console]"), False)  # no wandb, not read
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    preflight(cfg_for(*fake, "trainer.loggers=[console,wandb]"), False)
+
+
+def test_a_stale_index_beside_the_single_weights_file_passes(tmp_path):
+    # transformers loads model.safetensors before any index: an index left from an earlier
+    # sharded save, its shard gone, is never read
+    import shutil
+
+    from skyrl.models.tiny import build_tiny_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(build_tiny_model(), folder)
+    index = {"metadata": {}, "weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    preflight(cfg_for(f"model.path={folder}"), for_run=False)
