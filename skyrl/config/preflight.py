@@ -344,7 +344,7 @@ def _model_config(cfg: SkyRLConfig, for_run: bool):
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
     if not model_dir:
         return None
-    return _text_config(model_dir, "model.path", cfg.model.trust_remote_code)
+    return model_text_config(model_dir, "model.path", cfg.model.trust_remote_code)
 
 
 def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
@@ -360,7 +360,7 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
     if folder:
         from skyrl.batch.budget import check_context
 
-        model_config = _text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+        model_config = model_text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
         _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
         check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
 
@@ -381,7 +381,7 @@ def check_local_weights(path: str, key: str) -> None:
     ``*.safetensors`` / ``*.bin`` file. What a hub id, ``skyrl-tiny`` or the converted
     SmolLM2 resolve to is checked by its resolver (``skyrl.models.resolve``: the same rule,
     less the first clause, for a hub snapshot). A folder without ``config.json`` is left to
-    the config's own check (``_text_config``; ``skyrl-serve``'s after the tokenizer's)."""
+    the config's own check (``model_text_config``; ``skyrl-serve``'s after the tokenizer's)."""
     from skyrl.models.resolve import has_weights, local_path
 
     found = local_path(path)
@@ -449,7 +449,7 @@ def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:
     return min(found, key=lambda rope: rope[1]) if found else None
 
 
-def _text_config(model_dir: str, key: str, trust_remote_code: bool):
+def model_text_config(model_dir: str, key: str, trust_remote_code: bool):
     """The language model's config in ``model_dir``; a folder without one is a
     ``ConfigError`` on ``key``."""
     from skyrl.batch.budget import text_config

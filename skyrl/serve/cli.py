@@ -37,7 +37,7 @@ SERVE_RUN_DIR = "hydra.run.dir=outputs/serve/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 
 def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     """Serve until ``stop`` is done (or a signal); blocks."""
-    from skyrl.config.preflight import load_tokenizer, local_model_paths
+    from skyrl.config.preflight import load_tokenizer, local_model_paths, model_text_config
     from skyrl.config.validate import validate
     from skyrl.inference.factory import make_engine
     from skyrl.serve.app import HTTPServer, build_app
@@ -50,7 +50,7 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     assert typed.model.tokenizer_path is not None  # local_model_paths sets it
     # the key the user set: model.path unless model.tokenizer_path was given
     tokenizer = load_tokenizer(checked, typed.model.tokenizer_path)
-    check_model_folder(typed.model.path, typed.model.trust_remote_code)
+    model_text_config(typed.model.path, "model.path", typed.model.trust_remote_code)
     if g.engines_in_actors:
         from skyrl.api import start_ray
 
@@ -109,19 +109,6 @@ def check_listen_address(host: str, port: int) -> None:
     if problem.errno == errno.EACCES:
         raise ConfigError("serve.port", f"{host}:{port}: permission denied (ports below 1024)")
     raise ConfigError("serve.host", f"cannot listen on {host}: {problem.strerror or problem}")
-
-
-def check_model_folder(model_dir: str, trust_remote_code: bool) -> None:
-    """``model.path`` (a local folder by now) holds a model config the engine can load."""
-    from skyrl.batch.budget import text_config
-    from skyrl.config.errors import exception_line
-
-    try:
-        text_config(model_dir, trust_remote_code)
-        return
-    except Exception as exc:  # no config.json, a broken one, an unknown model type
-        problem = f"{model_dir} is not a model folder: {exception_line(exc)}"
-    raise ConfigError("model.path", problem)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
