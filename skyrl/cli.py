@@ -41,12 +41,28 @@ from skyrl.api import TrainResult, train
 from skyrl.config import register_configs
 from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError
+from skyrl.config.help import command_help, wants_help
 from skyrl.config.precheck import needs_objective, precheck_command_line
 from skyrl.models.resolve import ModelNotFoundError
 from skyrl.tracking import metric_names as names
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUN_FAILED = 1
+
+TRAIN_SUMMARY = (
+    "Train a language model with RL: rollouts through vLLM or transformers engines, rewards "
+    "from an environment, advantages, one optimizer step per mini-batch on DeepSpeed workers "
+    "(Ray actors). With no arguments: the main job, GRPO on SmolLM2-135M-Instruct with the "
+    "built-in arithmetic task."
+)
+TRAIN_EXAMPLES = (
+    ("skyrl-train experiment=smoke", "a tiny random model, about a minute"),
+    ("skyrl-train algorithm=rloo generator=hf", "RLOO, the transformers engine"),
+    ("skyrl-train trainer.train_batch_size=16", "override any key"),
+    ("skyrl-train trainer.dry_run=true", "validate, print the run plan, exit"),
+    ("skyrl-train -m algorithm=grpo,rloo", "a sweep: one output dir per job"),
+    ("skyrl-train hydra.run.dir=<run dir>", "continue a stopped run from its last checkpoint"),
+)
 
 
 def run(cfg: DictConfig) -> TrainResult:
@@ -185,6 +201,9 @@ def main() -> None:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
+        if wants_help(sys.argv[1:]):
+            print(command_help("skyrl-train", TRAIN_SUMMARY, TRAIN_EXAMPLES))
+            return
         check_command_line()
         if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
             _hydra_main()

@@ -46,6 +46,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError, dir_problem
+from skyrl.config.help import command_help, wants_help
 from skyrl.config.root import SkyRLConfig
 
 logger = logging.getLogger(__name__)
@@ -438,8 +439,25 @@ def with_eval_run_dir(argv: list[str]) -> list[str]:
     return [*argv[:end], EVAL_RUN_DIR, *argv[end:]]
 
 
+EVAL_SUMMARY = (
+    "Held-out pass@1 / pass@k of a model, a training run or one checkpoint, without training: "
+    "the eval prompts of the composed data group, sampled with generator.eval_sampling by the "
+    "engine the generator group names. Prints a table and writes eval.output_file (JSON) with "
+    "every sample beside it."
+)
+EVAL_EXAMPLES = (
+    ("skyrl-eval model.path=HuggingFaceTB/SmolLM2-135M-Instruct", "a HF directory or id"),
+    ("skyrl-eval eval.checkpoint=<run dir>", "a run: final_hf, else its latest checkpoint"),
+    ("skyrl-eval eval.checkpoint=<run dir>/checkpoints/global_step_8", "one checkpoint"),
+    ("skyrl-eval model.path=skyrl-tiny generator=hf", "the tiny model, transformers engine"),
+)
+
+
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then evaluate."""
+    if wants_help(sys.argv[1:]):
+        print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES))
+        return
     _check_command_line()
     sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
     _hydra_main()

@@ -456,3 +456,12 @@ def test_a_leading_hydra_flag_keeps_the_overrides(tmp_path, flags_first):
         return
     [results] = (tmp_path / "outputs" / "multirun").glob(f"*/*/0/{eval_cli.RESULTS_FILE}")
     assert json.loads(results.read_text())["num_prompts"] == {"arithmetic": 1}
+
+
+def test_help_says_what_skyrl_eval_does_and_lists_the_groups(tmp_path):
+    result = run([SKYRL_EVAL, "--help"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: skyrl-eval [GROUP=OPTION ...] [KEY=VALUE ...]\n")
+    assert "Held-out pass@1 / pass@k" in result.stdout
+    assert "  generator    hf *vllm\n" in result.stdout
+    assert not list(tmp_path.iterdir())  # nothing composed or run: no run directory
