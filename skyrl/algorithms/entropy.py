@@ -1,9 +1,10 @@
 """Token entropy of the policy from logits, chunked over tokens to bound memory.
 
-``H_t = logsumexp(z_t) - sum_v softmax(z_t)_v z_tv``. The float32 softmax of a
-``[chunk_size, V]`` block is the only full-vocab copy alive at a time; under
-autograd each chunk is recomputed in backward (activation checkpointing), so the
-saved state is the logits themselves, not a float32 copy per token.
+``H_t = logsumexp(z_t) - sum_v softmax(z_t)_v z_tv``; a ``-inf`` logit (a masked vocabulary
+entry) has probability 0 and adds nothing. The float32 softmax of a ``[chunk_size, V]`` block
+is the only full-vocab copy alive at a time; under autograd each chunk is recomputed in
+backward (activation checkpointing), so the saved state is the logits themselves, not a
+float32 copy per token.
 
 Use as a bonus: ``loss = policy_loss - entropy_coef * entropy_bonus(H, w, mask)``,
 where ``entropy_bonus`` reduces H with the same mini-batch weights as the loss.
@@ -23,7 +24,10 @@ DEFAULT_CHUNK_TOKENS = 1024
 def _chunk_entropy(logits: torch.Tensor) -> torch.Tensor:
     z = logits.float()
     log_z = torch.logsumexp(z, dim=-1)
-    return log_z - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+    probs = torch.softmax(z, dim=-1)
+    # p log p -> 0 as p -> 0: a -inf logit (p = 0) adds 0, not 0 * -inf = NaN, to value and gradient
+    z_seen = torch.where(probs > 0, z, 0.0)
+    return log_z - (probs * z_seen).sum(dim=-1)
 
 
 def entropy_from_logits(

@@ -44,3 +44,21 @@ def test_bf16_logits_and_bonus():
     assert entropy_bonus(h, torch.tensor([[1.0, 0.0]]), mask).item() == pytest.approx(
         math.log(4), abs=1e-6
     )
+
+
+def test_minus_inf_logits_have_zero_probability():
+    # A -inf logit (a masked vocabulary entry) has p = 0 and adds nothing to H = -sum p log p:
+    # (0, 0, -inf, -inf) -> uniform over 2: ln 2 = 0.6931471806
+    # (0, ln 3, -inf, -inf) -> p = (1/4, 3/4): -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.5623351446
+    # Before: softmax(-inf) * -inf = 0 * -inf = NaN.
+    # The gradient equals that of the finite entries alone, and is 0 at the -inf ones.
+    inf = math.inf
+    logits = torch.tensor([[0.0, 0.0, -inf, -inf], [0.0, math.log(3.0), -inf, -inf]])
+    logits.requires_grad_()
+    out = entropy_from_logits(logits, chunk_size=1)
+    torch.testing.assert_close(out, torch.tensor([math.log(2), 0.5623351446]), rtol=0, atol=1e-6)
+    (grad,) = torch.autograd.grad(out.sum(), logits)
+    finite = torch.tensor([[0.0, 0.0], [0.0, math.log(3.0)]], requires_grad=True)
+    (finite_grad,) = torch.autograd.grad(_reference(finite).sum(), finite)
+    torch.testing.assert_close(grad[:, :2], finite_grad, rtol=0, atol=1e-6)
+    assert torch.equal(grad[:, 2:], torch.zeros(2, 2))

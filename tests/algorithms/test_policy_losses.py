@@ -298,3 +298,28 @@ def test_finalize_metrics():
         "approx_kl": 0.05,
         "other": 3.0,
     }
+
+
+def test_gspo_with_sequence_mean_is_the_sequence_level_gradient():
+    # Sequence-level GSPO (G = 2 sequences, eps 0.2 / 0.28, no clip here):
+    #   J = -(1/G) sum_i s_i A_i,  s_i = exp(mean_t log r_it),  dJ/dlogp_it = -(1/G) A_i s_i / |y_i|
+    # row 0: one token, log r 0.1 -> s = e^0.1 = 1.10517, A 1: grad -(1/2) e^0.1 = -0.55259
+    # row 1: three tokens, log r (0, 0.1, -0.1) -> s = 1, A 2: grad -(1/2) * 2 / 3 = -1/3 each
+    # sequence_mean weights 1/(|y_i| G) give exactly that. token_mean (1/4 per token) gives
+    # -e^0.1 / 4 = -0.27629 and -2/4 = -0.5: sequence i weighs |y_i| / 4, not 1/G.
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([[1.0, 0.0, 0.0], [2.0, 2.0, 2.0]])
+    old = torch.zeros(2, 3)
+    grads = {}
+    for reduction in ("sequence_mean", "token_mean"):
+        logprobs = torch.tensor([[0.1, 0.0, 0.0], [0.0, 0.1, -0.1]], requires_grad=True)
+        weights = compute_loss_weights(reduction, mask, ["a", "a"], 3)
+        loss, _ = POLICY_LOSSES.get("gspo")(logprobs, old, adv, weights, mask, ASYM)
+        loss.backward()
+        grads[reduction] = logprobs.grad
+    s0 = math.exp(0.1)
+    third = 1 / 3
+    expected = torch.tensor([[-s0 / 2, 0.0, 0.0], [-third, -third, -third]])
+    torch.testing.assert_close(grads["sequence_mean"], expected, rtol=0, atol=1e-6)
+    expected = torch.tensor([[-s0 / 4, 0.0, 0.0], [-0.5, -0.5, -0.5]])
+    torch.testing.assert_close(grads["token_mean"], expected, rtol=0, atol=1e-6)

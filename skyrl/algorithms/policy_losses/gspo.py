@@ -9,8 +9,10 @@ token ratios over its |y_i| loss tokens,
 and each token uses ``s_it = sg[s_i] * pi(y_t) / sg[pi(y_t)]`` (value s_i; the
 gradient of log pi(y_t)) in the clipped surrogate of ``ppo`` (same eps_low /
 eps_high, dual clip, TIS, sequence mask). Every token of a sequence is clipped together.
-With per-sequence advantages and any of the built-in reductions (constant
-weight within a sequence) this equals the sequence-level GSPO gradient.
+With per-sequence advantages and ``loss_reduction=sequence_mean`` (the preset's: weights
+1/(|y_i| G)) this equals the gradient of the sequence-level GSPO objective, the mean over
+the G sequences. Another reduction weighs sequence i by its tokens' total weight instead
+of 1/G (``token_mean``: |y_i| / all loss tokens, favouring long sequences).
 A sequence is never split across micro batches, so |y_i| is the row's count.
 The paper's clip ranges are small (3e-4 / 4e-4) because s_i is a per-token mean.
 """
