@@ -2,12 +2,14 @@
 
 The per-step line always goes to stdout (``tqdm.write`` keeps it above the bar); the bar
 itself is drawn only when stdout is a terminal, so CI logs and captured subprocess output
-get the lines without redraw noise.
+get the lines without redraw noise. A stdout whose reader has gone (``skyrl-train ... | head``)
+ends the lines, not the run: the sink says so once on stderr and prints nothing more.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 from statistics import fmean
 
@@ -31,11 +33,19 @@ class ConsoleSink:
             dynamic_ncols=True,
             disable=not sys.stdout.isatty(),
         )
+        self.stdout_closed = False
+        """stdout's reader went away: nothing more is printed."""
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Print the step's line and move the bar to ``step``."""
-        tqdm.write(format_step_line(step, self.total_steps, metrics), file=sys.stdout)
-        sys.stdout.flush()
+        """Print the step's line and move the bar to ``step``; nothing once stdout is closed."""
+        if self.stdout_closed:
+            return
+        try:
+            tqdm.write(format_step_line(step, self.total_steps, metrics), file=sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._stop_printing()
+            return
         postfix = {"reward": metrics.get(names.REWARD), "step_s": metrics.get(names.STEP_TIME)}
         self.bar.set_postfix(
             {k: f"{v:.3g}" for k, v in postfix.items() if v is not None}, refresh=False
@@ -45,6 +55,25 @@ class ConsoleSink:
     def close(self, failed: bool = False) -> None:
         """Leave the finished bar on screen."""
         self.bar.close()
+
+    def _stop_printing(self) -> None:
+        """stdout's reader exited: print no more lines and say so once on stderr. The real
+        stdout is pointed at ``os.devnull``, as Python's docs advise for ``BrokenPipeError``,
+        so later prints (the end-of-run summary) and the flush at exit do not fail on it."""
+        self.stdout_closed = True
+        if sys.__stdout__ is not None and sys.stdout is sys.__stdout__:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        try:
+            print(
+                "console: stdout was closed (its reader exited): no more step lines; "
+                "metrics.jsonl still records every step",
+                file=sys.stderr,
+                flush=True,
+            )
+        except OSError:  # stderr went with it (``2>&1 | head``)
+            pass
 
 
 COLUMNS = {

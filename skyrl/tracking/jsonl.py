@@ -11,9 +11,12 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyrl.tracking.sink import RunInfo, move_aside
+
+if TYPE_CHECKING:
+    from skyrl.config.errors import ConfigError
 
 FILENAME = "metrics.jsonl"
 
@@ -21,7 +24,9 @@ FILENAME = "metrics.jsonl"
 class JsonlSink:
     """Appends one record per step; on resume first drops records after the resumed step. A
     fresh run finding a file (an earlier run killed before its first checkpoint) moves it
-    aside to ``metrics.jsonl.N`` and starts its own."""
+    aside to ``metrics.jsonl.N`` and starts its own. A run that fails before writing a record
+    to the file it created (a tracker that did not start) removes that empty file, so the
+    next try has no empty file to move aside."""
 
     def __init__(self, run: RunInfo) -> None:
         self.path = run.output_dir / FILENAME
@@ -30,30 +35,55 @@ class JsonlSink:
                 drop_records_after(self.path, run.start_step)
             else:
                 move_aside(self.path)
+        self.created = not self.path.exists()
+        """This sink made the file (it holds only what ``log`` wrote)."""
+        self.logged = False
         self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Write and flush the step's record."""
         record = {"step": step, **{k: v if math.isfinite(v) else None for k, v in metrics.items()}}
+        self.logged = True  # before writing: a write that fails half-way leaves the file be
         self.file.write(json.dumps(record, allow_nan=False) + "\n")
         self.file.flush()
 
     def close(self, failed: bool = False) -> None:
-        """Close the file."""
+        """Close the file; after a failure, remove it if it is this sink's and still empty."""
         self.file.close()
+        if failed and self.created and not self.logged:
+            self.path.unlink(missing_ok=True)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every record of a metrics file; a torn last line (killed mid-write) is ignored."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    """Every record of a metrics file; a torn last line (killed mid-write) is ignored. Any
+    other line that is not a record (``{"step": N, ...}``) is refused: a ``ConfigError``
+    naming the file and line, raised before anything rewrites the file."""
+    lines = path.read_bytes().splitlines()  # bytes: a line that is not UTF-8 is one bad line
     records = []
     for number, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ValueError(f"{path}:{number} is not a JSON record: {line[:80]!r}") from None
+            record = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            if number == len(lines):
+                break
+            record = None
+        if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+            raise damaged_line_error(path, number, line)
+        records.append(record)
     return records
+
+
+def damaged_line_error(path: Path, number: int, line: bytes) -> ConfigError:
+    """The one-line error for line ``number`` of ``path``, which is not a metrics record: a
+    ``ConfigError`` on ``trainer.output_dir``, so ``skyrl-train`` ends in that line."""
+    from skyrl.config.errors import ConfigError  # imports hydra: only on failure
+
+    shown = line[:80].decode("utf-8", errors="replace")
+    return ConfigError(
+        "trainer.output_dir",
+        f"{path}:{number} is not a metrics record: {shown!r}; fix or delete that line, then "
+        "run again (the file was left as it was)",
+    )
 
 
 def drop_records_after(path: Path, last_step: int) -> None:

@@ -1,9 +1,16 @@
-"""Console sink: the one-line-per-step format, missing keys, and stdout when not a TTY."""
+"""Console sink: the one-line-per-step format, missing keys, stdout when not a TTY, and a
+closed stdout (a pipe whose reader exited)."""
 
 from __future__ import annotations
 
+import io
+import os
+import subprocess
+import sys
+
 from skyrl.tracking import Tracker
 from skyrl.tracking.console import format_step_line
+from skyrl.tracking.jsonl import read_records
 
 FULL_STEP = {
     "generate/reward_mean": 0.3124,
@@ -57,3 +64,56 @@ def test_lines_go_to_stdout_without_a_bar_when_not_a_tty(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "step 2/2 | reward 1.000 | 0.5s\n"
     assert err == ""
+
+
+class ClosedPipe(io.StringIO):
+    """stdout whose reader has gone (``skyrl-train ... | head -5`` after five lines)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_stdout_stops_the_lines_not_the_run(tmp_path, monkeypatch, capsys):
+    """Was ``BrokenPipeError`` out of ``Tracker.log``, which ended training; now the console
+    says so once on stderr, prints nothing more, and metrics.jsonl records every step."""
+    with Tracker(["console"], output_dir=tmp_path, total_steps=3) as tracker:
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        for step in (1, 2, 3):
+            tracker.log(step, {"generate/reward_mean": 0.5})
+    assert [r["step"] for r in read_records(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert capsys.readouterr().err == (
+        "console: stdout was closed (its reader exited): no more step lines; "
+        "metrics.jsonl still records every step\n"
+    )
+
+
+def test_a_closed_stdout_pipe_ends_the_process_cleanly(tmp_path):
+    """The real stdout of a process piped into a reader that exited: the run goes on, later
+    prints (the end-of-run summary) do not fail, and no ``Exception ignored ... BrokenPipeError``
+    at exit."""
+    script = (
+        "import sys\n"
+        "from skyrl.tracking import Tracker\n"
+        "with Tracker(['console'], output_dir=sys.argv[1], total_steps=3) as tracker:\n"
+        "    for step in (1, 2, 3):\n"
+        "        tracker.log(step, {'generate/reward_mean': 0.5})\n"
+        "print('summary', flush=True)\n"
+    )
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (
+        0,
+        "console: stdout was closed (its reader exited): no more step lines; "
+        "metrics.jsonl still records every step\n",
+    )
+    assert [r["step"] for r in read_records(tmp_path / "metrics.jsonl")] == [1, 2, 3]

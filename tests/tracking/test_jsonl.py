@@ -70,3 +70,46 @@ def test_a_torn_last_line_is_ignored_but_a_torn_middle_line_is_an_error(tmp_path
     path.write_text('{"step": 1, "x"\n{"step": 2, "x": 1.0}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:1"):
         read_records(path)
+
+
+@pytest.mark.parametrize(
+    ("damaged", "shown"),
+    [
+        (b"garbage", "'garbage'"),
+        (b'{"step": 2, "x"', '\'{"step": 2, "x"\''),  # half-written, then more lines after it
+        (b'{"x": 2.0}', "'{\"x\": 2.0}'"),  # JSON, but no step: was KeyError 'step'
+        (b"42", "'42'"),  # JSON, not a record: was TypeError 'int' object is not subscriptable
+        (b"\xff\xfe", "'\ufffd\ufffd'"),  # not UTF-8 (shown as U+FFFD): was UnicodeDecodeError
+    ],
+)
+def test_resume_refuses_a_damaged_middle_line_naming_file_and_line_and_keeps_the_file(
+    tmp_path, damaged, shown
+):
+    """Was a ``ValueError`` (or ``KeyError``, ``TypeError``, ``UnicodeDecodeError``): only a
+    ``ConfigError`` ends ``skyrl-train`` in one line; the others gave a traceback."""
+    from skyrl.config.errors import ConfigError
+
+    path = tmp_path / "metrics.jsonl"
+    saved = b'{"step": 1, "x": 1.0}\n' + damaged + b'\n{"step": 3, "x": 3.0}\n'
+    path.write_bytes(saved)
+    expected = (
+        f"trainer.output_dir: {path}:2 is not a metrics record: {shown}; fix or delete "
+        "that line, then run again (the file was left as it was)"
+    )
+    with pytest.raises(ConfigError) as info:
+        Tracker([], output_dir=tmp_path, total_steps=4, start_step=3)
+    assert str(info.value) == expected
+    assert path.read_bytes() == saved  # nothing saved is lost: not truncated, not rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    with pytest.raises(ConfigError) as info:  # the summary and sweep read path, the same line
+        read_history(tmp_path)
+    assert str(info.value) == expected
+
+
+def test_resume_drops_a_torn_last_line_and_appends_after_the_last_whole_record(tmp_path):
+    """A run killed mid-write leaves a torn last line; the resumed run drops it."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "x": 1.0}\n{"step": 2, "x"')
+    with Tracker([], output_dir=tmp_path, total_steps=2, start_step=1) as tracker:
+        tracker.log(2, {"x": 2.0})
+    assert path.read_text() == '{"step": 1, "x": 1.0}\n{"step": 2, "x": 2.0}\n'

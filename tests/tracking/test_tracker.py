@@ -137,3 +137,33 @@ def test_an_output_dir_that_is_a_file_or_under_one_names_the_file(tmp_path):
     ):
         Tracker([], output_dir=file / "run", total_steps=1)
     assert file.read_text() == "kept\n"
+
+
+def test_a_tracker_that_fails_to_start_leaves_no_empty_metrics_file(tmp_path, monkeypatch):
+    """Was an empty metrics.jsonl, which the next try moved aside as an empty
+    metrics.jsonl.1 (then .2, ...). A file with records stays: an earlier run's, moved aside,
+    and a resumed run's."""
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # the backend that will not start
+    for _ in range(2):
+        with pytest.raises(ImportError):
+            Tracker(["mlflow"], output_dir=tmp_path, total_steps=1)
+    assert list(tmp_path.iterdir()) == []
+
+    earlier = '{"step": 1, "x": 1.0}\n'
+    (tmp_path / "metrics.jsonl").write_text(earlier)
+    with pytest.raises(ImportError):  # a fresh run: the earlier run's records go aside, kept
+        Tracker(["mlflow"], output_dir=tmp_path, total_steps=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl.1"]
+    (tmp_path / "metrics.jsonl.1").rename(tmp_path / "metrics.jsonl")
+    with pytest.raises(ImportError):  # a resumed run: its records stay where they are
+        Tracker(["mlflow"], output_dir=tmp_path, total_steps=2, start_step=1)
+    assert (tmp_path / "metrics.jsonl").read_text() == earlier
+
+
+def test_a_run_that_fails_before_its_first_record_leaves_no_empty_metrics_file(tmp_path):
+    """A failed close with nothing written removes the empty file; a normal one keeps it (the
+    end-of-run summary reads it)."""
+    Tracker([], output_dir=tmp_path / "failed", total_steps=1).close(failed=True)
+    assert list((tmp_path / "failed").iterdir()) == []
+    Tracker([], output_dir=tmp_path / "ok", total_steps=1).close()
+    assert (tmp_path / "ok" / "metrics.jsonl").read_text() == ""

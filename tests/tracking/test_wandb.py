@@ -101,3 +101,4 @@ def test_a_mode_wandb_refuses_is_one_line_naming_it(tmp_path, monkeypatch):
         "trainer.loggers: logger 'wandb' could not start with WANDB_MODE='bogus': "
         "ValidationError: 1 validation error for Settings"
     )
+    assert list(tmp_path.iterdir()) == []  # was an empty metrics.jsonl, moved aside next try
