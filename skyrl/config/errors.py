@@ -25,11 +25,29 @@ class ConfigError(ValueError):
         return ConfigError(f"{prefix}.{self.key}" if prefix else self.key, self.message)
 
 
+EXCEPTION_LINE_CHARS = 300
+"""Up to where ``exception_line`` adds a message's later lines to its first."""
+
+
 def exception_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: an error from a library (hub, transformers,
-    json) inside a one-line message, however many lines it runs to."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    """``Type: message``: an error from a library (hub, transformers, json) inside a one-line
+    message, however many lines it runs to: its first line, whole. A first line that ends in
+    ``:`` (transformers' "Couldn't instantiate the backend tokenizer from one of:") says
+    nothing alone: the next lines are joined to it until a sentence ends, up to
+    ``EXCEPTION_LINE_CHARS`` (cut at a word, then `` ...``)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    for line in lines[1:] if text.endswith(":") else []:
+        if text.endswith((".", "!", "?")) or len(text) >= EXCEPTION_LINE_CHARS:
+            break
+        joined = f"{text} {line}"
+        if len(joined) > EXCEPTION_LINE_CHARS:
+            text = joined[:EXCEPTION_LINE_CHARS].rsplit(" ", 1)[0] + " ..."
+            break
+        text = joined
+    return f"{type(exc).__name__}: {text}"
 
 
 def require(condition: bool, key: str, message: str) -> None:

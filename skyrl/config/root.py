@@ -101,6 +101,20 @@ class ServeConfig:
     model_name: str | None = None
     """The model id clients send (``model``); None = ``model.path``."""
 
+    def __post_init__(self) -> None:
+        # keys in full: validate builds this node with the root (it is no group), unprefixed
+        require(
+            0 <= self.port <= 65535,
+            "serve.port",
+            f"must be 0..65535 (0: any free port), got {self.port}",
+        )
+        require(bool(self.host), "serve.host", "empty (0.0.0.0 listens on every interface)")
+        require(
+            self.model_name is None or bool(self.model_name.strip()),
+            "serve.model_name",
+            "is empty; leave it unset (null) to serve the model as model.path",
+        )
+
 
 @dataclass
 class SkyRLConfig:

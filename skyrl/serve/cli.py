@@ -11,9 +11,10 @@ engine is the one ``generator`` names; requests are limited by
 URL is printed once the endpoint listens; Ctrl-C (or SIGTERM) stops it (exit 0).
 
 A mistake is one ``error:`` line naming the key, exit 2, found before the engine loads
-(minutes for a large model): ``serve.host`` / ``serve.port`` are bound once up front (a port
-out of range, one in use, a host that is no address of this machine), ``model.path`` must be
-a model folder with a tokenizer. Ctrl-C or SIGTERM before the endpoint listens ends the
+(minutes for a large model): ``serve`` values that cannot work (a port out of range, an empty
+host or model name) are refused by ``validate``; ``serve.host`` / ``serve.port`` are bound
+once up front (a port in use, a host that is no address of this machine); ``model.path``
+must be a model folder with a tokenizer. Ctrl-C or SIGTERM before the endpoint listens ends the
 start with one line and exit 128 + the signal (130, 143).
 """
 
@@ -90,11 +91,8 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
 
 def check_listen_address(host: str, port: int) -> None:
     """``serve.host`` / ``serve.port`` can be listened on: bound once, as uvicorn will bind
-    them, and released (a ``ConfigError`` naming the key that is wrong)."""
-    if not 0 <= port <= 65535:
-        raise ConfigError("serve.port", f"must be 0..65535 (0: any free port), got {port}")
-    if not host:
-        raise ConfigError("serve.host", "empty (0.0.0.0 listens on every interface)")
+    them, and released (a ``ConfigError`` naming the key that is wrong). Their values (a
+    port in range, a host named) are ``ServeConfig``'s own rules, checked by ``validate``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # uvicorn's choice
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it

@@ -61,12 +61,24 @@ def test_an_empty_host_is_refused(tmp_path):
     assert line == "error: serve.host: empty (0.0.0.0 listens on every interface)"
 
 
+@pytest.mark.parametrize("name", ["", "'  '"])
+def test_an_empty_model_name_is_refused(tmp_path, name):
+    # before: the server started and served the model as model.path ("skyrl-tiny")
+    line = last_line(serve(tmp_path, f"serve.model_name={name}", "serve.port=0"))
+    assert line == (
+        "error: serve.model_name: is empty; leave it unset (null) to serve the model as model.path"
+    )
+
+
 def test_a_folder_without_a_tokenizer_names_model_path(tmp_path):
     # the user set model.path only: the line must not blame model.tokenizer_path
     empty = tmp_path / "empty"
     empty.mkdir()
     line = last_line(serve(tmp_path, f"model.path={empty}"))
     assert line.startswith(f"error: model.path: cannot load a tokenizer from {empty}: "), line
+    # transformers' message runs over several lines, the first ending "from one of:": the line
+    # goes on to the end of that sentence (it used to stop at the colon)
+    assert line.endswith("to instantiate and convert."), line
 
 
 def test_a_folder_without_a_model_config_names_model_path(tmp_path, tiny_model_path):
