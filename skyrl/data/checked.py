@@ -7,9 +7,10 @@ pre-flight check (``skyrl.config.preflight``), the training loader
 which it wraps), so a run drops or rejects exactly what its dry run reported.
 
 A prompt's length is its first context as the agent loop builds it: the env's opening
-messages (``skyrl.generators.agent_loop.opening_messages``: ``env.init``, which may add a
-system prompt) rendered by ``ChatTokens.prompt_ids`` (chat template plus generation
-prompt), the same two calls the loop makes. One env instance renders every row (the loop
+messages (``skyrl.generators.agent_loop.checked_opening``: ``env.init``, which may add a
+system prompt, refused unless they are messages with string role and content) rendered by
+``ChatTokens.prompt_ids`` (chat template plus generation prompt), the same two calls the
+loop makes. One env instance renders every row (the loop
 builds one per trajectory; ``init`` is expected to depend on the row only).
 
 Every problem is a ``ConfigError`` whose key names the file (``data.train_files[0]``) or,
@@ -19,11 +20,13 @@ for generated rows, ``data.source``, and whose message names the 1-based row.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from skyrl.config.errors import ConfigError, require
+from skyrl.data.generated import TooFewProblems
 from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file
 
 if TYPE_CHECKING:
@@ -142,8 +145,6 @@ def source_rows(cfg: SkyRLConfig, split: str) -> Iterator[tuple[str, str, Prompt
 
 
 def _generated_rows(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
-    from skyrl.data import load_prompts
-
     d = cfg.data
     if d.source == "reasoning_gym" and not cfg.environment.dataset:
         raise ConfigError(
@@ -152,12 +153,28 @@ def _generated_rows(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
     if (d.num_train_prompts if split == "train" else d.num_eval_prompts) == 0:
         return []
     if d.source != "reasoning_gym":
-        return load_prompts(d, cfg.environment, split)
+        return _generate(cfg, split)
     try:
-        return load_prompts(d, cfg.environment, split)
+        return _generate(cfg, split)
     except ValueError as exc:  # "Dataset 'x' not registered"
         problem = f"reasoning-gym: {exc}"
     raise ConfigError("environment.dataset", problem)
+
+
+def _generate(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
+    """``load_prompts``; its ``TooFewProblems`` warnings printed as one line each on stderr
+    naming the count's key, not as Python's two lines of skyrl source. Others pass on."""
+    from skyrl.data import load_prompts
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TooFewProblems)
+        rows = load_prompts(cfg.data, cfg.environment, split)
+    for w in caught:
+        if issubclass(w.category, TooFewProblems):
+            print(f"warning: data.num_{split}_prompts: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return rows
 
 
 def _chat_tokens(cfg: SkyRLConfig, tokenizer, chat_tokens_cls):
@@ -196,12 +213,17 @@ def _check_extras(env, env_cfg, row: PromptRow, key: str, where: str) -> None:
 
 def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str, tools=None) -> int:
     """Tokens of ``row``'s first context, rendered by the agent loop's own calls."""
-    from skyrl.generators.agent_loop import opening_messages
+    from skyrl.generators.agent_loop import BadEnvResult, checked_opening
 
+    problem = None
     try:
-        messages = opening_messages(env, row)
+        messages = checked_opening(env, row)
+    except BadEnvResult as exc:  # the loop would end every trajectory of the row (env_error)
+        problem = f"{where}: env.init returned unusable messages: {exc}"
     except Exception as exc:  # a user env's init; the exception context is kept
         raise ConfigError(key, f"{where}: env.init failed: {type(exc).__name__}: {exc}") from exc
+    if problem is not None:
+        raise ConfigError(key, problem)  # outside the handler: no exception context
     try:
         return len(chat.prompt_ids(messages, tools))
     except Exception as exc:  # e.g. a template that requires alternating roles

@@ -49,6 +49,10 @@ EVAL_SHARE = 8
 """One expression in ``EVAL_SHARE`` (by hash) is an eval problem, the rest train."""
 
 
+class TooFewProblems(UserWarning):
+    """A generated split holds fewer distinct problems than asked for: some repeat."""
+
+
 Problem = tuple[str, int]
 """``(expression, value)``."""
 
@@ -115,6 +119,7 @@ def _arithmetic_problems(num_prompts: int, rng: random.Random, split: str) -> li
         warnings.warn(
             f"arithmetic: {num_prompts} {split} prompts but {distinct} distinct {split} "
             "problems; each is repeated (every one once before any twice)",
+            TooFewProblems,
             stacklevel=3,
         )
     left: dict[str, list[Problem]] = {}
@@ -227,6 +232,7 @@ def _held_out_entries(
     warnings.warn(
         f"reasoning-gym {dataset}: {num_prompts} eval prompts but {len(distinct)} distinct "
         f"questions that are not train questions in {max_draws} draws; {outcome}",
+        TooFewProblems,
         stacklevel=3,
     )
     return (distinct * num_prompts)[:num_prompts]

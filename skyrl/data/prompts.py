@@ -1,8 +1,8 @@
 """Prompt rows and their loading from parquet / jsonl files or local ``datasets``.
 
-A row is a prompt (a string, or a list of chat messages), the ``data_source``
-it belongs to (metrics such as pass@n are reported per source), and
-``extras``: every other column (e.g. ``answer``), handed to the env's ``init``.
+A row is a prompt (a string, or a list of chat messages with string ``role`` and
+``content``), the ``data_source`` it belongs to (metrics such as pass@n are reported per
+source), and ``extras``: every other column (e.g. ``answer``), handed to the env's ``init``.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -43,13 +43,15 @@ class PromptRow:
 def _check_prompt(prompt: Any) -> str | None:
     """An error message for an unusable prompt, or None."""
     if isinstance(prompt, str):
-        return None if prompt else "empty prompt"
+        return None if prompt.strip() else "empty prompt"
     if isinstance(prompt, list | tuple) and prompt:
         for j, m in enumerate(prompt):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-                return f"message {j} is not a {{'role', 'content'}} dict"
-            if not isinstance(m.get("content"), str):
-                return f"message {j} has no string 'content'"
+            if not isinstance(m, Mapping):
+                return f"message {j} is a {type(m).__name__}, not a {{'role', 'content'}} dict"
+            for key in ("role", "content"):
+                if not isinstance(m.get(key), str):
+                    has = "" if key in m else f" (has {sorted(m)})"
+                    return f"message {j} has no string {key!r}{has}"
         return None
     return f"prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}"
 
@@ -140,14 +142,21 @@ def load_prompt_file(path: str | Path, prompt_key: str = "prompt") -> list[Promp
 def load_hf_dataset(
     dataset_or_dir: Any, prompt_key: str = "prompt", name: str = "dataset"
 ) -> list[PromptRow]:
-    """Rows of a local ``datasets.Dataset`` (or a ``save_to_disk`` directory)."""
+    """Rows of a local ``datasets.Dataset`` (or a ``save_to_disk`` directory); errors start
+    with the directory, else ``name``, which is also the default ``data_source``."""
+    where = name
     if isinstance(dataset_or_dir, str | Path):
         import datasets
 
-        name = Path(dataset_or_dir).name
-        dataset_or_dir = datasets.load_from_disk(str(dataset_or_dir))
+        where, name = str(dataset_or_dir), Path(dataset_or_dir).name
+        dataset_or_dir = datasets.load_from_disk(where)
+    if isinstance(dataset_or_dir, Mapping):  # a DatasetDict: iterating it gives split names
+        raise PromptDataError(
+            f"{where}: a DatasetDict of the splits {sorted(dataset_or_dir)}, not a Dataset: "
+            "pass one split"
+        )
     rows = [
-        row_from_record(rec, f"{name}: row {i}", prompt_key, default_source=name)
+        row_from_record(rec, f"{where}: row {i}", prompt_key, default_source=name)
         for i, rec in enumerate(dataset_or_dir, start=1)
     ]
     return assign_uids(rows, prefix=name)

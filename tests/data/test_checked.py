@@ -172,6 +172,17 @@ def test_generated_rows_are_checked_too(tok):
     assert check_prompts(cfg_for("data=fake"), "train", tok).num_prompts == 0
 
 
+def test_too_few_generated_problems_warn_in_one_line_naming_the_key(tok, capsys):
+    """The eval split has 312 arithmetic problems: 400 repeat some. The warning was Python's
+    two lines, pointing at skyrl/data/__init__.py and its source line, naming no key."""
+    cfg = cfg_for("data.num_eval_prompts=400", "generator.max_prompt_length=256")
+    assert check_prompts(cfg, "eval", tok).num_prompts == 400
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: data.num_eval_prompts: arithmetic: 400 eval prompts but 312 distinct eval "
+        "problems; each is repeated (every one once before any twice)"
+    ]
+
+
 def test_the_envs_system_prompt_counts(tmp_path, tok):
     """environment=tools puts its system prompt before the question: the check counts it."""
     path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
@@ -243,6 +254,33 @@ def test_env_init_failure_names_the_row(tmp_path, tok):
         load_checked_prompts(cfg, "train", tok)
     assert err.value.key == "data.train_files[0]"
     assert err.value.message == f"{path}: row 2: env.init failed: RuntimeError: no boom please"
+
+
+@register_env("test_checked_none_content")
+class NoneContent(TextEnv):
+    """Reads the question from a field the rows lack: its opening message has no content."""
+
+    def init(self, prompt, extras):
+        return [{"role": "user", "content": extras.get("question")}], {}
+
+
+def test_env_init_messages_are_checked_as_the_loop_checks_them(tmp_path, tok):
+    """The agent loop refuses an opening without string contents (``checked_opening``): every
+    trajectory ended with reward 0 (env_error) while the check at load passed it whenever the
+    chat template renders None (``~`` joins it as the text "None"), and under any other
+    template it blamed the template."""
+    lenient = AutoTokenizer.from_pretrained(build_tiny_model())
+    lenient.chat_template = PLAIN_CHATML.replace(" + ", " ~ ")
+    path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
+    cfg = files_cfg([path], [], "environment.name=test_checked_none_content")
+    for tokenizer in [lenient, tok]:
+        with pytest.raises(ConfigError) as err:
+            check_prompts(cfg, "train", tokenizer)
+        assert (err.value.key, err.value.message) == (
+            "data.train_files[0]",
+            f"{path}: row 1: env.init returned unusable messages: messages[0]['content'] is "
+            "None, not a string",
+        )
 
 
 def test_reasoning_gym_needs_a_known_dataset(tok):

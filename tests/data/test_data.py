@@ -40,19 +40,33 @@ def test_jsonl_and_parquet(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "bad, match",
+    "bad, message",
     [
-        ({"question": "x"}, "row 2: missing column 'prompt'"),
-        ({"prompt": 3}, "row 2: prompt must be a string"),
-        ({"prompt": [{"role": "user"}]}, "row 2: message 0 has no string 'content'"),
-        ({"prompt": "x", "data_source": 5}, "row 2: 'data_source'"),
+        ({"question": "x"}, "row 2: missing column 'prompt' (has ['question'])"),
+        ({"prompt": 3}, "row 2: prompt must be a string or a non-empty list of messages, got int"),
+        (
+            {"prompt": [{"role": "user"}]},
+            "row 2: message 0 has no string 'content' (has ['role'])",
+        ),
+        (
+            {"prompt": "x", "data_source": 5},
+            "row 2: 'data_source' must be a non-empty string, got 5",
+        ),
+        # a dict without 'role' (ShareGPT's) was "not a {'role', 'content'} dict"
+        (
+            {"prompt": [{"from": "human", "value": "x"}]},
+            "row 2: message 0 has no string 'role' (has ['from', 'value'])",
+        ),
+        ({"prompt": [{"role": 1, "content": "x"}]}, "row 2: message 0 has no string 'role'"),
+        ({"prompt": ["x"]}, "row 2: message 0 is a str, not a {'role', 'content'} dict"),
+        ({"prompt": " \n"}, "row 2: empty prompt"),  # whitespace only was a prompt
     ],
 )
-def test_malformed_row_names_file_and_row(tmp_path, bad, match):
+def test_malformed_row_names_file_and_row(tmp_path, bad, message):
     write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "ok"}, bad])
-    with pytest.raises(ValueError, match=match) as err:
+    with pytest.raises(ValueError) as err:
         load_prompt_file(tmp_path / "bad.jsonl")
-    assert "bad.jsonl" in str(err.value)
+    assert str(err.value) == f"{tmp_path / 'bad.jsonl'}: {message}"
 
 
 def test_invalid_json_and_parquet_row(tmp_path):
@@ -80,6 +94,16 @@ def test_local_hf_dataset(tmp_path):
     ds.save_to_disk(str(tmp_path / "ds"))
     [row] = load_hf_dataset(tmp_path / "ds")
     assert row.prompt == "q" and row.extras == {"answer": "1"} and row.data_source == "d"
+    # a DatasetDict iterates over its split names: each was "row 1: expected an object, got str"
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "dd"))
+    splits = "a DatasetDict of the splits ['test', 'train'], not a Dataset: pass one split"
+    for given, where in [
+        (tmp_path / "dd", str(tmp_path / "dd")),
+        (datasets.load_from_disk(str(tmp_path / "dd")), "dataset"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            load_hf_dataset(given)
+        assert str(err.value) == f"{where}: {splits}"
 
 
 def test_arithmetic_deterministic_and_graded_by_math_env():
