@@ -32,6 +32,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from skyrl.config.errors import ConfigError
 from skyrl.tracking import metric_names as names
 from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
 
@@ -121,11 +122,16 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
-    """Job number, overrides, final metrics, status and output dir of one job directory."""
+    """Job number, overrides, final metrics, status and output dir of one job directory. A
+    damaged ``metrics.jsonl`` leaves the job's metrics empty and its error says why; the
+    other jobs' rows are written as ever."""
     hydra_dir = job_dir / ".hydra"
     output_dir = _output_dir(job_dir)
-    history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
     status, error = _status(job_dir, finished)
+    try:
+        history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
+    except ConfigError as exc:  # a line that is not a record (``read_records``)
+        history, error = [], "; ".join(e for e in (error, exc.message) if e)
     return {
         "job": _job_number(hydra_dir),
         "overrides": parse_overrides(OmegaConf.load(hydra_dir / "overrides.yaml")),

@@ -88,6 +88,25 @@ def test_summary_rows_metrics_and_statuses(tmp_path):
     assert png_path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_damaged_metrics_file_empties_its_jobs_metrics_not_the_summary(tmp_path):
+    # before: read_history's error ended write_summary, so no job had a row
+    make_job(tmp_path, 0, ["algorithm=grpo"], [0.25], 0.75)
+    bad = make_job(tmp_path, 1, ["algorithm=rloo"], [0.5, 0.5], None)
+    path = bad / "metrics.jsonl"
+    path.write_text(path.read_text().replace("\n", "\ngarbage\n", 1))  # line 2 of 3
+    for job in (tmp_path / "0", bad):
+        write_job_return(job, job_return(JobStatus.COMPLETED, 0.5))
+
+    rows = read_csv(write_summary(tmp_path, finished=True)[0])
+
+    assert [(r["status"], r["steps"]) for r in rows] == [("ok", "1"), ("ok", "0")]
+    assert rows[0]["error"] == ""
+    assert rows[1]["error"] == (
+        f"{path}:2 is not a metrics record: 'garbage'; fix or delete that line, then run "
+        "again (the file was left as it was)"
+    )
+
+
 def test_a_job_without_its_end_recorded_is_running_until_the_sweep_ends(tmp_path):
     make_job(tmp_path, 0, ["algorithm=grpo"], [0.1], 0.0)
     assert [r["status"] for r in collect_jobs(tmp_path, finished=False)] == ["running"]
