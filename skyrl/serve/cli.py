@@ -121,10 +121,26 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(EXIT_CONFIG_ERROR)
 
 
+SERVE_SUMMARY = (
+    "Serve any model.path behind an OpenAI-compatible endpoint (/v1/chat/completions, "
+    "/v1/completions, /v1/models) through the engine the generator group names; serve.host "
+    "and serve.port say where to listen, serve.model_name the model id clients send. "
+    "Ctrl-C stops it."
+)
+SERVE_EXAMPLES = (
+    ("skyrl-serve model.path=skyrl-tiny generator=hf", "the tiny model, transformers engine"),
+    ("skyrl-serve serve.port=8001 generator.num_engines=2", "two engines behind one endpoint"),
+)
+
+
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then serve."""
     from skyrl.cli import check_command_line
+    from skyrl.config.help import command_help, wants_help
 
+    if wants_help(sys.argv[1:]):
+        print(command_help("skyrl-serve", SERVE_SUMMARY, SERVE_EXAMPLES))
+        return
     signal.signal(signal.SIGTERM, _interrupt)  # until serve() listens: as Ctrl-C
     try:
         check_command_line()

@@ -129,3 +129,11 @@ def test_an_option_before_the_overrides_is_honoured(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "serve:\n  host: 127.0.0.1\n  port: 8123\n" in result.stdout
+
+
+def test_help_says_what_skyrl_serve_does_and_starts_nothing(tmp_path):
+    result = serve(tmp_path, "serve.port=0", "--help")  # with overrides given too: help only
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: skyrl-serve [GROUP=OPTION ...] [KEY=VALUE ...]\n")
+    assert "OpenAI-compatible endpoint" in result.stdout and "_schema" not in result.stdout
+    assert not list(tmp_path.iterdir())  # nothing composed: no run directory written
