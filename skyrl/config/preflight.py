@@ -163,11 +163,17 @@ def _check_wandb_mode(cfg: SkyRLConfig) -> None:
 def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     """The run directory ``out`` before anything is written to it: not a file (nor under
     one); the checkpoint ``trainer.resume`` names is complete (its ``trainer_state.json``
-    parses and has a step, its policy weights are there) and fits the run (its dp_size, its
-    asynchronous prompts, its LoRA adapters or full weights); a fresh run
+    parses and has a step, its policy weights are there, its files at their saved sizes) and
+    fits the run (its ZeRO stage's file layout, its dp_size, its asynchronous prompts, its
+    LoRA adapters or full weights); a fresh run
     (``trainer.resume=none``) is not pointed at an earlier run's checkpoints, which it would
     overwrite and prune as it goes. Returns the checkpoint to resume from (None: fresh)."""
-    from skyrl.trainer.checkpoint import TRAINER_STATE, CheckpointManager, resolve_resume
+    from skyrl.trainer.checkpoint import (
+        TRAINER_STATE,
+        CheckpointManager,
+        check_resumable,
+        resolve_resume,
+    )
 
     require_dir(out, "trainer.output_dir")
     t = cfg.trainer
@@ -188,7 +194,10 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
         problem = str(exc)
     else:
         if ckpt is not None:
-            _check_resume_mode(cfg, ckpt, _check_checkpoint(ckpt, TRAINER_STATE))
+            state = _check_checkpoint(ckpt, TRAINER_STATE)
+            # its files as saved (a missing rng_rank1.pt is "missing", not another dp_size)
+            check_resumable(ckpt, state, t.zero_stage)
+            _check_resume_mode(cfg, ckpt, state)
             _check_dp_size(cfg, ckpt)
             _check_lora_matches(cfg, ckpt)
         return ckpt

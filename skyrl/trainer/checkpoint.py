@@ -5,7 +5,9 @@ part is on disk; only then is ``latest`` (a one-line text file naming the
 directory) replaced, atomically. A run killed mid-save therefore leaves the
 previous checkpoint and ``latest`` untouched; the half-written temp dir is
 removed by the next run's resume or first save (one trainer owns the checkpoints dir, so
-every ``.tmp_global_step_*`` there is then a killed save's).
+every ``.tmp_global_step_*`` there is then a killed save's; a temp dir is never a resume
+target). The commit records the size of every file the workers wrote (``FILE_SIZES``): a
+resume names a file removed or cut short since, before any worker loads it.
 
 A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
 step, or another run's) first points ``latest`` at it: the run drops the metrics
@@ -27,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+TEMP_DIR = re.compile(r"^\.tmp_global_step_(\d+)$")
+"""A checkpoint being written (``CheckpointManager.temp_dir``), or one whose save was killed."""
 TRAINER_STATE = "trainer_state.json"
+FILE_SIZES = "file_sizes.json"
+"""In a checkpoint: ``{path relative to it: size in bytes}`` of every file the workers wrote,
+recorded as the save ends, so that a resume finds a file missing or cut short
+(``check_file_sizes``) before the workers load it. Checkpoints saved before it have none."""
 EXPORT_RECORD = "skyrl_export.json"
 """In an exported ``final_hf``: ``{"step": N}``, the training step whose weights it holds
 (``from_pretrained`` and the engines read only the files they know)."""
@@ -65,6 +73,7 @@ class CheckpointManager:
     ) -> Path:
         """Write the trainer state, rename ``tmp`` into place and (``publish``) point ``latest``
         at it and prune; without ``publish`` the caller calls ``publish`` later."""
+        _write_atomic(tmp / FILE_SIZES, json.dumps(_file_sizes(tmp)))
         _write_atomic(tmp / TRAINER_STATE, json.dumps(trainer_state))
         final = self.root / f"global_step_{step}"
         if final.exists():  # a re-run of the same step after a resume from an earlier one,
@@ -141,7 +150,14 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
         return None
     if resume == "auto":
         return manager.latest()
-    found = find_checkpoint(Path(resume).expanduser())
+    path = Path(resume).expanduser()
+    if TEMP_DIR.match(path.name):  # the resumed run would remove it (remove_stale_temp_dirs)
+        raise ValueError(
+            f"trainer.resume={resume}: the temp dir of a save that did not finish (the run was "
+            f"killed while saving), which a resumed run removes: resume from a global_step_N "
+            f"beside it (or, if it holds {TRAINER_STATE}, rename it to global_step_N first)"
+        )
+    found = find_checkpoint(path)
     if found is None:
         raise ValueError(
             f"trainer.resume={resume}: not a checkpoint (no {TRAINER_STATE}) and no 'latest' pointer"
@@ -173,6 +189,59 @@ def exported_step(hf_dir: Path) -> int | None:
     except (OSError, ValueError, AttributeError):  # missing, not JSON, not an object
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _file_sizes(ckpt: Path) -> dict[str, int]:
+    """``FILE_SIZES`` of the files under ``ckpt``."""
+    files = (p for p in sorted(ckpt.rglob("*")) if p.is_file())
+    return {p.relative_to(ckpt).as_posix(): p.stat().st_size for p in files}
+
+
+def check_file_sizes(ckpt: Path) -> None:
+    """Raise ``ValueError`` naming the first file of ``FILE_SIZES`` that is missing from
+    ``ckpt`` or of another size (a copy that stopped midway, a file cut short or removed by
+    hand); a checkpoint without the record passes."""
+    record = ckpt / FILE_SIZES
+    if not record.is_file():
+        return
+    try:
+        sizes = json.loads(record.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{record} is not valid JSON ({type(exc).__name__})") from None
+    for name, size in sizes.items():
+        path = ckpt / name
+        if not path.is_file():
+            raise ValueError(f"{path} is missing: {ckpt} is not a complete checkpoint")
+        if path.stat().st_size != size:
+            raise ValueError(
+                f"{path} has {path.stat().st_size} bytes, but was saved with {size}: "
+                f"{ckpt} is damaged"
+            )
+
+
+ZERO_LAYOUT = {0: "0", 1: "1 or 2", 2: "1 or 2", 3: "3"}
+"""The files a DeepSpeed checkpoint of each ZeRO stage holds: it loads at a stage of its layout."""
+
+
+def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) -> None:
+    """Raise ``ConfigError`` unless ``ckpt`` (with ``trainer_state``, read from it) can resume a
+    run at ``trainer.zero_stage=zero_stage``: its files all there at their saved sizes
+    (``check_file_sizes``), saved at a ZeRO stage of the same file layout (its trainer state
+    records the stage; checkpoints saved before that pass)."""
+    from skyrl.config.errors import ConfigError
+
+    try:
+        check_file_sizes(ckpt)
+    except ValueError as exc:
+        raise ConfigError("trainer.resume", str(exc)) from None
+    saved = trainer_state.get("zero_stage")
+    if saved is not None and ZERO_LAYOUT.get(saved) != ZERO_LAYOUT[zero_stage]:
+        raise ConfigError(
+            "trainer.zero_stage",
+            f"{ckpt} was saved at trainer.zero_stage={saved}, but trainer.zero_stage="
+            f"{zero_stage}: DeepSpeed resumes it only at a stage of the same file layout (set "
+            f"trainer.zero_stage={saved})",
+        )
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from skyrl.algorithms.advantages.step_wise import broadcast_last_step_advantages
 from skyrl.algorithms.kl import masked_kl
 from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
+from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import check_critic_only_steps, weight_sync_path
 from skyrl.dispatch import MeshDispatch
@@ -38,6 +39,7 @@ from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import (
     EXPORT_RECORD,
     CheckpointManager,
+    check_resumable,
     free_space,
     read_trainer_state,
     resolve_resume,
@@ -453,6 +455,7 @@ class RLTrainer:
                 "policy_version": self.policy_version,
                 "kl_coef": self.kl_ctrl.value,
                 "consecutive_nonfinite": self.consecutive_nonfinite,
+                "zero_stage": self.cfg.trainer.zero_stage,
             }
             return self.checkpoints.commit(tmp, step, state, publish=publish)
         except WorkerDiedError:  # a dead worker: its own one-line error says it
@@ -483,9 +486,10 @@ class RLTrainer:
         if ckpt is None:
             return None
         state = read_trainer_state(ckpt)
+        check_resumable(ckpt, state, self.cfg.trainer.zero_stage)  # before the workers load it
         for group in (self.policy, self.critic):
             if group is not None:
-                group.run("load_checkpoint", str(ckpt))
+                self._load_workers(group, ckpt)
         self.step = int(state["step"])
         self.rollouts.load_state_dict(state.get("rollouts") or {"loader": state.get("loader")})
         self.policy_version = int(state.get("policy_version", self.step))
@@ -493,6 +497,25 @@ class RLTrainer:
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         self.checkpoints.resume_from(ckpt)  # before the tracker drops the later records
         return ckpt
+
+    @staticmethod
+    def _load_workers(group, ckpt: Path) -> None:
+        """``group`` loads ``ckpt``; a file it cannot load (damaged, truncated, missing: another
+        ``trainer.zero_stage``, another model) is a ``ConfigError`` naming ``trainer.resume``,
+        the checkpoint and the worker's reason, in one line; the checkpoint is left as it is."""
+        from skyrl.workers.group import WorkerDiedError
+
+        try:
+            group.run("load_checkpoint", str(ckpt))
+        except WorkerDiedError:  # a dead worker: its own one-line error says it
+            raise
+        except RuntimeError as exc:  # the group's "<role> worker failed: <Type>: <line>"
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(
+                "trainer.resume",
+                f"{ckpt} could not be loaded ({reason}): resume it with the model.path, "
+                "trainer.zero_stage and model.lora it was saved with, or from another checkpoint",
+            ) from exc
 
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics from the rollout source (``eval/...``), at the trained weights."""

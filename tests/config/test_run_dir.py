@@ -189,3 +189,25 @@ def test_lora_and_full_weight_checkpoints_do_not_resume_each_other(tmp_path):
         f"{ckpt} holds full weights (no adapter_config.json in {ckpt / 'policy'}), but "
         "model.lora.rank=8 trains adapters: resume with model.lora.rank=0",
     )
+
+
+def test_a_checkpoint_file_removed_since_its_save_is_named_before_the_run(tmp_path):
+    # file_sizes.json records what the save wrote. Before, a lost rng_rank1.pt of a dp_size=2
+    # save read "saved by 1 data-parallel rank ... set trainer.dp_size=1"
+    ckpt = checkpoint(tmp_path / "run", 3, dp_size=2)
+    sizes = {"policy/rng_rank0.pt": 0, "policy/rng_rank1.pt": 0}
+    (ckpt / "file_sizes.json").write_text(json.dumps(sizes))
+    (ckpt / "policy" / "rng_rank1.pt").unlink()
+    error = refused(tmp_path / "run")
+    assert (error.key, error.message) == (
+        "trainer.resume",
+        f"{ckpt / 'policy' / 'rng_rank1.pt'} is missing: {ckpt} is not a complete checkpoint",
+    )
+
+
+def test_a_checkpoint_of_another_zero_layout_is_refused_before_the_run(tmp_path):
+    ckpt = checkpoint(tmp_path / "run", 3, state=json.dumps({"step": 3, "zero_stage": 0}))
+    error = refused(tmp_path / "run", "trainer.zero_stage=3")
+    assert error.key == "trainer.zero_stage"
+    assert error.message.startswith(f"{ckpt} was saved at trainer.zero_stage=0, but ")
+    assert dry_run(tmp_path / "run", "trainer.zero_stage=0") is not None

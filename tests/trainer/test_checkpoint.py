@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from skyrl.trainer.checkpoint import CheckpointManager, read_trainer_state, resolve_resume
+from skyrl.trainer.checkpoint import (
+    FILE_SIZES,
+    CheckpointManager,
+    check_file_sizes,
+    read_trainer_state,
+    resolve_resume,
+)
 
 
 def _save(manager: CheckpointManager, step: int) -> None:
@@ -83,6 +89,54 @@ def test_resume_resolution(tmp_path):
     assert resolve_resume(str(tmp_path / "run"), manager) == ckpt  # a run dir: its latest
     with pytest.raises(ValueError, match=r"trainer.resume=.*nowhere.*not a checkpoint"):
         resolve_resume(str(tmp_path / "nowhere"), manager)
+
+
+def test_the_temp_dir_of_a_killed_save_is_refused_as_a_resume_target(tmp_path):
+    # A run killed between writing step 2's trainer state and renaming its temp dir leaves a
+    # .tmp_global_step_2 that looks complete. Resumed from it, the run loaded it, then removed
+    # every stale temp dir (this one too) and pointed `latest` at the removed dir: the
+    # checkpoint was gone and a kill before the next save resumed from nothing.
+    root = tmp_path / "checkpoints"
+    manager = CheckpointManager(root, max_to_keep=0)
+    _save(manager, 1)
+    tmp = _killed_save(root, 2)
+    (tmp / "trainer_state.json").write_text('{"step": 2}')
+    with pytest.raises(ValueError) as err:
+        resolve_resume(str(tmp), manager)
+    assert str(err.value) == (
+        f"trainer.resume={tmp}: the temp dir of a save that did not finish (the run was killed "
+        "while saving), which a resumed run removes: resume from a global_step_N beside it (or, "
+        "if it holds trainer_state.json, rename it to global_step_N first)"
+    )
+    assert (tmp / "trainer_state.json").is_file()  # nothing removed
+    assert manager.latest() == root / "global_step_1"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_file_cut_short_or_missing_since_the_save_is_named(tmp_path, damage):
+    # Before, a truncated model states file reached the user as the workers' torch.load
+    # traceback, a removed one as a bare "AssertionError" from DeepSpeed's loader.
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    _save(manager, 3)  # policy/weights.bin: 3 bytes
+    ckpt = manager.root / "global_step_3"
+    check_file_sizes(ckpt)  # as saved: passes
+    weights = ckpt / "policy" / "weights.bin"
+    if damage == "truncated":
+        weights.write_bytes(b"w")
+        expected = f"{weights} has 1 bytes, but was saved with 3: {ckpt} is damaged"
+    else:
+        weights.unlink()
+        expected = f"{weights} is missing: {ckpt} is not a complete checkpoint"
+    with pytest.raises(ValueError) as err:
+        check_file_sizes(ckpt)
+    assert str(err.value) == expected
+
+
+def test_a_checkpoint_saved_before_the_file_sizes_record_still_resumes(tmp_path):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    _save(manager, 1)
+    (manager.root / "global_step_1" / FILE_SIZES).unlink()
+    check_file_sizes(manager.root / "global_step_1")  # nothing to compare: passes
 
 
 def test_latest_naming_an_incomplete_dir_is_an_error(tmp_path):

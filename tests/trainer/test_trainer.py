@@ -12,6 +12,7 @@ import torch
 
 from skyrl.algorithms.kl_controllers import AdaptiveKLController
 from skyrl.batch import TrainingInputBatch
+from skyrl.config import ConfigError
 from skyrl.config.algorithm import AlgorithmConfig
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import CheckpointManager
@@ -192,13 +193,105 @@ def test_a_rewound_resume_points_latest_at_its_checkpoint_before_logging(tmp_pat
         tmp = manager.temp_dir(step)
         manager.commit(tmp, step, {"step": step, "kl_coef": 0.1})
     tr = RLTrainer.__new__(RLTrainer)
-    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume=str(manager.root / "global_step_2")))
+    tr.cfg = SimpleNamespace(
+        trainer=SimpleNamespace(resume=str(manager.root / "global_step_2"), zero_stage=0)
+    )
     tr.checkpoints, tr.policy, tr.critic = manager, FakeWorkers(), None
     tr.rollouts = SimpleNamespace(load_state_dict=lambda state: None)
     tr.kl_ctrl = SimpleNamespace(value=0.0)
     assert tr.resume() == manager.root / "global_step_2"
     assert tr.policy.calls == [("load_checkpoint", str(manager.root / "global_step_2"))]
     assert tr.step == 2 and manager.latest() == manager.root / "global_step_2"
+
+
+class DamagedWorkers:
+    """A worker group whose ``load_checkpoint`` fails as ``WorkerGroup.run`` reports it."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def run(self, method: str, *args) -> list:
+        raise RuntimeError(f"policy worker failed: {self.reason}")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        # a truncated mp_rank_00_model_states.pt (torch.load's message, first line)
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
+        "directory",
+        # saved at trainer.zero_stage=0, resumed at 2: DeepSpeed looks for the ZeRO partition
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'global_step_1/policy/state/zero_pp_rank_0_mp_rank_00_optim_states.pt'",
+    ],
+)
+def test_a_checkpoint_the_workers_cannot_load_is_one_line_naming_it(tmp_path, reason):
+    # Before, the workers' RuntimeError reached the CLI as a 74-line traceback that named
+    # neither trainer.resume nor the checkpoint; nothing on disk may change either way.
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    manager.commit(manager.temp_dir(1), 1, {"step": 1, "kl_coef": 0.1})
+    ckpt = manager.root / "global_step_1"
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume="auto", zero_stage=0))
+    tr.checkpoints, tr.policy, tr.critic = manager, DamagedWorkers(reason), None
+    with pytest.raises(ConfigError) as err:
+        tr.resume()
+    assert err.value.key == "trainer.resume"
+    assert err.value.message == (
+        f"{ckpt} could not be loaded (policy worker failed: {reason}): resume it with the "
+        "model.path, trainer.zero_stage and model.lora it was saved with, or from another "
+        "checkpoint"
+    )
+    assert manager.latest() == ckpt and manager.steps() == [1]
+
+
+@pytest.mark.parametrize(("saved", "stage", "refused"), [(0, 2, True), (3, 1, True), (1, 2, False)])
+def test_a_checkpoint_resumes_only_at_a_zero_stage_of_its_file_layout(
+    tmp_path, saved, stage, refused
+):
+    # saved at stage 0, resumed at 2: a traceback from the workers, which DeepSpeed ended in
+    # FileNotFoundError: ...zero_pp_rank_0_mp_rank_00_optim_states.pt (2 -> 0: AttributeError:
+    # 'NoneType' object has no attribute 'copy'), naming neither key nor saved stage
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    manager.commit(manager.temp_dir(1), 1, {"step": 1, "kl_coef": 0.1, "zero_stage": saved})
+    ckpt = manager.root / "global_step_1"
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume="auto", zero_stage=stage))
+    tr.checkpoints, tr.policy, tr.critic = manager, FakeWorkers(), None
+    tr.rollouts = SimpleNamespace(load_state_dict=lambda state: None)
+    tr.kl_ctrl = SimpleNamespace(value=0.0)
+    if not refused:  # ZeRO 1 and 2 write the same files
+        assert tr.resume() == ckpt
+        return
+    with pytest.raises(ConfigError) as err:
+        tr.resume()
+    assert err.value.key == "trainer.zero_stage"
+    assert err.value.message == (
+        f"{ckpt} was saved at trainer.zero_stage={saved}, but trainer.zero_stage={stage}: "
+        f"DeepSpeed resumes it only at a stage of the same file layout (set "
+        f"trainer.zero_stage={saved})"
+    )
+    assert tr.policy.calls == []  # refused before the workers load anything
+
+
+def test_a_checkpoint_file_cut_short_is_refused_before_the_workers_load_it(tmp_path):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    tmp = manager.temp_dir(1)
+    (tmp / "policy").mkdir()
+    (tmp / "policy" / "rng_rank0.pt").write_bytes(b"12345678")
+    manager.commit(tmp, 1, {"step": 1, "kl_coef": 0.1, "zero_stage": 0})
+    ckpt = manager.root / "global_step_1"
+    (ckpt / "policy" / "rng_rank0.pt").write_bytes(b"1234")  # a copy that stopped midway
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume="auto", zero_stage=0))
+    tr.checkpoints, tr.policy, tr.critic = manager, FakeWorkers(), None
+    with pytest.raises(ConfigError) as err:
+        tr.resume()
+    assert err.value.key == "trainer.resume"
+    assert err.value.message == (
+        f"{ckpt / 'policy' / 'rng_rank0.pt'} has 4 bytes, but was saved with 8: {ckpt} is damaged"
+    )
+    assert tr.policy.calls == []
 
 
 def turns_batch(num_turns: int) -> TrainingInputBatch:
