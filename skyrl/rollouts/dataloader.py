@@ -1,7 +1,10 @@
 """Prompt batches for training steps: a seeded shuffle per epoch, handed out in order.
 
 The loader's whole state is ``(epoch, cursor)``; it goes into every checkpoint,
-so a resumed run draws exactly the prompts the uninterrupted run would have.
+so a resumed run draws exactly the prompts the uninterrupted run would have. With it goes
+what the order was drawn over (the number of prompts, a digest of them, the seed): a run
+resumed over other prompts or another ``trainer.seed`` is warned, in one line, that the rest
+of the epoch comes from another order (allowed: a curriculum changes its prompts on purpose).
 Each batch holds independent deep copies of the rows, so an env or rollout
 function that mutates a row cannot leak state into a later epoch.
 """
@@ -10,7 +13,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import random
+import sys
 from typing import Any
 
 from skyrl.data import PromptRow
@@ -29,6 +35,7 @@ class PromptLoader:
         self.epoch, self.cursor = 0, 0
         self._order = self._shuffled(0)
         self._drawn = 0
+        self._digest: str | None = None
 
     @property
     def batches_per_epoch(self) -> int:
@@ -53,11 +60,40 @@ class PromptLoader:
         return dataclasses.replace(copy.deepcopy(self.rows[index]), uid=uid)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "cursor": self.cursor, "drawn": self._drawn}
+        return {
+            "epoch": self.epoch,
+            "cursor": self.cursor,
+            "drawn": self._drawn,
+            "order_of": self._order_of(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.cursor, self._drawn = state["epoch"], state["cursor"], state["drawn"]
         self._order = self._shuffled(self.epoch)
+        saved, now = state.get("order_of"), self._order_of()
+        if saved is not None and saved != now:  # checkpoints before the record pass
+            differ = (
+                "other prompts"
+                if (saved["prompts"], saved["seed"]) == (now["prompts"], now["seed"])
+                else f"{now['prompts']} prompts (seed {now['seed']})"
+            )
+            print(
+                f"warning: trainer.resume: the checkpoint's prompt order was drawn over "
+                f"{saved['prompts']} prompts (seed {saved['seed']}); this run has {differ}: "
+                f"prompts may repeat or be skipped until epoch {self.epoch + 1} ends",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _order_of(self) -> dict[str, Any]:
+        """What the order is drawn over: the number of prompts, a digest of them, the seed."""
+        if self._digest is None:
+            digest = hashlib.sha1()
+            for row in self.rows:
+                record = [row.prompt, row.data_source, row.extras]
+                digest.update(json.dumps(record, sort_keys=True, default=str).encode())
+            self._digest = digest.hexdigest()[:16]
+        return {"prompts": len(self.rows), "seed": self.seed, "digest": self._digest}
 
     def _shuffled(self, epoch: int) -> list[int]:
         order = list(range(len(self.rows)))

@@ -48,3 +48,36 @@ def test_state_round_trip_reproduces_the_next_batches():
 def test_too_few_rows_for_one_batch_is_a_clear_error():
     with pytest.raises(ValueError, match="3 prompts, fewer than trainer.train_batch_size=4"):
         PromptLoader(_rows(3), batch_size=4, seed=0)
+
+
+def _saved_after_two_batches(rows: list[PromptRow], seed: int = 5) -> dict:
+    loader = PromptLoader(rows, batch_size=2, seed=seed)
+    loader.next_batch("s")
+    loader.next_batch("s")
+    return loader.state_dict()
+
+
+def test_resuming_over_other_prompts_or_seed_warns_in_one_line(capsys):
+    # The order is a shuffle of the row indices seeded by trainer.seed: over other rows (or
+    # another seed) the rest of the epoch comes from another order, some prompts again and
+    # some never. It stays allowed (a curriculum changes its prompts on purpose), with a line.
+    saved = _saved_after_two_batches(_rows(7))
+    cases = [
+        (_rows(9), 5, "7 prompts (seed 5); this run has 9 prompts (seed 5)"),
+        (_rows(7), 6, "7 prompts (seed 5); this run has 7 prompts (seed 6)"),
+        # same count and seed, other text: row 3 rephrased
+        ([*_rows(3), PromptRow("q3 rephrased", "src"), *_rows(7)[4:]], 5, "other prompts"),
+    ]
+    for rows, seed, said in cases:
+        PromptLoader(rows, batch_size=2, seed=seed).load_state_dict(saved)
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("warning: trainer.resume: the checkpoint's prompt order was drawn")
+        assert said in line and "prompts may repeat or be skipped until epoch 1 ends" in line
+
+
+def test_resuming_over_the_same_prompts_says_nothing(capsys):
+    saved = _saved_after_two_batches(_rows(7))
+    PromptLoader(_rows(7), batch_size=2, seed=5).load_state_dict(saved)
+    legacy = {k: saved[k] for k in ("epoch", "cursor", "drawn")}  # saved before the record
+    PromptLoader(_rows(9), batch_size=2, seed=5).load_state_dict(legacy)
+    assert capsys.readouterr().err == ""
