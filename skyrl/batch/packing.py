@@ -244,7 +244,8 @@ class PackedMicroBatch:
       ``advantages``, ``old_logprobs``, ``loss_weights``, ...; a shared prompt's values from
       its first row: a shared prompt holds no loss token); ``row_fields``: per-row fields
       ``[n]`` (``rewards``).
-    - ``sample_count``: real (non-padding) rows; 0 for an empty filler micro batch.
+    - ``sample_count``: real (non-padding) rows with at least one token (a row of none, from
+      an env that failed before its first turn, computes nothing); 0 for an empty filler.
     - ``padding_rows``: per row of ``row_indices``, whether it is a data-parallel padding row
       (a zero-loss copy: computed, but no data).
     - ``token_masks``: per row the boolean ``[S]`` mask of its real tokens (for unpack).
@@ -402,7 +403,7 @@ def _pack_units(
         seq_lens=seq_lens,
         token_fields=token_fields,
         row_fields=row_fields,
-        sample_count=sum(not is_padding[r] for r in rows),
+        sample_count=sum(not is_padding[r] and length_of[r] > 0 for r in rows),
         seq_len=attention.shape[1],
         token_masks=attention,
         padding_rows=[bool(is_padding[r]) for r in rows],
@@ -452,9 +453,9 @@ def plan_micro_batches(
     else:
         units = [([row], 0) for row in range(len(lengths))]
     costs = [_unit_cost(lengths, rows, prefix) for rows, prefix in units]
-    groups = pack_micro_batches(costs, max_tokens)
+    groups = _group_units(costs, max_tokens)
     is_padding = chunk.metadata.get("is_padding") or [False] * len(chunk)
-    micro = [  # rows of no tokens alone (an env that failed at init): nothing to compute
+    micro = [  # a chunk of rows of no tokens only (envs that failed at init): a filler
         _pack_units(chunk, [units[u] for u in g], is_padding)
         if any(costs[u] for u in g)
         else _empty_micro_batch(chunk)
@@ -463,6 +464,25 @@ def plan_micro_batches(
     if num_micro_batches is None:
         return micro
     return pad_micro_batches(micro, chunk, num_micro_batches)
+
+
+def _group_units(costs: list[int], max_tokens: int) -> list[list[int]]:
+    """``pack_micro_batches`` of the units that have tokens; units of none (rows of an env
+    that failed before its first turn) cost nothing and join the lightest micro batch, so
+    they never open one of their own (a filler every rank would run). Only a chunk of such
+    rows alone gives one group of them (a filler)."""
+    sized = [u for u, cost in enumerate(costs) if cost]
+    groups = [
+        [sized[i] for i in g] for g in pack_micro_batches([costs[u] for u in sized], max_tokens)
+    ]
+    empty = [u for u, cost in enumerate(costs) if not cost]
+    if not empty:
+        return groups
+    if not groups:
+        return [empty]
+    lightest = min(range(len(groups)), key=lambda g: sum(costs[u] for u in groups[g]))
+    groups[lightest] = sorted(groups[lightest] + empty)
+    return groups
 
 
 def pad_micro_batches(

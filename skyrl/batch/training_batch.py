@@ -71,7 +71,8 @@ class RowMetadata(TypedDict, total=False):
     mini_batch_index: int
     """Which mini-batch of the step a staged chunk belongs to (dispatch)."""
     rank_token_imbalance: float
-    """Busiest rank's tokens over the mean, for the chunk's mini-batch (dispatch)."""
+    """Busiest rank's tokens over the least busy rank's, for the chunk's mini-batch
+    (dispatch, ``skyrl.dispatch.mesh.token_imbalance``)."""
     old_logprobs_from_training: bool
     """The batch has no old logprobs: the step is exactly on-policy and the training forward's
     own logprobs are the old ones (set by the trainer, ``skyrl.trainer.on_policy``)."""
@@ -170,9 +171,12 @@ class TrainingInputBatch:
 
     # ---- new batches ----------------------------------------------------------
     def select_rows(self, index: RowIndex) -> TrainingInputBatch:
-        """Rows by int, slice, index list/array/tensor (in the given order), or boolean mask
-        of ``len(self)`` (the rows it marks)."""
+        """Rows by int, slice, index list/array/tensor (in the given order; negative rows
+        count from the end), or boolean mask of ``len(self)`` (the rows it marks). A row out
+        of range is an ``IndexError``; a float index a ``TypeError``."""
+        n = len(self)
         if isinstance(index, int):
+            _check_rows_in_range(np.asarray([index]), n)
             index = slice(index, index + 1 if index != -1 else None)
         if isinstance(index, slice):
             tensors = {k: v[index] for k, v in self.tensors.items()}
@@ -184,10 +188,14 @@ class TrainingInputBatch:
             index = index.detach().cpu().numpy()
         rows = np.asarray(index).reshape(-1)
         if rows.dtype == np.bool_:
-            if len(rows) != len(self):
-                raise ValueError(f"mask of {len(rows)} rows for a batch of {len(self)}")
+            if len(rows) != n:
+                raise ValueError(f"mask of {len(rows)} rows for a batch of {n}")
             rows = np.flatnonzero(rows)
-        idx = torch.as_tensor(rows.astype(np.int64))
+        elif rows.size and rows.dtype.kind not in "iu":
+            raise TypeError(f"row index must be integers or a boolean mask, got {rows.dtype}")
+        rows = rows.astype(np.int64)
+        _check_rows_in_range(rows, n)
+        idx = torch.as_tensor(np.where(rows < 0, rows + n, rows))
         idx_list = idx.tolist()
         tensors = {k: v.index_select(0, idx.to(v.device)) for k, v in self.tensors.items()}
         metadata = {
@@ -258,6 +266,14 @@ class TrainingInputBatch:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def _check_rows_in_range(rows: np.ndarray, num_rows: int) -> None:
+    """An ``IndexError`` naming the first of ``rows`` outside ``[-num_rows, num_rows)``."""
+    outside = (rows < -num_rows) | (rows >= num_rows)
+    if outside.any():
+        row = int(rows[np.argmax(outside)])
+        raise IndexError(f"row {row} is out of range for a batch of {num_rows} rows")
 
 
 def pad_training_input_batch(batch: TrainingInputBatch, pad_size: int) -> TrainingInputBatch:

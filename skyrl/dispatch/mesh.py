@@ -54,9 +54,10 @@ def assign_rows_to_ranks(
 
 
 def token_imbalance(lengths: np.ndarray, rank_rows: Sequence[np.ndarray]) -> float:
-    """Max over min rank token count (1.0 = perfectly balanced)."""
+    """Max over min rank token count (1.0 = perfectly balanced, ranks of no tokens too; a
+    rank of none counts as 1 token)."""
     tokens = [int(np.asarray(lengths)[rows].sum()) for rows in rank_rows]
-    return max(tokens) / max(min(tokens), 1)
+    return max(tokens) / max(min(tokens), 1) if max(tokens) else 1.0
 
 
 class StagedMiniBatches(list):

@@ -156,7 +156,8 @@ class TrainStats:
 def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:
     """The mini-batch's record from its ranks': loss sums and packing counts add, grad norm and
     lr are the same on every rank (rank 0's), refused if any rank refused, slowest rank's
-    compute seconds, rank token imbalance = busiest / least busy rank's tokens."""
+    compute seconds, rank token imbalance = busiest / least busy rank's tokens (1.0 when no
+    rank has any, as ``skyrl.dispatch.mesh.token_imbalance``)."""
     tokens = [r.packing.local_tokens for r in per_rank]
     losses = LossSums()
     for record in per_rank:
@@ -168,7 +169,8 @@ def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:
         nonfinite=any(r.nonfinite for r in per_rank),
         compute_s=max(r.compute_s for r in per_rank),
         packing=PackingStats.combine(
-            [r.packing for r in per_rank], max(tokens) / max(min(tokens), 1.0)
+            [r.packing for r in per_rank],
+            max(tokens) / max(min(tokens), 1.0) if max(tokens) else 1.0,
         ),
     )
 

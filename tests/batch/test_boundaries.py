@@ -81,3 +81,27 @@ def test_optimizer_steps_independent_of_turns(seed):
     assert optimizer_steps_per_batch(train_batch_size, mini_batch_size, epochs) == 12  # 8/2*3
     assert bounds[0][0] == 0 and bounds[-1][1] == sum(map(sum, turns))
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def test_one_prompt_holding_every_row_is_one_mini_batch():
+    # train_batch_size 1: 3 samples of 4, 1 and 2 turns = 7 rows, all of prompt p0
+    uids = step_wise_uids([[4, 1, 2]])
+    assert compute_prompt_mini_batch_boundaries(uids, 1, 1, step_wise=True) == [(0, 7)]
+    assert optimizer_steps_per_batch(1, 1, 2) == 2  # 1 / 1 x 2 epochs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_mini_batch_holds_all_rows_of_exactly_its_prompts(seed):
+    """Samples of one prompt with different turn counts: each mini-batch's uids are exactly
+    ``mini_batch_size`` prompts, none of which has a row in another mini-batch."""
+    import random
+
+    rng = random.Random(seed)
+    turns = [[rng.randint(1, 4) for _ in range(3)] for _ in range(6)]
+    uids = step_wise_uids(turns)
+    bounds = compute_prompt_mini_batch_boundaries(uids, 2, 6, step_wise=True)
+    groups = [set(uids[a:b]) for a, b in bounds]
+    assert [len(g) for g in groups] == [2, 2, 2]  # 6 prompts / 2 per mini-batch
+    assert set.union(*groups) == {f"p{i}" for i in range(6)}
+    for (a, b), group in zip(bounds, groups, strict=True):
+        assert b - a == sum(sum(turns[int(uid[1:])]) for uid in group)

@@ -271,6 +271,27 @@ def test_a_chunk_of_only_empty_rows_packs_into_a_filler(share):
     assert [mb.row_indices for mb in mixed] == [[0, 1]]  # an empty row beside others is kept
 
 
+@pytest.mark.parametrize("share", [False, True])
+def test_rows_of_no_tokens_open_no_micro_batch_of_their_own(share):
+    """A row of no tokens costs nothing, yet when every micro batch was full it got a micro
+    batch of its own: a zero-loss filler that every rank then ran (they match the busiest
+    rank's count), and ``local_samples`` counted the row only when it found room. Rows 8, 0
+    under a budget of 8: one micro batch; rows 20, 0 (oversized): one; 4, 4, 0: one (4 + 4 =
+    8). ``local_samples`` counts the rows with a token: 1, 1, 2 (and 1 for 7, 0, which fitted
+    before)."""
+    cases = [([8, 0], [[0, 1]], 1), ([20, 0], [[0, 1]], 1), ([4, 4, 0], [[0, 1, 2]], 2)]
+    for lengths, groups, samples in [*cases, ([7, 0], [[0, 1]], 1)]:
+        micro = plan_micro_batches(make_chunk(lengths, seq_len=20), 8, share_prefixes=share)
+        assert [mb.row_indices for mb in micro] == groups, lengths
+        metrics = micro_batch_metrics(micro, 8)
+        assert metrics["local_micro_batches"] == 1 and metrics["local_samples"] == samples
+        out = unpack_to_rows(micro, [mb.input_ids.float() for mb in micro], len(lengths))
+        assert not out[-1].any()  # the row of no tokens unpacks to zeros
+    # the lightest micro batch takes them: budget 8, rows 6, 5, 0 -> [6] [5 0]
+    micro = plan_micro_batches(make_chunk([6, 5, 0]), 8, share_prefixes=share)
+    assert [mb.row_indices for mb in micro] == [[0], [1, 2]]
+
+
 def test_padding_rows_share_no_prompt():
     """Padding rows copy row 0 with loss mask 0, so their whole length looked like a prompt
     shared with each other (and with row 0): ``local_tokens`` came out negative. Each is a
@@ -283,3 +304,138 @@ def test_padding_rows_share_no_prompt():
     metrics = micro_batch_metrics(micro, 64)
     assert metrics["local_tokens"] == 6 and metrics["padding_tokens"] == 12
     assert sum(mb.num_tokens for mb in micro) == 18
+
+
+def test_shared_prompts_give_the_same_logprobs_and_gradients_as_whole_rows():
+    """``trainer.share_prompts`` promises the same gradients. On the tiny model: prompt a (5
+    tokens) with samples of 4, 2 and 1 own tokens (the last with no loss token: an env error),
+    prompt b (3 tokens) with 6, 3 and 0 own tokens, and one data-parallel padding row; a
+    token-mean loss ``sum(logprob x advantage x weight)``. Budget 64 packs everything in one
+    micro batch: 9 + 7 + 6 + 9 + 6 + 3 + 9 (padding) = 49 tokens whole; shared, a's prompt
+    once for its 3 rows and b's once for its 2 with a response: 49 - 2 x 5 - 3 = 36. Budget
+    9 splits the units: a's 9-token sample alone, then a's prompt + 2 + 1 = 8 shared; b's
+    9-token sample alone, its 6 + 3 whole. Every packing gives the gradients and loss-token
+    logprobs of the whole rows in one micro batch."""
+    from skyrl.models import build_tiny_model
+    from skyrl.workers.logprobs import packed_logprobs
+    from skyrl.workers.models import load_causal_lm
+
+    gen = torch.Generator().manual_seed(11)
+    prompts = [
+        torch.randint(3, 256, (5,), generator=gen),
+        torch.randint(3, 256, (3,), generator=gen),
+    ]
+    rows = [(0, 4), (0, 2), (0, 1), (1, 6), (1, 3), (1, 0)]  # (prompt, own tokens)
+    seq_len = 12
+    ids = torch.zeros(len(rows), seq_len, dtype=torch.long)
+    attention, loss_mask = torch.zeros_like(ids), torch.zeros(len(rows), seq_len)
+    for i, (p, own) in enumerate(rows):
+        seq = torch.cat([prompts[p], torch.randint(3, 256, (own,), generator=gen)])
+        ids[i, : len(seq)], attention[i, : len(seq)] = seq, 1
+        loss_mask[i, len(prompts[p]) : len(seq)] = 1.0
+    loss_mask[2] = 0.0  # an env error: no loss token
+    chunk = TrainingInputBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "advantages": torch.randn(len(rows), seq_len, generator=gen) * loss_mask,
+            "loss_weights": loss_mask / loss_mask.sum(),
+        },
+        {"uids": ["a"] * 3 + ["b"] * 3},
+    )
+    chunk = pad_training_input_batch(chunk, 1)
+    path = build_tiny_model()
+    results = {}
+    for budget, share in [(64, False), (64, True), (9, False), (9, True)]:
+        model = load_causal_lm(path, "fp32", packed_attention="per_sequence").train()
+        micro = plan_micro_batches(chunk, budget, share_prefixes=share)
+        outs = [
+            packed_logprobs(model, mb, loss_tokens_only=True, logits_to_keep=True) for mb in micro
+        ]
+        logprobs = unpack_to_rows(micro, [o.logprobs for o in outs], len(chunk))
+        (logprobs * chunk.advantages * chunk.loss_weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[budget, share] = micro, logprobs.detach(), grads
+    (whole,), _, _ = results[64, False]
+    assert whole.num_tokens == 49
+    (shared,), _, _ = results[64, True]
+    assert shared.num_tokens == 36
+    assert [mb.row_indices for mb in results[9, True][0]] == [[0], [1, 2], [3], [4, 5], [6]]
+    _, reference_logprobs, reference_grads = results[64, False]
+    loss = chunk.loss_mask > 0
+    for key, (_, logprobs, grads) in results.items():
+        torch.testing.assert_close(logprobs[loss], reference_logprobs[loss], atol=1e-5, rtol=0)
+        assert grads.keys() == reference_grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(
+                grad, reference_grads[name], atol=1e-5, rtol=1e-5, msg=f"{key} {name}"
+            )
+
+
+def random_prompt_chunk(rng) -> TrainingInputBatch:
+    """Up to 9 rows drawn from up to 3 prompts of 0-6 tokens, each with 0-6 own tokens (loss
+    on them, except in about one row in five: an env error); sometimes 1-3 padding rows."""
+    prompts = [[rng.randint(1, 9) for _ in range(rng.randint(0, 6))] for _ in range(3)]
+    rows = []
+    for _ in range(rng.randint(1, 9)):
+        own = [rng.randint(1, 9) for _ in range(rng.randint(0, 6))]
+        rows.append((rng.choice(prompts), own, rng.random() < 0.2))
+    seq_len = max(1, max(len(p) + len(o) for p, o, _ in rows))
+    n = len(rows)
+    ids = torch.zeros(n, seq_len, dtype=torch.long)
+    attention, loss_mask = torch.zeros_like(ids), torch.zeros(n, seq_len)
+    for i, (prompt, own, no_loss) in enumerate(rows):
+        seq = prompt + own
+        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention[i, : len(seq)] = 1
+        loss_mask[i, len(prompt) : len(seq)] = 0.0 if no_loss else 1.0
+    chunk = TrainingInputBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+            "advantages": torch.randn(n, seq_len) * loss_mask,
+        },
+        {"uids": [f"u{i}" for i in range(n)]},
+    )
+    return pad_training_input_batch(chunk, rng.choice([0, 0, 1, 3]))
+
+
+def test_random_chunks_pack_every_row_once_attending_to_its_own_tokens_only():
+    """For every real token t of every row, packed with or without shared prompts under budgets
+    1-30: its id, position (t), field values, parent (the packed position of token t - 1, -1
+    at t = 0) and the keys its query attends to (``attention_spans``: exactly the packed
+    positions of the row's tokens 0..t) are those of the row alone; every row with a token is
+    in exactly one micro batch, within the budget unless it is the only row with a token
+    there; unpack gives the rows back."""
+    import random
+
+    from skyrl.workers.packed_attention import attention_spans
+
+    for seed in range(300):
+        rng = random.Random(seed)
+        chunk = random_prompt_chunk(rng)
+        budget, share = rng.randint(1, 30), rng.random() < 0.7
+        micro = plan_micro_batches(chunk, budget, share_prefixes=share)
+        packed_rows = [r for mb in micro for r in mb.row_indices]
+        assert len(packed_rows) == len(set(packed_rows)), seed
+        assert set(packed_rows) >= set(torch.nonzero(chunk.real_lengths()).flatten().tolist())
+        for mb in (mb for mb in micro if not mb.is_empty):
+            with_tokens = sum(n > 0 for n in mb.seq_lens)  # rows of none join any
+            assert mb.num_tokens <= budget or with_tokens == 1, seed
+            keys_of = {}
+            for start, end, prefix_start, prefix_len in attention_spans(mb.position_ids[0]):
+                prefix = set(range(prefix_start, prefix_start + prefix_len))
+                keys_of.update({q: prefix | set(range(start, q + 1)) for q in range(start, end)})
+            offsets = np.cumsum([0, *mb.seq_lens]).tolist()
+            for row, first, n in zip(mb.row_indices, offsets, mb.seq_lens, strict=False):
+                at = mb.token_index[first : first + n].tolist()
+                assert mb.input_ids[0, at].tolist() == chunk.input_ids[row, :n].tolist(), seed
+                assert mb.position_ids[0, at].tolist() == list(range(n)), seed
+                assert mb.parents[at].tolist() == [-1, *at[:-1]][:n], seed
+                assert all(keys_of[at[t]] == set(at[: t + 1]) for t in range(n)), seed
+                for key in ("loss_mask", "advantages"):
+                    assert torch.equal(mb[key][0, at], chunk[key][row, :n]), (seed, key)
+        restored = unpack_to_rows(micro, [mb.input_ids.float() for mb in micro], len(chunk))
+        assert torch.equal(restored.long(), chunk.input_ids), seed

@@ -140,3 +140,34 @@ def test_a_boolean_mask_selects_the_rows_it_marks():
     assert len(batch[torch.zeros(4, dtype=torch.bool)]) == 0
     with pytest.raises(ValueError, match="mask of 3 rows for a batch of 4"):
         batch[[True, False, True]]
+
+
+def test_a_row_index_out_of_range_is_an_index_error_naming_it():
+    """``batch[10]`` on 4 rows returned an empty batch (an int became the slice 10:11), and
+    ``batch[[0, 7]]`` raised torch's "index out of range in self", naming neither the row
+    nor the batch size."""
+    batch = make_batch()
+    for index in (10, -5, [0, 7], [-5], torch.tensor([4])):
+        with pytest.raises(IndexError, match=r"row -?\d+ is out of range for a batch of 4 rows"):
+            batch[index]
+
+
+def test_negative_rows_count_from_the_end_in_lists_too():
+    """``batch[-1]`` gave the last row but ``batch[[-1]]`` raised; -1 and -4 are rows 3 and 0
+    of 4."""
+    batch = make_batch()
+    picked = batch[[-1, -4]]
+    assert picked.metadata["trajectory_ids"] == ["t3", "t0"]
+    assert torch.equal(picked.input_ids, batch.input_ids[[3, 0]])
+    assert batch[-2].metadata["trajectory_ids"] == ["t2"]
+
+
+def test_a_float_index_is_refused():
+    """``batch[batch.rewards]`` (rewards 0, 1, 2, 3 as floats) silently truncated the floats to
+    row numbers; a float tensor is neither row numbers nor a mask."""
+    batch = make_batch()
+    with pytest.raises(TypeError, match="integers or a boolean mask, got float32"):
+        batch[batch.rewards]
+    with pytest.raises(TypeError, match="got float64"):
+        batch[[1.5]]
+    assert len(batch[[]]) == 0  # an empty list selects no row

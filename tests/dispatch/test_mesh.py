@@ -132,3 +132,53 @@ def test_stages_into_ray_object_store(ray_cluster):
     chunk = ray.get(staged[0][1])
     assert len(chunk) == 2
     assert isinstance(MeshDispatch.pass_through(2, "x")[0], ray.ObjectRef)
+
+
+def test_token_imbalance_of_ranks_with_no_tokens_is_balanced():
+    """1.0 = balanced: ranks of 0 and 0 tokens (a mini-batch of rows whose environments all
+    failed before their first turn) read 0.0; 6 vs 2 tokens read 3.0 and 5 vs 0 read 5 / 1."""
+    from skyrl.dispatch import token_imbalance
+
+    rows = [np.array([0]), np.array([1])]
+    assert token_imbalance(np.array([0, 0]), rows) == 1.0
+    assert token_imbalance(np.array([6, 2]), rows) == 3.0
+    assert token_imbalance(np.array([5, 0]), rows) == 5.0
+
+
+@pytest.mark.parametrize("dp_size", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    "reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean"]
+)
+def test_padding_rows_change_no_weight_and_no_count(dp_size, reduction):
+    """5 rows (prompt a: 3 turns, prompt b: 2) of 6, 3, 5, 4, 2 tokens, the first token of each
+    a prompt token (loss on the other 5 + 2 + 4 + 3 + 1 = 15): one mini-batch padded by
+    (-5) mod dp = 0, 1, 1, 3 rows for dp 1, 2, 3, 4. Every real row keeps the weights of the
+    unpadded mini-batch (found through ``source_rows``), padding rows weigh 0, and the ranks'
+    packing metrics add up to the 5 rows, 20 tokens and 15 loss tokens of the data."""
+    from skyrl.algorithms.reductions import compute_loss_weights
+    from skyrl.batch import micro_batch_metrics
+
+    data = make_batch([6, 3, 5, 4, 2], uids=["a", "a", "a", "b", "b"])
+    data.tensors["loss_mask"][:, 0] = 0.0
+
+    def weights(mini: TrainingInputBatch) -> torch.Tensor:
+        return compute_loss_weights(reduction, mini.loss_mask, mini.metadata["uids"], 8)
+
+    expected = weights(data)
+    (chunks,) = MeshDispatch.stage_chunks(dp_size, data, [(0, 5)], loss_weights_fn=weights)
+    assert [c.metadata["pad_size"] for c in chunks] == [(-5) % dp_size] * dp_size
+    metrics = []
+    for chunk in chunks:
+        for i, source in enumerate(chunk.metadata["source_rows"]):
+            if source < 0:
+                assert chunk.metadata["is_padding"][i]
+                assert chunk.loss_weights[i].abs().sum() == 0 and chunk.loss_mask[i].sum() == 0
+            else:
+                assert torch.equal(chunk.loss_weights[i], expected[source])
+                assert torch.equal(chunk.input_ids[i], data.input_ids[source])
+        metrics.append(micro_batch_metrics(plan_micro_batches(chunk, 8), 8))
+    assert sum(m["local_samples"] for m in metrics) == 5
+    assert sum(m["local_tokens"] for m in metrics) == 20  # 6 + 3 + 5 + 4 + 2
+    assert sum(m["local_loss_tokens"] for m in metrics) == 15
+    total = sum(float(c.loss_weights.sum()) for c in chunks)
+    assert total == pytest.approx(float(expected.sum()), abs=1e-6)
