@@ -238,6 +238,88 @@ def test_gsm8k_prepare_rejects_an_answer_without_a_final_number():
         final_answer("no final line")
 
 
+def _gsm8k_prepare_error(capsys, *argv: str) -> str:
+    """The one line ``prepare.py`` ends with (exit 2) on a bad input or output."""
+    from recipes.gsm8k_grpo import prepare
+
+    with pytest.raises(SystemExit) as exit_:
+        prepare.main(list(argv))
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1, captured.err
+    return captured.err.rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        (['{"question": "q", "answer": "#### 1"}', "", "not json"], "row 3: invalid JSON"),
+        (['{"q": "x", "answer": "#### 1"}'], "row 1: missing column 'question' (has ['answer', 'q'])"),
+        (['{"question": "q", "answer": "1"}'], "row 1: GSM8K answer has no '#### <number>': '1'"),
+        (["[1, 2]"], "row 1: not a JSON object: [1, 2]"),
+        (['{"question": null, "answer": "#### 1"}'], "row 1: column 'question' is not text: None"),
+        ([""], "no rows"),
+    ],
+)  # fmt: skip
+def test_gsm8k_prepare_names_the_row_of_a_bad_record(
+    tmp_path, capsys, repo_on_path, lines, problem
+):
+    raw, out = tmp_path / "raw.jsonl", tmp_path / "out" / "train.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    error = _gsm8k_prepare_error(capsys, "--input", str(raw), "--output", str(out))
+    assert error.startswith(f"error: --input {raw}: {problem}"), error
+    assert not out.parent.exists()  # nothing written
+
+
+def test_gsm8k_prepare_names_a_missing_input_and_a_bad_suffix(tmp_path, capsys, repo_on_path):
+    raw, out = tmp_path / "raw.jsonl", tmp_path / "train.jsonl"
+    assert _gsm8k_prepare_error(capsys, "--input", str(raw), "--output", str(out)) == (
+        f"error: --input {raw}: file not found"
+    )
+    raw.write_text('{"question": "q", "answer": "#### 1"}\n')
+    csv = tmp_path / "train.csv"
+    assert _gsm8k_prepare_error(capsys, "--input", str(raw), "--output", str(csv)) == (
+        f"error: --output {csv}: use .jsonl or .parquet"
+    )
+    assert _gsm8k_prepare_error(capsys, "--input", str(csv), "--output", str(out)) == (
+        f"error: --input {csv}: use .jsonl or .parquet"
+    )
+    assert not out.exists() and not csv.exists()
+
+
+def test_gsm8k_prepare_names_an_unwritable_output(tmp_path, capsys, repo_on_path):
+    raw, blocker = tmp_path / "raw.jsonl", tmp_path / "data"
+    raw.write_text('{"question": "q", "answer": "#### 1"}\n')
+    blocker.write_text("a file where the output folder should be")
+    out = blocker / "train.jsonl"
+    assert _gsm8k_prepare_error(capsys, "--input", str(raw), "--output", str(out)) == (
+        f"error: --output {out}: {blocker} is a file, not a folder"
+    )
+
+
+# -- react_agent: agent.py as a command --------------------------------------------
+
+
+def test_react_agent_cli_without_an_endpoint_names_the_url(capsys, repo_on_path):
+    """``python -m recipes.react_agent.agent`` before ``skyrl-serve`` is up: one line naming
+    ``--base-url``, not the openai client's connection traceback."""
+    import socket
+
+    from recipes.react_agent import agent
+
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        with pytest.raises(SystemExit) as exit_:
+            agent.main(["--base-url", url])
+    assert exit_.value.code == (
+        f"error: --base-url {url}: no OpenAI-compatible endpoint answers there (start one "
+        "with skyrl-serve: see recipes/react_agent/README.md)"
+    )
+    assert capsys.readouterr().out == ""
+
+
 # -- reasoning_gym_curriculum: run.sh ------------------------------------------------
 
 

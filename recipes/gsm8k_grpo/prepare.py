@@ -5,6 +5,8 @@ The output has ``prompt`` (the question plus the answer-format instruction the
 (``gsm8k``), as ``.jsonl`` or ``.parquet`` by the output suffix. Input: the
 GSM8K ``train``/``test`` split as ``.jsonl`` or ``.parquet`` (e.g. the files of
 ``openai/gsm8k`` on the HF hub, copied here by hand; this project has no hub).
+A bad file (missing, not JSON, a row without ``question``/``answer`` or without
+a final ``#### n``) ends with one line naming the file and row; nothing is written.
 
     python recipes/gsm8k_grpo/prepare.py --input gsm8k/train.parquet --output data/gsm8k/train.jsonl
 """
@@ -18,6 +20,10 @@ from typing import Any
 
 INSTRUCTION = "Solve the problem. Write the final answer on the last line as '#### <number>'."
 """Appended to every question: the format the ``math`` env grades."""
+SUFFIXES = (".jsonl", ".parquet")
+"""The file types read and written."""
+COLUMNS = ("question", "answer")
+"""The GSM8K columns a record must have."""
 
 
 def final_answer(solution: str) -> str:
@@ -29,6 +35,14 @@ def final_answer(solution: str) -> str:
 
 def convert_record(record: dict[str, Any]) -> dict[str, str]:
     """One GSM8K record as a skyrl prompt row."""
+    if not isinstance(record, dict):
+        raise ValueError(f"not a JSON object: {record!r:.80}")
+    missing = [c for c in COLUMNS if c not in record]
+    if missing:
+        raise ValueError(f"missing column {missing[0]!r} (has {sorted(record)})")
+    not_text = [c for c in COLUMNS if not isinstance(record[c], str)]
+    if not_text:
+        raise ValueError(f"column {not_text[0]!r} is not text: {record[not_text[0]]!r:.80}")
     return {
         "prompt": f"{record['question'].strip()}\n{INSTRUCTION}",
         "answer": final_answer(record["answer"]),
@@ -36,15 +50,37 @@ def convert_record(record: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a ``.jsonl`` or ``.parquet`` file."""
+def read_records(path: Path) -> list[tuple[int, Any]]:
+    """``(1-based row, record)`` of a ``.jsonl`` or ``.parquet`` file (jsonl rows are line
+    numbers, blank lines skipped)."""
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = []
+        for i, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((i, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"row {i}: invalid JSON ({exc.msg})") from None
+        return records
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    raise ValueError(f"{path}: use .jsonl or .parquet")
+        return list(enumerate(pq.read_table(path).to_pylist(), start=1))
+    raise ValueError(f"use {' or '.join(SUFFIXES)}")
+
+
+def convert_file(path: Path) -> list[dict[str, str]]:
+    """Every record of ``path`` as a skyrl prompt row; a bad one names its row."""
+    rows = []
+    for i, record in read_records(path):
+        try:
+            rows.append(convert_record(record))
+        except ValueError as exc:
+            raise ValueError(f"row {i}: {exc}") from None
+    if not rows:
+        raise ValueError("no rows")
+    return rows
 
 
 def write_records(rows: list[dict[str, str]], path: Path) -> None:
@@ -58,17 +94,32 @@ def write_records(rows: list[dict[str, str]], path: Path) -> None:
 
         pq.write_table(pa.Table.from_pylist(rows), path)
     else:
-        raise ValueError(f"{path}: use .jsonl or .parquet")
+        raise ValueError(f"{path}: use {' or '.join(SUFFIXES)}")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Convert ``--input`` into ``--output``."""
+    """Convert ``--input`` into ``--output``; a bad file exits 2 with one ``error:`` line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", type=Path, required=True, help="GSM8K split (.jsonl/.parquet)")
     parser.add_argument("--output", type=Path, required=True, help="skyrl rows (.jsonl/.parquet)")
     args = parser.parse_args(argv)
-    rows = [convert_record(r) for r in read_records(args.input)]
-    write_records(rows, args.output)
+    for flag, path in (("--input", args.input), ("--output", args.output)):
+        if path.suffix not in SUFFIXES:
+            parser.exit(2, f"error: {flag} {path}: use {' or '.join(SUFFIXES)}\n")
+    if not args.input.is_file():
+        problem = "is a directory" if args.input.is_dir() else "file not found"
+        parser.exit(2, f"error: --input {args.input}: {problem}\n")
+    in_the_way = next((p for p in args.output.parents if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:
+        parser.exit(2, f"error: --output {args.output}: {in_the_way} is a file, not a folder\n")
+    try:
+        rows = convert_file(args.input)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        parser.exit(2, f"error: --input {args.input}: {getattr(exc, 'strerror', None) or exc}\n")
+    try:
+        write_records(rows, args.output)
+    except OSError as exc:
+        parser.exit(2, f"error: --output {args.output}: {exc.strerror or exc}\n")
     print(f"wrote {len(rows)} prompts to {args.output}")
 
 

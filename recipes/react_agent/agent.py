@@ -121,8 +121,9 @@ def _score(text: str | None, answer: str) -> float:
     return grade(f"#### {final}", answer) if final is not None else 0.0
 
 
-def main() -> None:
-    """Run the agent once against an endpoint: ``--base-url http://127.0.0.1:8000/v1``."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the agent once against an endpoint: ``--base-url http://127.0.0.1:8000/v1``; an
+    endpoint that does not answer, or answers with an error, ends with one line."""
     import argparse
     import asyncio
 
@@ -132,10 +133,21 @@ def main() -> None:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--question", default="What is 17 * 23?")
     parser.add_argument("--answer", default="391")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     client = openai.AsyncOpenAI(base_url=args.base_url, api_key="unused")
     row = PromptRow(args.question, "cli", {"answer": args.answer}, uid="cli")
-    print("reward", asyncio.run(rollout(client, row)))
+    try:
+        reward = asyncio.run(rollout(client, row))
+    except openai.APIConnectionError:
+        raise SystemExit(
+            f"error: --base-url {args.base_url}: no OpenAI-compatible endpoint answers there "
+            "(start one with skyrl-serve: see recipes/react_agent/README.md)"
+        ) from None
+    except openai.APIStatusError as exc:
+        raise SystemExit(
+            f"error: --base-url {args.base_url}: HTTP {exc.status_code}: {exc.message}"
+        ) from None
+    print("reward", reward)
 
 
 if __name__ == "__main__":
