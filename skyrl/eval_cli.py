@@ -3,6 +3,7 @@
     skyrl-eval model.path=HuggingFaceTB/SmolLM2-135M-Instruct     a HF directory or id
     skyrl-eval eval.checkpoint=outputs/2026-12-01/10-00-00        a run: final_hf, else its latest checkpoint
     skyrl-eval eval.checkpoint=<run>/checkpoints/global_step_8    one checkpoint
+    skyrl-eval model.path=<run>/final_adapter                     a LoRA adapter, merged into its base
 
 The config is composed and validated exactly as for ``skyrl-train`` (same groups, same
 overrides): the eval prompts are the composed ``data`` group's (files, generated tasks,
@@ -45,7 +46,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl.config.errors import ConfigError, dir_problem
+from skyrl.config.errors import ConfigError, dir_problem, exception_line
 from skyrl.config.help import command_help, wants_help
 from skyrl.config.root import SkyRLConfig
 
@@ -150,20 +151,50 @@ def _check_output_files(path: Path, samples: Path) -> None:
 
 def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]:
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories:
-    the model to evaluate, or for a checkpoint the base model to export it with; the
-    checkpoint (None: nothing to export) and a label for what is evaluated. No weights are
-    read, nothing is exported."""
+    the model to evaluate, or for a checkpoint (or a LoRA adapter directory) the base model to
+    export it with; the checkpoint or adapter (None: nothing to export) and a label for what is
+    evaluated. No weights are read, nothing is exported."""
     from skyrl.config.preflight import local_model_paths
+    from skyrl.models.lora import is_adapter_dir
 
     target = cfg.eval.checkpoint
     if target is None:
+        if is_adapter_dir(cfg.model.path):
+            return _adapter_base(cfg, Path(cfg.model.path).expanduser(), "model.path")
         return local_model_paths(cfg), None, cfg.model.path
     path = Path(target).expanduser()
+    if is_adapter_dir(path):
+        return _adapter_base(cfg, path, "eval.checkpoint")
     final_hf = path / "final_hf"
     if (final_hf / "config.json").is_file() and not _checkpoint_after_export(final_hf, path):
         return _with_model(cfg, final_hf), None, str(final_hf)
     ckpt = _checkpoint_with_weights(target, path)
     return _run_model(cfg, ckpt), ckpt, str(ckpt)
+
+
+def _adapter_base(cfg: SkyRLConfig, adapter: Path, key: str) -> tuple[SkyRLConfig, Path, str]:
+    """For a LoRA adapter directory (a run's ``final_adapter``, named by ``key``): ``cfg`` with
+    the base model its ``adapter_config.json`` names (and the adapter's tokenizer, when it holds
+    one) resolved, the adapter to merge into it (``_exported``), and its label."""
+    from skyrl.config.preflight import local_model_paths
+    from skyrl.models.lora import ADAPTER_CONFIG, read_adapter_config
+
+    try:
+        base = read_adapter_config(adapter).get("base_model_name_or_path")
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or bad UTF-8
+        problem = f"{adapter / ADAPTER_CONFIG} is not valid JSON ({exception_line(exc)})"
+        raise ConfigError(key, problem) from None
+    if not base:
+        raise ConfigError(key, f"{adapter}: its adapter_config.json names no base model")
+    tokenizer = str(adapter) if (adapter / "tokenizer_config.json").is_file() else None
+    model = dataclasses.replace(cfg.model, path=str(base), tokenizer_path=tokenizer)
+    try:
+        resolved = local_model_paths(dataclasses.replace(cfg, model=model))
+    except ConfigError as exc:
+        what = "its base model" if exc.key == "model.path" else "its tokenizer"
+        problem = f"{adapter}: {what}: {exc.message}"
+        raise ConfigError(key, problem) from None
+    return resolved, adapter, str(adapter)
 
 
 def _checkpoint_after_export(final_hf: Path, run: Path) -> bool:
@@ -194,13 +225,17 @@ def _checkpoint_after_export(final_hf: Path, run: Path) -> bool:
 
 
 def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
-    """``base`` with its model the checkpoint ``ckpt``, exported into ``scratch`` with the
-    base model's config and tokenizer (``_model_to_evaluate``'s local paths)."""
+    """``base`` with its model the checkpoint ``ckpt`` (or the LoRA adapter directory, merged),
+    exported into ``scratch`` with the base model's config and tokenizer
+    (``_model_to_evaluate``'s local paths)."""
+    from skyrl.models.lora import is_adapter_dir, merge_adapter_dir
     from skyrl.trainer.checkpoint import WeightsMismatchError, export_checkpoint_hf
 
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
+    # a LoRA run's final_adapter is merged into its base model; a checkpoint exported with it
+    export = merge_adapter_dir if is_adapter_dir(ckpt) else export_checkpoint_hf
     try:
-        hf_dir = export_checkpoint_hf(
+        hf_dir = export(
             ckpt,
             base.model.path,
             base.model.tokenizer_path,

@@ -465,3 +465,70 @@ def test_help_says_what_skyrl_eval_does_and_lists_the_groups(tmp_path):
     assert "Held-out pass@1 / pass@k" in result.stdout
     assert "  generator    hf *vllm\n" in result.stdout
     assert not list(tmp_path.iterdir())  # nothing composed or run: no run directory
+
+
+def lora_export(root: Path) -> tuple[Path, Path, Path]:
+    """A LoRA run's two exports of one trained policy, as ``export_hf`` writes them: the
+    PEFT adapter directory ``final_adapter`` (naming its base model) and ``final_hf`` (the
+    adapters merged); and the base model."""
+    import torch
+    from lora_adapters import trained_adapters  # tests/ is on sys.path
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skyrl.config.root import LoraConfig
+    from skyrl.models.lora import add_adapters, write_adapter_dir
+    from skyrl.models.tiny import build_tiny_model
+
+    base = build_tiny_model()
+    lora = LoraConfig(rank=4, alpha=8)
+    model = add_adapters(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), lora)
+    adapter = trained_adapters(model)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    write_adapter_dir(root / "final_adapter", adapter, lora, base)
+    tokenizer.save_pretrained(root / "final_adapter")
+    model.merge_and_unload().save_pretrained(root / "final_hf")
+    tokenizer.save_pretrained(root / "final_hf")
+    return root / "final_adapter", root / "final_hf", Path(base)
+
+
+@pytest.mark.slow
+def test_a_final_adapter_evaluates_like_the_merged_export(tmp_path):
+    """README: skyrl-eval evaluates ``final_adapter`` as well as ``final_hf``; vLLM (the
+    default engine) was handed the adapter directory as a model and failed in a traceback,
+    and ``eval.checkpoint`` refused it as neither a run nor a checkpoint."""
+    adapter, merged, base = lora_export(tmp_path / "run")
+    greedy = [
+        "experiment=smoke", "generator=vllm", "generator.kv_cache_memory_bytes=16777216",
+        "data.num_eval_prompts=2", "generator.eval_n_samples_per_prompt=1",
+        "generator.eval_sampling.temperature=0",
+    ]  # fmt: skip
+
+    def responses(name: str, *overrides: str) -> list[list[int]]:
+        result = evaluate(skyrl.compose([*greedy, *overrides]), tmp_path / name)
+        lines = result.samples_file.read_text().splitlines()
+        return [json.loads(line)["response_ids"] for line in lines]
+
+    expected = responses("merged", f"model.path={merged}")
+    assert responses("base", f"model.path={base}") != expected  # the adapter matters
+    assert responses("model_path", f"model.path={adapter}") == expected
+    assert responses("checkpoint", f"eval.checkpoint={adapter}") == expected
+
+
+def test_a_final_adapter_without_its_base_model_is_one_line(tmp_path):
+    adapter = lora_export(tmp_path / "run")[0]
+    config_file = adapter / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    gone = tmp_path / "gone"
+    config_file.write_text(json.dumps({**config, "base_model_name_or_path": str(gone)}))
+
+    def refused(key: str) -> ConfigError:
+        with pytest.raises(ConfigError) as err:
+            evaluate(skyrl.compose(["experiment=smoke", f"{key}={adapter}"]), tmp_path)
+        assert err.value.key == key
+        return err.value
+
+    error = refused("eval.checkpoint")
+    assert error.message == f"{adapter}: its base model: '{gone}': no such directory ({gone})"
+    config_file.write_text("{")
+    error = refused("model.path")
+    assert error.message.startswith(f"{config_file} is not valid JSON (JSONDecodeError: ")

@@ -275,12 +275,12 @@ def _check_lora_matches(cfg: SkyRLConfig, ckpt: Path) -> None:
         f"{ckpt} holds LoRA adapters (rank {saved.get('r')}), but model.lora.rank=0 trains the "
         "full weights: resume with the model.lora settings it was trained with",
     )
-    targets = saved.get("target_modules")
-    saved_targets = sorted([targets] if isinstance(targets, str) else targets or [])
+    targets = saved.get("target_modules")  # PEFT saves them as a set: compare sets
+    saved_targets = sorted(set([targets] if isinstance(targets, str) else targets or []))
     for key, was, now in (
         ("model.lora.rank", saved.get("r"), lora.rank),
         ("model.lora.alpha", saved.get("lora_alpha"), lora.alpha),
-        ("model.lora.target_modules", saved_targets, sorted(lora.target_modules)),
+        ("model.lora.target_modules", saved_targets, sorted(set(lora.target_modules))),
     ):
         shown = (lambda v: f"[{','.join(v)}]") if isinstance(now, list) else str
         require(
@@ -459,10 +459,17 @@ def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:
 
 
 def model_text_config(model_dir: str, key: str, trust_remote_code: bool):
-    """The language model's config in ``model_dir``; a folder without one is a
-    ``ConfigError`` on ``key``."""
+    """The language model's config in ``model_dir``; a folder without one (a LoRA adapter
+    directory among them) is a ``ConfigError`` on ``key``."""
     from skyrl.batch.budget import text_config
+    from skyrl.models.lora import is_adapter_dir
 
+    if is_adapter_dir(model_dir):  # a LoRA run's final_adapter
+        problem = (
+            f"{model_dir} is a LoRA adapter directory, not a model: name a model folder, e.g. "
+            "its run's final_hf (these adapters merged into their base model)"
+        )
+        raise ConfigError(key, problem)
     try:
         return text_config(model_dir, trust_remote_code)
     except Exception as exc:  # no config.json, a broken one, an unknown model type, a file

@@ -123,16 +123,51 @@ def read_adapter_config(path: str | Path) -> dict[str, Any]:
     return json.loads((Path(path) / ADAPTER_CONFIG).read_text())
 
 
+def is_adapter_dir(path: str | Path) -> bool:
+    """A PEFT adapter directory (a run's ``final_adapter``): ``adapter_config.json`` and no
+    model ``config.json``."""
+    folder = Path(path).expanduser()
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
+
+
+def merge_adapter_dir(
+    adapter_dir: str | Path,
+    base_model: str,
+    tokenizer: str,
+    out_dir: str | Path,
+    trust_remote_code: bool = False,
+) -> Path:
+    """A ``from_pretrained`` directory at ``out_dir`` (with ``tokenizer``'s files): the model
+    at ``base_model`` with the adapter directory ``adapter_dir`` merged in, in fp32 (merged
+    in bf16, a small update is mostly lost to rounding)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skyrl.models.resolve import IN_MEMORY
+
+    remote = {"trust_remote_code": trust_remote_code}
+    base = AutoModelForCausalLM.from_pretrained(
+        base_model, dtype=torch.float32, **remote, **IN_MEMORY
+    )
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(out_dir, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
+    return Path(out_dir)
+
+
 def linear_module_names(model: nn.Module) -> list[str]:
-    """Dotted names of every ``nn.Linear`` of ``model`` except its output layer."""
+    """Dotted names of every linear layer of ``model`` except its output layer: PEFT's
+    ``all-linear`` (``nn.Linear`` and transformers' ``Conv1D``, GPT-2's transposed linear)."""
     from torch import nn
+    from transformers.pytorch_utils import Conv1D
 
     get_output = getattr(model, "get_output_embeddings", None)
     output = get_output() if callable(get_output) else None
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and module is not output
+        if isinstance(module, (nn.Linear, Conv1D)) and module is not output
     ]
 
 

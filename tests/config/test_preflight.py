@@ -227,6 +227,22 @@ def test_lora_target_modules_are_checked_against_the_model(targets, key, fragmen
     assert "q_proj, up_proj, v_proj" in error.message  # it lists the model's linear layers
 
 
+def test_a_lora_adapter_directory_as_model_path_is_one_line(tmp_path):
+    # a run's final_adapter: transformers said "Should have a `model_type` key in its
+    # config.json" of a folder that has none
+    adapter = tmp_path / "final_adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "b"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    for for_run in (False, True):
+        error = refused(cfg_for(f"model.path={adapter}"), for_run=for_run)
+        assert (error.key, error.message) == (
+            "model.path",
+            f"{adapter} is a LoRA adapter directory, not a model: name a model folder, e.g. "
+            "its run's final_hf (these adapters merged into their base model)",
+        )
+
+
 def test_lora_target_modules_that_exist_pass():
     for targets in ("[all-linear]", "[q_proj,v_proj]", "[self_attn.o_proj,mlp.down_proj]"):
         preflight(cfg_for("model.lora.rank=8", f"model.lora.target_modules={targets}"), False)

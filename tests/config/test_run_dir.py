@@ -174,6 +174,14 @@ def test_a_lora_checkpoint_resumes_only_with_its_own_adapters(tmp_path, change, 
     assert dry_run(tmp_path / "run", *LORA, "model.lora.dropout=0.1") is not None  # same tensors
 
 
+def test_a_lora_checkpoint_resumes_with_the_target_modules_it_was_trained_with(tmp_path):
+    # PEFT saves target_modules as a set: a run that listed a module twice was refused its
+    # own checkpoint ("trained with [q_proj,v_proj], but this run asks for [q_proj,q_proj,v_proj]")
+    lora_checkpoint(tmp_path / "run", targets=("q_proj", "v_proj", "q_proj"))
+    targets = "model.lora.target_modules=[v_proj,q_proj,q_proj]"
+    assert dry_run(tmp_path / "run", *LORA, targets) is not None
+
+
 def test_lora_and_full_weight_checkpoints_do_not_resume_each_other(tmp_path):
     ckpt = lora_checkpoint(tmp_path / "lora")
     error = refused(tmp_path / "lora")  # model.lora.rank=0: full weights
