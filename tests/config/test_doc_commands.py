@@ -1,0 +1,82 @@
+"""Every ``skyrl-train`` command line the README, docs/ and the recipes' READMEs show in a
+code block composes and validates as the CLI checks it (``precheck_command_line``): a
+renamed key or option fails here. A ``$ skyrl-train`` line followed by an ``error:`` line
+shows a mistake on purpose: the check must print that very line."""
+
+from __future__ import annotations
+
+import shlex
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from skyrl.config import register_configs
+from skyrl.config.precheck import precheck_command_line
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS += sorted((REPO / "recipes").glob("*/README.md"))
+
+
+def command_lines() -> list[tuple[str, list[str]]]:
+    """``(file:line, arguments)`` of each ``skyrl-train`` (or ``make train TRAIN_ARGS=``) line
+    in a fenced code block of ``DOCS``."""
+    found = []
+    for path in DOCS:
+        in_block = False
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.startswith("```"):
+                in_block = not in_block
+                continue
+            command = in_block and line.startswith(("skyrl-train ", "make train "))
+            words = shlex.split(line, comments=True) if command else []
+            if words[:1] == ["skyrl-train"]:
+                args = words[1:]
+            elif words[:2] == ["make", "train"] and words[2:3] != []:
+                args = shlex.split(words[2].removeprefix("TRAIN_ARGS="))
+            else:
+                continue
+            found.append((f"{path.relative_to(REPO)}:{number}", args))
+    return found
+
+
+COMMANDS = command_lines()
+
+
+def shown_errors() -> list[tuple[str, list[str], str]]:
+    """``(file:line, arguments, error line)`` of each ``$ skyrl-train`` line that a line
+    starting ``error:`` follows, in ``DOCS``, whose composition alone finds it (no data.)."""
+    found = []
+    for path in DOCS:
+        lines = path.read_text().splitlines()
+        for number, (line, after) in enumerate(pairwise(lines), start=1):
+            if line.startswith("$ skyrl-train ") and after.startswith("error: "):
+                args = shlex.split(line)[2:]
+                if not any(a.startswith("data.") for a in args):  # the pre-flight's, not ours
+                    found.append((f"{path.relative_to(REPO)}:{number}", args, after))
+    return found
+
+
+def test_the_docs_show_commands():
+    wheres = [where for where, _ in COMMANDS]
+    assert sum(w.startswith("README.md:") for w in wheres) >= 5
+    for recipe in ("dapo", "dr_grpo", "gsm8k_grpo", "multi_turn_tools", "ppo_critic"):
+        assert any(w.startswith(f"recipes/{recipe}/README.md:") for w in wheres), recipe
+    assert len(ERRORS) >= 2  # the README's misspelled key and indivisible batch
+
+
+ERRORS = shown_errors()
+
+
+@pytest.mark.parametrize(("where", "args", "line"), ERRORS, ids=[where for where, *_ in ERRORS])
+def test_a_documented_mistake_prints_the_line_shown(where, args, line):
+    register_configs()
+    assert precheck_command_line(args) == line, where
+
+
+@pytest.mark.parametrize(("where", "args"), COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_a_documented_command_line_composes_and_validates(where, args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a sweep's default dir is checked for earlier jobs
+    register_configs()
+    assert precheck_command_line(args) is None, f"{where}: skyrl-train {shlex.join(args)}"
