@@ -156,8 +156,9 @@ def free_bytes(directory: Path = SHM_DIR) -> int:
 
 
 def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeights:
-    """A new zero-filled file sized for ``plan``, and its handle; this process holds the file's
-    lock until ``unlink``. The file is made under a name no sweep looks at (a leading dot) and
+    """A new zero-filled file sized for ``plan``, its memory taken (``OSError`` ENOSPC where
+    /dev/shm has no room), and its handle; this process holds the file's lock until
+    ``unlink``. The file is made under a name no sweep looks at (a leading dot) and
     takes its own name only once locked, so no sweep ever sees it unlocked."""
     sweep_stale(directory)
     name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -168,6 +169,9 @@ def create_shared_weights(plan: Plan, directory: Path = SHM_DIR) -> SharedWeight
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.rename(draft, path)  # the same file: the lock stays
         os.ftruncate(fd, weights.nbytes)
+        if weights.nbytes:  # take the memory now: a sparse file takes it at rank 0's write,
+            # where another run's file may have taken the room meanwhile (SIGBUS, no message)
+            os.posix_fallocate(fd, 0, weights.nbytes)
     except BaseException:
         os.close(fd)
         draft.unlink(missing_ok=True)

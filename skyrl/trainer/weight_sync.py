@@ -16,6 +16,8 @@ resolves ``auto``):
 
 from __future__ import annotations
 
+import errno
+
 import ray
 
 from skyrl.config.errors import ConfigError
@@ -70,19 +72,13 @@ class SharedMemoryWeightSync:
         ``ConfigError``. It cannot serve on a Ray cluster of several nodes (asked for
         explicitly it is built anyway: a process on another machine fails at its first sync
         with one line naming the file) or when /dev/shm has no room for the weights (measured
-        once the files of this user's dead runs are swept)."""
+        once the files of this user's dead runs are swept, and again when the file takes its
+        memory: another run may have taken the room meanwhile)."""
         plan = sync_plan(policy, cfg)
         sweep_stale(SHM_DIR)
         need, room = layout(plan)[1], free_bytes(SHM_DIR)
         if room < need:
-            why = f"{SHM_DIR} has {room / 1e6:.0f} MB free, the weights need {need / 1e6:.0f} MB"
-            if explicit:
-                raise ConfigError(
-                    "trainer.weight_sync",
-                    f"shared_memory: {why}; use object_store, or give the machine (container) "
-                    "a larger /dev/shm (docker run --shm-size)",
-                )
-            print(f"weight sync: object store ({why})", flush=True)
+            _no_room(room, need, explicit)
             return None
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         if nodes > 1 and not explicit:
@@ -92,7 +88,13 @@ class SharedMemoryWeightSync:
                 flush=True,
             )
             return None
-        return cls(policy, cfg, plan)
+        try:
+            return cls(policy, cfg, plan)
+        except OSError as exc:  # another run took the room since it was measured
+            if exc.errno != errno.ENOSPC:
+                raise
+        _no_room(free_bytes(SHM_DIR), need, explicit)
+        return None
 
     def stage(self) -> SharedWeights:
         """Rank 0 writes this step's weights into the file; the handle the engines load from."""
@@ -107,6 +109,19 @@ class SharedMemoryWeightSync:
 
     def close(self) -> None:
         self.weights.release()
+
+
+def _no_room(room: int, need: int, explicit: bool) -> None:
+    """/dev/shm cannot hold the weights: a ``ConfigError`` naming ``trainer.weight_sync`` when
+    shared memory was asked for, else why the object store serves instead, on stdout."""
+    why = f"{SHM_DIR} has {room / 1e6:.0f} MB free, the weights need {need / 1e6:.0f} MB"
+    if explicit:
+        raise ConfigError(
+            "trainer.weight_sync",
+            f"shared_memory: {why}; use object_store, or give the machine (container) "
+            "a larger /dev/shm (docker run --shm-size)",
+        )
+    print(f"weight sync: object store ({why})", flush=True)
 
 
 def sync_plan(policy: WorkerGroup, cfg: SkyRLConfig) -> Plan:

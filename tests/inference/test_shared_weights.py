@@ -231,3 +231,15 @@ def test_an_engine_in_a_ray_actor_maps_the_file_itself(ray_cluster, tiny, tmp_pa
     finally:
         engine.shutdown()
         handle.release()
+
+
+def test_the_files_memory_is_taken_when_it_is_made():
+    """Two runs on one machine: each measures /dev/shm's room before making its file, so a
+    file must take its memory at once (a sparse file takes none until rank 0 writes, and
+    the second run's write past the room would die of SIGBUS instead of a clear error)."""
+    plan = plan_buckets([tensor_spec("w", [1000, 1000], torch.float32)], 1 << 20)
+    handle = create_shared_weights(plan, SHM_DIR)  # 1000 * 1000 * 4 = 4,000,000 bytes
+    try:
+        assert os.stat(handle.path).st_blocks * 512 >= 4_000_000
+    finally:
+        handle.release()

@@ -1,10 +1,12 @@
 """When the shared-memory weight sync steps aside: no room in /dev/shm (a container's is
 often 64 MB) or a Ray cluster of several nodes. ``auto`` falls back to the object store
-and says why; an explicit ``trainer.weight_sync=shared_memory`` is one clear error. A dead
-run's leftover file is swept before the room is measured."""
+and says why; an explicit ``trainer.weight_sync=shared_memory`` is one clear error, also when
+another run takes the room between the measure and the file. A dead run's leftover file is
+swept before the room is measured."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -79,3 +81,27 @@ def test_a_dead_runs_leftover_is_swept_before_the_room_is_measured(cfg, monkeypa
     path = Path(sync.weights.path)
     assert path.parent == tmp_path and path.stat().st_size == 4_000_000
     sync.close()
+
+
+def _no_room(fd: int, offset: int, length: int) -> None:
+    """/dev/shm filled up by another run between the measure and the file."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_explicit_shared_memory_filled_meanwhile_names_the_key(cfg, monkeypatch, tmp_path):
+    monkeypatch.setattr(weight_sync, "SHM_DIR", tmp_path)
+    monkeypatch.setattr(weight_sync.ray, "nodes", lambda: [{"Alive": True}])
+    monkeypatch.setattr(os, "posix_fallocate", _no_room)
+    with pytest.raises(ConfigError, match="the weights need 4 MB") as e:
+        weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=True)
+    assert e.value.key == "trainer.weight_sync"
+    assert list(tmp_path.iterdir()) == []  # no half-made file left
+
+
+def test_auto_falls_back_when_dev_shm_filled_meanwhile(cfg, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(weight_sync, "SHM_DIR", tmp_path)
+    monkeypatch.setattr(weight_sync.ray, "nodes", lambda: [{"Alive": True}])
+    monkeypatch.setattr(os, "posix_fallocate", _no_room)
+    assert weight_sync.SharedMemoryWeightSync.start(None, cfg, explicit=False) is None
+    assert "weight sync: object store (" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
