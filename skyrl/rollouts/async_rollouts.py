@@ -374,14 +374,20 @@ class AsyncRollouts:
 
     @contextmanager
     def _loading_weights(self, version: int, deadline: float | None) -> Iterator[None]:
-        """``updating_weights`` after the hold: drain, load (the block), resume."""
+        """``updating_weights`` after the hold: drain, load (the block), resume. A drain or
+        load that fails leaves the engines at their old version: the gate stays shut and the
+        next batch raises the failure (a background load's next batch would otherwise train
+        on rows recorded at a version the engines never loaded)."""
         try:
             if not self.cfg.trainer.partial_rollouts:
                 self._drain(deadline)
             yield
-        finally:
+        except BaseException as exc:
             if not self.closed:  # a background load outlived the run (its sync timed out)
-                self._on_loop(self._resume(version))
+                self._on_loop(self._sync_failed(exc))
+            raise
+        if not self.closed:
+            self._on_loop(self._resume(version))
 
     def has_eval(self) -> bool:
         return bool(self.eval_rows)
@@ -479,6 +485,8 @@ class AsyncRollouts:
         try:
             await asyncio.wait_for(self.progress.wait(), self.hold_deadline - time.monotonic())
         except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
+            if not self.cfg.trainer.partial_rollouts and self.gated.in_flight:
+                raise WeightSyncTimeout(self._in_flight_message()) from None  # still draining
             raise WeightSyncTimeout(
                 "the inference engines to load the weights (the next batch waits for them)"
             ) from None
@@ -584,11 +592,14 @@ class AsyncRollouts:
         try:
             self._on_loop(self.gated.drained.wait(), timeout)
         except (TimeoutError, FutureTimeout):
-            in_flight = self.gated.in_flight
-            raise WeightSyncTimeout(
-                f"{in_flight} request(s) in flight on the inference engines to finish "
-                "before the weights load"
-            ) from None
+            raise WeightSyncTimeout(self._in_flight_message()) from None
+
+    def _in_flight_message(self) -> str:
+        """What a weight sync still waits for while it drains the requests in flight."""
+        return (
+            f"{self.gated.in_flight} request(s) in flight on the inference engines to finish "
+            "before the weights load"
+        )
 
     async def _resume(self, version: int) -> None:
         """The engines hold ``version``: requests go out again (recording it). No release here:
@@ -597,6 +608,13 @@ class AsyncRollouts:
         self.hold_deadline = None
         self.gate.set()
         self.progress.set()  # a batch waited for meanwhile is no longer held to the deadline
+
+    async def _sync_failed(self, exc: BaseException) -> None:
+        """A weight sync failed: the engines hold what they held; a batch waited for (now or
+        later) raises ``exc`` instead of training on rows of a version that never loaded."""
+        self.failure = self.failure or exc
+        self.hold_deadline = None
+        self.progress.set()
 
     async def _state(self) -> dict[str, Any]:
         pending = [{"index": i, "uid": u, "seed": s} for i, u, s in self.queued]

@@ -861,3 +861,56 @@ def test_closing_the_source_stops_an_external_agents_endpoints(tmp_path, stalene
     finally:
         source.close()
     assert not any(accepts_connections(s) for s in servers)
+
+
+def test_a_background_load_whose_drain_timed_out_ends_the_next_batch(tmp_path):
+    # A background load (the trainer goes on to its next batch) waits for step 2's requests,
+    # in flight at the sync (1.5 s each), at most 0.5 s: WeightSyncTimeout, the weights never
+    # load. The block's exit still moved the clock to version 1 and opened the gate, so
+    # next_batch(2) returned step 2's rows as finished at version 1 (engines at 0) and the
+    # failure surfaced a step later, or never when the trainer's wait lost the deadline race.
+    from skyrl.rollouts import WeightSyncTimeout
+
+    cfg = _cfg("trainer.max_staleness=1")
+    tok = _tokenizer(cfg)
+    engine = TimedEngine(tok, {"s2r0p2": 1.5, "s2r0p3": 1.5})
+    source = AsyncRollouts(cfg, engine, tok, tmp_path)
+    failed: Future = Future()
+
+    def load(sync) -> None:
+        try:
+            with sync:
+                pass  # engine.update_weights(...): never reached
+        except WeightSyncTimeout as exc:
+            failed.set_result(str(exc))
+
+    try:
+        _next_batch_within(source, 1)
+        thread = threading.Thread(target=load, args=(source.updating_weights(1, 0.5),))
+        thread.start()
+        thread.join(5)
+        assert "request(s) in flight" in failed.result(0)
+        assert source.clock.current == 0  # the engines still hold version 0
+        with pytest.raises(WeightSyncTimeout, match=r"request\(s\) in flight"):
+            _next_batch_within(source, 2, seconds=10)
+    finally:
+        source.close()
+
+
+def test_a_batch_awaited_past_the_deadline_of_a_drain_names_the_requests_in_flight(tmp_path):
+    # The hold of sync 1 is on (deadline 0.5 s) and step 2's requests (3 s each) are in flight:
+    # the weights cannot load before they finish (2 prompts x 2 samples = 4 requests).
+    # next_batch(2) gave up at the deadline naming "the inference engines to load the
+    # weights", which were never what it waited for.
+    from skyrl.rollouts import WeightSyncTimeout
+
+    cfg = _cfg("trainer.max_staleness=1")
+    tok = _tokenizer(cfg)
+    source = AsyncRollouts(cfg, TimedEngine(tok, {"s2r0p2": 3.0, "s2r0p3": 3.0}), tok, tmp_path)
+    try:
+        _next_batch_within(source, 1)
+        source.updating_weights(1, 0.5)  # the load thread has not drained yet
+        with pytest.raises(WeightSyncTimeout, match=r"^4 request\(s\) in flight on the inf"):
+            _next_batch_within(source, 2, seconds=10)
+    finally:
+        source.close()
