@@ -84,6 +84,7 @@ def check_prompts(
     chat = _chat_tokens(cfg, tokenizer, ChatTokens)
     env = make_checked_env(cfg.environment)
     tools = _tools(cfg, env, chat, tokenizer)
+    _check_template_appends(cfg, chat, tools)
     total, longest, num_overlong = 0, 0, 0
     first_overlong: tuple[str, str, int] | None = None
     try:
@@ -185,6 +186,24 @@ def _chat_tokens(cfg: SkyRLConfig, tokenizer, chat_tokens_cls):
     except Exception as exc:  # no chat template
         problem = f"the tokenizer cannot render chat prompts: {exc}"
     raise ConfigError("model.tokenizer_path" if cfg.model.tokenizer_path else "model.path", problem)
+
+
+def _check_template_appends(cfg: SkyRLConfig, chat, tools) -> None:
+    """With ``generator.max_turns`` > 1 the loop extends a context token for token: a chat
+    template that re-renders earlier turns (Qwen3's) is refused here, the ``ConfigError`` on
+    ``generator.max_turns`` the loop would raise at the first observation of step 1. Any
+    other error of the probe is left to the loop (an env's observations may take another
+    role than the probe's ``user``)."""
+    from skyrl.generators.chat import NotAppendOnly
+
+    if cfg.generator.max_turns <= 1:
+        return
+    try:
+        chat.observation_ids([{"role": "user", "content": "probe"}], True, tools)
+    except NotAppendOnly:
+        raise
+    except Exception:  # the template refuses the probe's role: the loop's own call decides
+        return
 
 
 def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:

@@ -13,6 +13,7 @@ EOS ``<|endoftext|>`` but a ChatML template whose turns end with ``<|im_end|>``.
 
 from __future__ import annotations
 
+from skyrl.config.errors import ConfigError
 from skyrl.envs.base import Message
 
 _PROBE = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": "probe"}]
@@ -33,9 +34,22 @@ def render_prompt_ids(tokenizer, messages: list, tools: list[dict] | None = None
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-class NotAppendOnly(ValueError):
+class NotAppendOnly(ConfigError):
     """The chat template re-renders earlier turns when messages are added (a setup error, not
-    the env's)."""
+    the env's): this model's template cannot serve ``generator.max_turns`` > 1. A
+    ``ConfigError``, so the CLI prints it as one line naming the key."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "generator.max_turns",
+            "the chat template re-renders earlier turns when messages are added (an "
+            "assistant message renders differently once it is no longer the last, as "
+            "Qwen3's drops its <think> block), and multi-turn rollouts extend the context "
+            "token for token: use max_turns=1 or a model whose chat template only appends",
+        )
+
+    def __reduce__(self):  # rebuilt from nothing wherever it is re-raised (pickled)
+        return (NotAppendOnly, ())
 
 
 class ChatTokens:
@@ -117,10 +131,7 @@ class ChatTokens:
         probe = self.render_text(_PROBE, tools=tools)
         full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
         if not full.startswith(probe):
-            raise NotAppendOnly(
-                "the chat template re-renders earlier turns when messages are added; "
-                "token-level multi-turn needs an append-only template"
-            )
+            raise NotAppendOnly()
         close = self.assistant_tail if response_ended else self.turn_end
         return self.encode(close + full[len(probe) :])
 

@@ -3,6 +3,7 @@ prompt length counted as the agent loop renders it, the over-long policy (error 
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pyarrow as pa
@@ -325,3 +326,33 @@ def test_a_file_without_rows_names_its_key(tmp_path, tok, content):
         with pytest.raises(ConfigError) as err:
             check_prompts(cfg, split, tok)
         assert (err.value.key, err.value.message) == (key, f"{empty}: no rows")
+
+
+QWEN3_STYLE = (
+    "{%- for m in messages %}{%- if m.role == 'assistant' and loop.last %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""Renders the last assistant message with an empty ``<think>`` block, earlier ones without:
+a second turn does not extend the first's context token for token."""
+
+
+def test_a_template_that_re_renders_earlier_turns_is_refused_for_multi_turn(tmp_path, tok):
+    # The loop raised this at the first observation of step 1, after the engines had loaded
+    qwen3 = copy.deepcopy(tok)
+    qwen3.chat_template = QWEN3_STYLE
+    path = write_jsonl(tmp_path / "d.jsonl", rows("What is 2 + 2?"))
+    with pytest.raises(ConfigError) as err:
+        check_prompts(files_cfg([path], [], "generator.max_turns=2"), "train", qwen3)
+    assert err.value.key == "generator.max_turns"
+    assert "re-renders earlier turns" in err.value.message
+    # one turn never renders a reply into a later context: fine; so is ChatML at any max_turns
+    assert (
+        check_prompts(files_cfg([path], [], "generator.max_turns=1"), "train", qwen3).num_prompts
+        == 1
+    )
+    assert (
+        check_prompts(files_cfg([path], [], "generator.max_turns=2"), "train", tok).num_prompts == 1
+    )

@@ -803,3 +803,69 @@ def test_env_closes_queued_for_a_slot_still_run_when_cancelled(tok):
 
     assert asyncio.run(main()) < 0.5
     assert wait_for_closes(3) == ["skyrl-env"] * 3
+
+
+@pytest.mark.parametrize("step_wise", [False, True], ids=["whole", "step_wise"])
+def test_a_reply_cut_mid_trajectory_is_closed_masked_and_the_budget_ends_it(tok, step_wise):
+    """``max_tokens_per_turn=6`` cuts every reply (the engine would say 34 tokens), the env
+    wants 3 turns, ``max_generate_length=40``. Turn 1: 6 sampled + the template's whole turn
+    end, the tool result and the next generation prompt (mask 0; the cut reply never sampled
+    ``<|im_end|>``): 6 + G tokens. Turn 2: min(40 - (6 + G), 6) = 6 sampled, then its
+    observation would bring the total to 2 * (6 + G) >= 40, so the trajectory stops on
+    ``budget`` without it, with turn 2's step reward (0)."""
+    engine = FakeEngine(tok, text="a long reply " * 4)
+    cut = engine.ids[:6]
+    settings = LoopSettings(256, 40, 4, max_tokens_per_turn=6)
+    out = Generator(AgentLoop(engine, tok, TwoToolTurns, settings), engine, step_wise).generate(
+        ROWS[:1], 1, SamplingParams()
+    )
+    glue = tok.encode(
+        "<|im_end|>\n<|im_start|>tool\nresult 1<|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )
+    assert 40 - (6 + len(glue)) >= 6 and 2 * (6 + len(glue)) >= 40  # the arithmetic above
+    prompt = tok.encode(
+        tok.apply_chat_template(
+            [{"role": "user", "content": ROWS[0].prompt}],
+            tokenize=False,
+            add_generation_prompt=True,
+        ),
+        add_special_tokens=False,
+    )
+    assert set(out.stop_reasons) == {"budget"} and out.rewards[-1] == 0.0
+    if step_wise:
+        assert out.prompt_token_ids == [prompt, prompt + cut + glue]
+        assert out.response_token_ids == [cut, cut]
+        assert out.loss_masks == [[1] * 6, [1] * 6]
+        assert out.rollout_logprobs == [[-0.5] * 6, [-0.5] * 6]
+    else:
+        assert out.prompt_token_ids == [prompt]
+        assert out.response_token_ids == [cut + glue + cut]
+        assert out.loss_masks == [[1] * 6 + [0] * len(glue) + [1] * 6]
+        assert out.rollout_logprobs == [[-0.5] * 6 + [0.0] * len(glue) + [-0.5] * 6]
+    assert out.metrics["generate/truncation_rate"] == 1.0
+
+
+def test_a_template_that_re_renders_past_replies_stops_the_run_naming_max_turns(tok):
+    """A Qwen3-style template renders the last assistant message with an empty ``<think>``
+    block and earlier ones without: the second turn's context cannot extend the first one
+    token for token. That is a setup error (this model with ``generator.max_turns`` > 1), so
+    ``generate`` raises a ``ConfigError`` the CLI prints as one line naming the key, not a
+    ValueError the CLI shows as a traceback."""
+    from skyrl.config.cli_errors import one_line_error
+    from skyrl.config.errors import ConfigError
+
+    qwen3 = copy.deepcopy(tok)
+    qwen3.chat_template = (
+        "{%- for m in messages %}{%- if m.role == 'assistant' and loop.last %}"
+        "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}"
+        "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+        "{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    with pytest.raises(ConfigError) as info:
+        make(qwen3, FakeEngine(qwen3), TwoToolTurns, False).generate(ROWS[:1], 1, SamplingParams())
+    assert info.value.key == "generator.max_turns"
+    line = one_line_error(info.value)
+    assert line.startswith("error: generator.max_turns: ") and "\n" not in line
+    assert "re-renders earlier turns" in line and "max_turns=1" in line
