@@ -212,10 +212,10 @@ def check_file_sizes(ckpt: Path) -> None:
         path = ckpt / name
         if not path.is_file():
             raise ValueError(f"{path} is missing: {ckpt} is not a complete checkpoint")
-        if path.stat().st_size != size:
+        found = path.stat().st_size
+        if found != size:
             raise ValueError(
-                f"{path} has {path.stat().st_size} bytes, but was saved with {size}: "
-                f"{ckpt} is damaged"
+                f"{path} has {found} bytes, but was saved with {size}: {ckpt} is damaged"
             )
 
 
