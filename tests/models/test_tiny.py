@@ -1,13 +1,12 @@
 """The tiny model builder: loadable, deterministic, cached, and its chat template renders turns."""
 
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from skyrl.models import build_tiny_model
+from skyrl.models import build_tiny_model, tiny
 
 
 def test_loads_and_renders_chat(tmp_path):
@@ -28,11 +27,16 @@ def test_loads_and_renders_chat(tmp_path):
     assert tok.decode(tok.encode("What is 12 + 7?")) == "What is 12 + 7?"
 
 
-def test_deterministic_and_cached(tmp_path):
+def test_deterministic_and_cached(tmp_path, monkeypatch):
     a = build_tiny_model(seed=3)
-    t0 = time.perf_counter()
-    b = build_tiny_model(seed=3)
-    assert a == b and time.perf_counter() - t0 < 0.5
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("the cached build was built again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tiny, "_build_into", rebuilt)
+        b = build_tiny_model(seed=3)
+    assert a == b
     c = build_tiny_model(tmp_path / "c", seed=3)
     ma = AutoModelForCausalLM.from_pretrained(a)
     mc = AutoModelForCausalLM.from_pretrained(c)
