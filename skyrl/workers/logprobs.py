@@ -126,11 +126,13 @@ class PackedForward(NamedTuple):
 
 
 def _chunk_log_z(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per position: ``log Z`` of the tempered logits, and the entropy of their softmax."""
+    """Per position: ``log Z`` of the tempered logits, and the entropy of their softmax (a
+    ``-inf`` logit, a masked vocabulary entry, adds 0, not ``0 x -inf`` = NaN, to the value
+    and its gradient, as in ``skyrl.algorithms.entropy``)."""
     scaled = _tempered(logits, temperature)
     log_z = torch.logsumexp(scaled, dim=-1)
     probs = torch.softmax(scaled, dim=-1)
-    return log_z, log_z - (probs * scaled).sum(-1)
+    return log_z, log_z - (probs * torch.where(probs > 0, scaled, 0.0)).sum(-1)
 
 
 def loss_predictors(micro_batch: PackedMicroBatch) -> torch.Tensor | None:

@@ -1,4 +1,5 @@
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -395,3 +396,47 @@ def test_the_entropy_path_and_the_fused_path_give_the_same_gradients():
     for name, grad in grads[0].items():  # fp32 rounding: within 1e-6 of each gradient's scale
         scale = float(grad.abs().max())
         torch.testing.assert_close(grads[1][name], grad, atol=1e-6 * scale, rtol=0, msg=name)
+
+
+class _FixedLogits(torch.nn.Module):
+    """Every position's logits are ``row`` (a parameter), over a vocabulary of 3."""
+
+    def __init__(self, row: list[float]):
+        super().__init__()
+        self.row = torch.nn.Parameter(torch.tensor(row))
+
+    def forward(self, input_ids, **kwargs):
+        return SimpleNamespace(logits=self.row.expand(*input_ids.shape, 3))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_a_masked_vocabulary_entry_adds_nothing_to_the_entropy(temperature):
+    """A ``-inf`` logit (a masked vocabulary entry) has probability 0 and adds 0, not
+    ``0 x -inf`` = NaN, to the entropy and its gradient, as ``skyrl.algorithms.entropy`` says.
+    Logits [0, ln 3, -inf]: at temperature 1, p = [1/4, 3/4, 0] and H = ln 4 - 3/4 ln 3 =
+    1.386294 - 0.823959 = 0.562335; at 0.5, [0, 2 ln 3, -inf] gives p = [1/10, 9/10, 0] and
+    H = -(0.1 ln 0.1 + 0.9 ln 0.9) = 0.230259 + 0.094824 = 0.325083. dH/dz_i = -p_i (ln p_i +
+    H) / T; at T = 1: -1/4 (-1.386294 + 0.562335) = 0.205990 for z_0, -0.205990 for z_1, 0 for
+    the masked one; two loss tokens predicted by the same logits: twice that."""
+    model = _FixedLogits([0.0, math.log(3.0), float("-inf")])
+    ids = torch.tensor([[0, 1, 0]])
+    chunk = TrainingInputBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "loss_mask": torch.tensor([[0.0, 1.0, 1.0]]),
+        }
+    )
+    (mb,) = plan_micro_batches(chunk, max_tokens=8)
+    out = packed_logprobs(model, mb, temperature, compute_entropy=True, loss_tokens_only=True)
+    entropy = {1.0: 0.562335, 0.5: 0.325083}[temperature]
+    torch.testing.assert_close(
+        out.entropy, torch.tensor([[0.0, entropy, entropy]]), atol=1e-6, rtol=0
+    )
+    p_1 = {1.0: 0.75, 0.5: 0.9}[temperature]  # token 1's probability
+    torch.testing.assert_close(out.logprobs[0, 1], torch.tensor(math.log(p_1)), atol=1e-6, rtol=0)
+    out.entropy.sum().backward()
+    assert torch.isfinite(model.row.grad).all()
+    if temperature == 1.0:
+        want = torch.tensor([2 * 0.205990, -2 * 0.205990, 0.0])
+        torch.testing.assert_close(model.row.grad, want, atol=1e-5, rtol=0)
