@@ -129,11 +129,24 @@ def _overlap_cpus(cfg: SkyRLConfig, cores: int) -> str | None:
     engines = g.num_engines * g.num_cpus_per_engine
     if workers + engines <= cores:
         return None
-    fits = max(1, int((cores - engines) // t.dp_size))
+    room = cores - engines  # the CPUs the engines leave to the policy ranks
+    # a rank runs at least one thread (its whole CPUs), so a fraction would not help
+    if room >= t.dp_size:
+        fix = f"set trainer.num_cpus_per_worker={int(room // t.dp_size)}"
+    elif room >= 1:
+        fix = (
+            f"each rank runs at least one thread: lower trainer.dp_size to {int(room)} or the "
+            "engines' CPUs (generator.num_engines x generator.num_cpus_per_engine)"
+        )
+    else:
+        fix = (
+            f"the engines alone take {engines:g} of the {cores} cores: lower "
+            "generator.num_engines or generator.num_cpus_per_engine"
+        )
     return (
         f"{workers + engines:g} CPUs at once ({t.dp_size} policy x {t.num_cpus_per_worker:g} + "
         f"{g.num_engines} engine x {g.num_cpus_per_engine:g}) on {cores} cores: threads will "
-        f"share cores; set trainer.num_cpus_per_worker={fits}"
+        f"share cores; {fix}"
     )
 
 

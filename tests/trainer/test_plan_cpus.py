@@ -54,3 +54,26 @@ def test_with_lora_the_plan_and_the_cpus_have_no_reference_workers():
     assert make_plan(lora).roles["reference"] == "the policy with its LoRA adapters off"
     assert _logical_cpus(lora) == max(os.cpu_count() or 1, 3)
     assert _logical_cpus(full) == max(os.cpu_count() or 1, 5)
+
+
+def test_when_no_worker_cpu_count_fits_the_advice_names_what_would(monkeypatch):
+    """A rank runs at least one thread (``max(1, int(num_cpus_per_worker))``): when the engines
+    leave fewer CPUs than there are ranks, no ``num_cpus_per_worker`` fits. The advice said
+    ``set trainer.num_cpus_per_worker=1``, the value already set, which changes nothing."""
+    monkeypatch.setattr(plan_module, "_cores", lambda: 2)
+    # 2 ranks x 1 + 1 engine x 1 = 3 on 2 cores; 2 - 1 = 1 CPU left for 2 ranks: 1 rank fits
+    two_ranks = make_plan(_config(*ASYNC, "trainer.dp_size=2", "trainer.num_cpus_per_worker=1"))
+    assert two_ranks.overlap_cpus == (
+        "3 CPUs at once (2 policy x 1 + 1 engine x 1) on 2 cores: threads will share cores; "
+        "each rank runs at least one thread: lower trainer.dp_size to 1 or the engines' CPUs "
+        "(generator.num_engines x generator.num_cpus_per_engine)"
+    )
+    # 1 rank x 1 + 1 engine x 2 = 3 on 2 cores; the engine alone takes 2 - 2 = 0 left
+    big_engine = make_plan(
+        _config(*ASYNC, "generator.num_cpus_per_engine=2", "trainer.num_cpus_per_worker=1")
+    )
+    assert big_engine.overlap_cpus == (
+        "3 CPUs at once (1 policy x 1 + 1 engine x 2) on 2 cores: threads will share cores; "
+        "the engines alone take 2 of the 2 cores: lower generator.num_engines or "
+        "generator.num_cpus_per_engine"
+    )
