@@ -29,7 +29,8 @@ client sends). A session's requests are:
 
 Without a session (``skyrl-serve``), requests are plain inference: the client's
 sampling and seed, ``max_tokens`` up to ``generator.max_generate_length`` (a 400 above it),
-capped to ``generator.max_tokens_per_turn`` when set, as a session's turn is.
+capped to ``generator.max_tokens_per_turn`` when set, as a session's turn is; ``n`` up to
+128, OpenAI's limit (a session's must be 1).
 
 Chat requests, in a session or not, also stop on the chat template's turn end when it is not
 the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), as the
@@ -61,6 +62,7 @@ hands the call to it; without one the call runs on the server's loop.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import math
@@ -77,6 +79,9 @@ from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
 from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
 from skyrl.serve.reconcile import FIRST, FORK, Chain, Decision, RequestRecord
+
+MAX_N = 128
+"""Samples one request may ask for (``n``), OpenAI's limit."""
 
 
 class APIError(Exception):
@@ -266,6 +271,23 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
         raise refuse("top_logprobs", "0: the sampled tokens' own logprobs")
 
 
+def _check_flags(body: dict, chat: bool) -> None:
+    """A 400 naming a true-or-false field that is neither (nor null): ``"stream": "false"``
+    would otherwise be read as true."""
+    names = ("stream", "return_token_ids") + (("logprobs",) if chat else ("echo",))
+    for name in names:
+        value = body.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise APIError(400, f"{name} must be true or false, got {value!r}", param=name)
+
+
+def _include_usage(body: dict) -> bool:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``), as
+    OpenAI's do: without it every chunk has a choice."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
 def _stops(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -316,10 +338,12 @@ class OpenAIBackend:
     async def chat(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
         _refuse_unsupported(body, chat=True)
+        _check_flags(body, chat=True)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
         stop_ids, stops = self.format.turn_stop_ids, self._stop_strings(body, session)
-        choices, prompt_ids = await self._sample(body, session, rendered, messages, stop_ids)
+        sent = copy.deepcopy(body["messages"])  # the record's: as sent, not as rendered
+        choices, prompt_ids = await self._sample(body, session, rendered, sent, stop_ids)
         out = []
         for k, (completion, record) in enumerate(choices):
             reply_ids = list(completion.token_ids)
@@ -338,11 +362,14 @@ class OpenAIBackend:
             choice["logprobs"] = self._chat_logprobs(completion) if body.get("logprobs") else None
             out.append(self._with_ids(body, choice, completion))
         response = self._response("chat.completion", "chatcmpl", body, out, prompt_ids, choices)
-        return self._chat_stream(response) if body.get("stream") else response
+        if not body.get("stream"):
+            return response
+        return self._chat_stream(response, _include_usage(body))
 
     async def completion(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
         _refuse_unsupported(body, chat=False)
+        _check_flags(body, chat=False)
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
@@ -363,9 +390,7 @@ class OpenAIBackend:
         response = self._response("text_completion", "cmpl", body, out, prompt_ids, choices)
         if not body.get("stream"):
             return response
-        options = body.get("stream_options")
-        usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        return self._completion_stream(response, usage)
+        return self._completion_stream(response, _include_usage(body))
 
     # -- request checks: all made before the engine or the session sees the request ----
 
@@ -445,8 +470,11 @@ class OpenAIBackend:
         messages: list[dict],
         stop_ids: list[int],
     ) -> tuple[list[tuple[Completion, RequestRecord | None]], list[int]]:
-        """``stop_ids``: token ids the request stops on beside EOS and the session's own."""
+        """``stop_ids``: token ids the request stops on beside EOS and the session's own;
+        ``messages``: the request's, as sent (a session's record keeps them)."""
         n = _number(body, "n", int, 1, low=1)
+        if n > MAX_N:  # its engine calls are made on the server's loop: it would stall
+            raise APIError(400, f"n must be <= {MAX_N} (as in OpenAI's API), got {n}", param="n")
         if session is None:
             return await self._sample_free(body, rendered, n, stop_ids), rendered
         if n != 1:
@@ -462,25 +490,27 @@ class OpenAIBackend:
             raise self._too_long(len(prompt))
         max_tokens = self._max_tokens(body, lim.max_generate_length)
         if max_tokens > lim.max_generate_length:
+            name = self._max_tokens_field(body)
             raise APIError(
                 400,
-                f"max_tokens {max_tokens} is over generator.max_generate_length="
+                f"{name} {max_tokens} is over generator.max_generate_length="
                 f"{lim.max_generate_length}",
-                param="max_tokens",
+                param=name,
             )
         max_tokens = min(max_tokens, lim.max_tokens_per_turn or max_tokens)  # as a session's
         seed = _number(body, "seed", int, None)
         if seed is not None and not -(2**63) <= seed < 2**63:
             raise APIError(400, f"seed must fit in 64 bits (signed), got {seed}", param="seed")
+        top_p = _number(body, "top_p", float, 1.0)
+        if not 0 < top_p <= 1:  # before SamplingParams, whose own check is a ConfigError
+            raise APIError(400, f"top_p must be in (0, 1], got {top_p}", param="top_p")
         base = SamplingParams(
             temperature=_number(body, "temperature", float, 1.0, low=0),
-            top_p=_number(body, "top_p", float, 1.0),
+            top_p=top_p,
             stop=_stops(body),
             stop_token_ids=list(stop_ids),
             max_tokens=max_tokens,
         )
-        if not 0 < base.top_p <= 1:
-            raise APIError(400, f"top_p must be in (0, 1], got {base.top_p}", param="top_p")
 
         def one(j: int) -> SamplingParams:
             s = None if seed is None else (seed if n == 1 else request_seed(seed, "0", j, 0))
@@ -580,11 +610,15 @@ class OpenAIBackend:
         )
 
     @staticmethod
-    def _max_tokens(body: dict, default: int) -> int:
+    def _max_tokens_field(body: dict) -> str:
         """``max_completion_tokens``, or ``max_tokens`` where it is absent or null."""
         given = body.get("max_completion_tokens") is not None
-        name = "max_completion_tokens" if given else "max_tokens"
-        return _number(body, name, int, default, low=1)
+        return "max_completion_tokens" if given else "max_tokens"
+
+    @classmethod
+    def _max_tokens(cls, body: dict, default: int) -> int:
+        """The request's ``_max_tokens_field``."""
+        return _number(body, cls._max_tokens_field(body), int, default, low=1)
 
     @staticmethod
     def _stop_strings(body: dict, session: Session | None) -> list[str]:
@@ -649,9 +683,10 @@ class OpenAIBackend:
         }
 
     @staticmethod
-    async def _chat_stream(response: dict) -> AsyncIterator[str]:
+    async def _chat_stream(response: dict, usage: bool) -> AsyncIterator[str]:
         """The response as server-sent events: per choice its role, its content and tool
-        calls in one delta each, then its finish reason; usage last."""
+        calls in one delta each, then its finish reason; usage last when asked
+        (``stream_options.include_usage``)."""
         head = {k: response[k] for k in ("id", "created", "model")}
         head["object"] = "chat.completion.chunk"
 
@@ -672,7 +707,8 @@ class OpenAIBackend:
                 yield chunk(c["index"], {"tool_calls": calls})
             extra = {"token_ids": c["token_ids"]} if "token_ids" in c else None
             yield chunk(c["index"], {}, c["finish_reason"], extra)
-        yield f"data: {json.dumps({**head, 'choices': [], 'usage': response['usage']})}\n\n"
+        if usage:
+            yield f"data: {json.dumps({**head, 'choices': [], 'usage': response['usage']})}\n\n"
         yield "data: [DONE]\n\n"
 
     @staticmethod

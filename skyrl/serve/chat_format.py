@@ -41,7 +41,11 @@ def _text(content: Any, param: str) -> str:
         for k, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text":
                 raise FormatError(f"{param}[{k}]", "only text content parts are supported")
-            parts.append(str(part.get("text", "")))
+            if not isinstance(part.get("text"), str):
+                raise FormatError(
+                    f"{param}[{k}].text", f"must be a string, got {part.get('text')!r}"
+                )
+            parts.append(part["text"])
         return "".join(parts)
     raise FormatError(param, f"must be a string or a list of content parts, got {content!r}")
 

@@ -204,3 +204,118 @@ def test_an_empty_stop_string_is_a_400(scripted, stop):
     error = r.json()["error"]
     assert error["param"] == "stop" and "empty" in error["message"], error
     assert engine.prompts == []
+
+
+@pytest.mark.parametrize("top_p", [0, 1.5])
+def test_a_top_p_out_of_range_is_a_400_not_a_500(scripted, top_p):
+    # checked after the sampling parameters were built, whose own check raised first: a 500
+    engine, url, _ = scripted
+    body = {"messages": [{"role": "user", "content": "x"}], "top_p": top_p}
+    r = post(url, "chat/completions", body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "top_p"
+    assert error["message"] == f"top_p must be in (0, 1], got {float(top_p)}"
+    assert engine.prompts == []
+
+
+def test_max_completion_tokens_over_the_limit_is_named_as_sent(scripted):
+    engine, url, _ = scripted
+    body = {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 65}
+    r = post(url, "chat/completions", body)  # the fixture's max_generate_length is 64
+    error = r.json()["error"]
+    assert (r.status_code, error["param"]) == (400, "max_completion_tokens"), r.text
+    assert error["message"] == "max_completion_tokens 65 is over generator.max_generate_length=64"
+    assert engine.prompts == []
+
+
+@pytest.mark.parametrize("part", [{"type": "text", "text": 5}, {"type": "text"}])
+def test_a_text_part_without_a_string_text_is_a_400(scripted, part):
+    engine, url, _ = scripted
+    r = post(url, "chat/completions", {"messages": [{"role": "user", "content": [part]}]})
+    error = r.json()["error"]
+    assert (r.status_code, error["param"]) == (400, "messages[0].content[0].text"), r.text
+    assert "must be a string" in error["message"]
+    assert engine.prompts == []
+
+
+@pytest.mark.parametrize(
+    "route, field, value",
+    [
+        ("chat/completions", "stream", "false"),  # was read as true: a stream came back
+        ("chat/completions", "logprobs", "yes"),
+        ("chat/completions", "return_token_ids", 1),
+        ("completions", "stream", "true"),
+        ("completions", "echo", "no"),  # was refused as if echo were asked
+        ("completions", "return_token_ids", "false"),
+    ],
+)
+def test_a_flag_that_is_not_a_boolean_is_a_400_before_the_engine(scripted, route, field, value):
+    engine, url, backend = scripted
+    row = PromptRow("q", "toy", {}, uid="p7")
+    session = backend.sessions.open(Session(row, 0, SamplingParams(seed=1), EngineBinding(engine)))
+    sent = (
+        {"messages": [{"role": "user", "content": "x"}]}
+        if route.startswith("chat")
+        else {"prompt": "x"}
+    )
+    r = post(url, route, {**sent, field: value}, key=session.key)
+    error = r.json()["error"]
+    assert (r.status_code, error["param"]) == (400, field), r.text
+    assert error["message"] == f"{field} must be true or false, got {value!r}"
+    assert engine.prompts == [] and session.records == []
+
+
+def test_a_session_records_the_messages_as_the_client_sent_them(scripted):
+    """``RequestRecord.messages`` (what ``generator.agent_reward_fn`` gets, with the reply) are
+    the OpenAI messages as sent: not the template's form (developer as system, parts joined,
+    a null content as "", tool-call arguments parsed into objects)."""
+    engine, url, backend = scripted
+    row = PromptRow("q", "toy", {}, uid="p7")
+    session = backend.sessions.open(Session(row, 0, SamplingParams(seed=1), EngineBinding(engine)))
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    sent = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "SAY:"}, {"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "SAY:hi"},
+    ]  # fmt: skip
+    r = post(url, "chat/completions", {"messages": sent}, key=session.key)
+    assert r.status_code == 200, r.text
+    (record,) = session.records
+    assert record.messages == sent
+    assert record.reply == {"role": "assistant", "content": "hi"}
+
+
+def test_the_chat_stream_ends_with_usage_only_when_asked(scripted):
+    """As OpenAI streams: a usage chunk (with no choices) only with
+    ``stream_options.include_usage``; the quickstart's ``chunk.choices[0]`` on every chunk of a
+    plain stream then works."""
+    _, url, _ = scripted
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    say = [{"role": "user", "content": "SAY:hi"}]
+    whole = client.chat.completions.create(model="tiny", messages=say)
+    plain = list(client.chat.completions.create(model="tiny", messages=say, stream=True))
+    assert all(c.choices and c.usage is None for c in plain)
+    assert "".join(c.choices[0].delta.content or "" for c in plain) == "hi"
+    options = {"include_usage": True}
+    asked = list(
+        client.chat.completions.create(
+            model="tiny", messages=say, stream=True, stream_options=options
+        )
+    )
+    assert len(asked) == len(plain) + 1 and asked[-1].choices == []
+    assert asked[-1].usage == whole.usage  # "h" "i" <|im_end|>: 3 completion tokens
+    assert whole.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("n", [129, 1e20])
+def test_n_over_openais_limit_is_a_400_and_the_endpoint_still_answers(scripted, n):
+    # n=1e20 made 1e20 engine calls on the server's loop: every later request timed out
+    engine, url, _ = scripted
+    r = post(url, "chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": n})
+    error = r.json()["error"]
+    assert (r.status_code, error["param"]) == (400, "n"), r.text
+    assert error["message"] == f"n must be <= 128 (as in OpenAI's API), got {int(n)}"
+    assert httpx.get(f"{url}/models", timeout=5).status_code == 200
+    assert engine.prompts == []
