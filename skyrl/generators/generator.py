@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+from collections.abc import Callable
 from typing import cast
 
 from skyrl.config.errors import ConfigError
@@ -58,13 +59,33 @@ def driver_factory(name: str) -> DriverFactory:
         problem = str(exc)
     else:
         if inspect.iscoroutinefunction(target):  # an external agent: async def rollout(client, row)
-            from skyrl.serve.harness import HarnessDriver
+            problem = _not_an_agent(name, target)
+            if not problem:
+                from skyrl.serve.harness import HarnessDriver
 
-            return functools.partial(HarnessDriver.from_context, rollout=target)
-        problem = _not_a_factory(name, target)
-        if not problem:
-            return cast(DriverFactory, target)
+                return functools.partial(HarnessDriver.from_context, rollout=target)
+        else:
+            problem = _not_a_factory(name, target)
+            if not problem:
+                return cast(DriverFactory, target)
     raise ConfigError("generator.agent", problem)  # outside the handler: no exception context
+
+
+def _not_an_agent(name: str, target: Callable) -> str:
+    """Why the coroutine function ``target`` cannot be called as an external agent,
+    ``rollout(client, row)`` ("" if it can; a signature Python cannot read is given the
+    benefit of the doubt). The harness calls it so in every trajectory, each failing alone."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(None, None)
+        return ""
+    except TypeError:
+        listed = ", ".join(signature.parameters)
+    short = name.rsplit(".", 1)[-1]
+    return f"{name} takes ({listed}): an external agent must be `async def {short}(client, row)`"
 
 
 def _not_a_factory(name: str, target: object) -> str:
