@@ -16,7 +16,8 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,37 @@ def load_tool_parser(name: str):
         ) from None
 
 
+class _HeldErrors(logging.Filter):
+    """On a tool parser's loggers: inside ``held()`` on this thread, a record carrying an
+    exception is kept back and noted. vLLM's parsers catch their own failure on a reply,
+    log it with a traceback (some 15 lines, for each malformed call a model writes) and
+    return the reply as text; ``parse`` logs one line instead."""
+
+    def __init__(self):
+        super().__init__()
+        self.local = threading.local()
+
+    @contextmanager
+    def held(self) -> Iterator[list[str]]:
+        errors: list[str] = []
+        self.local.errors = errors
+        try:
+            yield errors
+        finally:
+            self.local.errors = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        errors = getattr(self.local, "errors", None)
+        if errors is None or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        errors.append(f"{type(exc).__name__}: {exc}" if exc else record.getMessage())
+        return False
+
+
+_held_errors = _HeldErrors()
+
+
 class ToolCallParser:
     """One tokenizer's tool-call parser, loaded on first use (importing vLLM's parsers
     takes seconds)."""
@@ -71,12 +103,15 @@ class ToolCallParser:
                     self._cls = load_tool_parser(self.name)
                 except ToolParserUnavailable as exc:
                     self._error = str(exc)
+                else:  # where its methods log (adding a filter twice keeps one)
+                    for cls in self._cls.__mro__[:-1]:  # not object
+                        logging.getLogger(cls.__module__).addFilter(_held_errors)
         return self._error
 
     def parse(self, text: str, tools: list[dict]) -> tuple[str | None, list[dict]]:
         """``(content, calls)`` of a reply's text; calls in the OpenAI format (``id``,
         ``type``, ``function.name``, ``function.arguments`` as a JSON string). A reply the
-        parser fails on is text without calls (logged): the model wrote it, and a training
+        parser fails on is text without calls (logged, one line): the model wrote it, and a training
         session has already recorded it."""
         problem = self.unavailable()
         if problem is not None:
@@ -86,14 +121,21 @@ class ToolCallParser:
         request = ChatCompletionRequest.model_validate(  # what the parsers read: the tools
             {"model": "skyrl", "messages": [{"role": "user", "content": ""}], "tools": tools}
         )
-        try:
-            info = self._cls(self.tokenizer).extract_tool_calls(text, request)
-        except Exception as exc:  # the model's text broke the parser: it stays plain text
+        with _held_errors.held() as errors:
+            try:
+                info = self._cls(self.tokenizer).extract_tool_calls(text, request)
+            except Exception as exc:  # the model's text broke the parser
+                info = None
+                errors.append(f"{type(exc).__name__}: {exc}")
+        called = info is not None and info.tools_called
+        if errors:  # raised, or caught and logged by the parser itself
             logger.warning(
-                "the %r tool parser failed on a reply (%s); kept as text", self.name, exc
+                "the %r tool parser failed on a reply (%s)%s",
+                self.name,
+                "; ".join(errors),
+                "" if called else "; kept as text",
             )
-            return text, []
-        if not info.tools_called:
+        if info is None or not called:
             return text, []
         calls = [
             {
@@ -108,15 +150,27 @@ class ToolCallParser:
     def calls(self, text: str, tools: list[dict]) -> list[dict]:
         """The tool calls in ``text`` as ``{"name", "arguments"}`` (arguments decoded from
         JSON when they are JSON)."""
-        out = []
-        for call in self.parse(text, tools)[1]:
-            args: Any = call["function"]["arguments"]
-            try:
-                args = json.loads(args)
-            except (TypeError, json.JSONDecodeError):
-                pass
-            out.append({"name": call["function"]["name"], "arguments": args})
-        return out
+        return [
+            {"name": call["function"]["name"], "arguments": _decoded(call["function"]["arguments"])}
+            for call in self.parse(text, tools)[1]
+        ]
+
+
+def _decoded(arguments: Any) -> Any:
+    """A call's arguments decoded from JSON when they are JSON; arguments the model wrote as
+    a string holding a JSON object (OpenAI's form, which Qwen2.5's template renders as it
+    stands) are that object. Any other string stays a string."""
+    try:
+        decoded = json.loads(arguments)
+    except (TypeError, json.JSONDecodeError):
+        return arguments
+    if not isinstance(decoded, str):
+        return decoded
+    try:
+        inner = json.loads(decoded)
+    except json.JSONDecodeError:
+        return decoded
+    return inner if isinstance(inner, dict) else decoded
 
 
 def declared_tools(env: TextEnv, chat: ChatTokens, parser: ToolCallParser | None) -> list | None:
