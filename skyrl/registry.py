@@ -60,7 +60,7 @@ def import_path(path: str) -> Callable:
     ``module.Class.method``). Raises ``ValueError`` with a one-line reason: not a dotted
     path, does not import (the first import error), or not callable."""
     parts = path.split(".")
-    if len(parts) < 2:
+    if len(parts) < 2 or not all(parts):  # "x", ".x", "a..b", "a.": no module or no attr
         raise ValueError(f"{path!r} is not an import path module.attr")
     error: Exception | None = None
     for cut in range(len(parts) - 1, 0, -1):

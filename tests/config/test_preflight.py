@@ -124,6 +124,11 @@ def test_a_folder_without_a_tokenizer(tmp_path):
             "'no.such.driver' does not import: No module named 'no'",
         ),
         ("generator.agent=nope", "generator.agent", "'nope' is not a built-in driver"),
+        (  # a leading dot: importlib's own "Empty module name" named no path
+            "generator.agent=.rollout",
+            "generator.agent",
+            "'.rollout' is not an import path module.attr",
+        ),
         (
             "generator.agent=skyrl.generators.agent_loop.NoDriver",
             "generator.agent",
