@@ -19,13 +19,17 @@ this module's own decode loop (left padding, position ids from the attention mas
   ``log_softmax(logits / T)`` at the sampled token, while the token is drawn from the
   min-p, then top-k, then top-p truncated distribution (vLLM's order). ``generate``
   exposes only raw logits or the processed (truncated) scores.
-Finished rows (EOS, stop token, stop string, max_tokens) are dropped from the batch and
-its KV cache once a quarter of the batch has finished, so stragglers run at their size.
+A completion ends where the model's context does (``max_position_embeddings``; finish
+reason ``length``) and a prompt that fills it is refused, as vLLM does with its
+``max_model_len``. Finished rows (EOS, stop token, stop string, max_tokens) are dropped
+from the batch and its KV cache once a quarter of the batch has finished, so stragglers
+run at their size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -69,6 +73,14 @@ class HFEngine(LocalEngine):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__()
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:  # 0: serve never runs one
+            raise ValueError(f"hf engine: max_batch_size must be >= 1, got {max_batch_size!r}")
+        torch_dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+        if not isinstance(torch_dtype, torch.dtype):
+            raise ValueError(
+                "hf engine: dtype must name a torch dtype (float32, bfloat16, float16), "
+                f"got {dtype!r}"
+            )
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(
             tokenizer_path or model_path, trust_remote_code=trust_remote_code
@@ -77,7 +89,7 @@ class HFEngine(LocalEngine):
 
         model = AutoModelForCausalLM.from_pretrained(
             model_path,
-            dtype=getattr(torch, dtype),
+            dtype=torch_dtype,
             trust_remote_code=trust_remote_code,
             **IN_MEMORY,
         )
@@ -97,6 +109,10 @@ class HFEngine(LocalEngine):
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {e for e in eos + [self.tokenizer.eos_token_id] if e is not None}
+        self.context_len: int | None = getattr(
+            self.model.config.get_text_config(), "max_position_embeddings", None
+        )
+        """Positions the model has: prompt + completion stay within them (vLLM's max_model_len)."""
         self._pending: list[Request] = []
         """Requests collected beyond ``max_batch_size``: the head of the next batch."""
 
@@ -125,6 +141,10 @@ class HFEngine(LocalEngine):
     def _run(self, batch: list[Request]) -> None:
         """Decode ``batch`` and resolve each request; a bad request (``_refusal``) fails
         alone, a failure of the decode fails the whole batch."""
+        if self.model is None:  # shutdown() released it
+            for request in batch:
+                request.fail(RuntimeError("hf engine: generate after shutdown()"))
+            return
         decodable = []
         for request in batch:
             refusal = self._refusal(request)
@@ -133,6 +153,7 @@ class HFEngine(LocalEngine):
             elif request.sampling.max_tokens <= 0:
                 request.resolve(Completion([], [], "length"))
             else:
+                request.sampling = self._within_context(request)
                 decodable.append(request)
         batch = decodable
         if not batch:
@@ -152,12 +173,18 @@ class HFEngine(LocalEngine):
             request.resolve(completion)
 
     def _refusal(self, request: Request) -> str | None:
-        """Why ``request`` cannot join a batch (None: it can): an empty prompt, a token id
-        outside the embedding (an IndexError, on CUDA a device assert, for the whole batch),
-        an empty stop string (in every text: the completion would end at its first token)."""
+        """Why ``request`` cannot join a batch (None: it can): an empty prompt, a prompt
+        that fills the model's context (as in vLLM: no room for a token), a token id outside
+        the embedding (both an IndexError, on CUDA a device assert, for the whole batch), an
+        empty stop string (in every text: the completion would end at its first token)."""
         ids = request.prompt_ids
         if not ids:
             return "empty prompt"
+        if self.context_len is not None and len(ids) >= self.context_len:
+            return (
+                f"a prompt of {len(ids)} tokens leaves no room in the model's context of "
+                f"{self.context_len} tokens (max_position_embeddings)"
+            )
         vocab_size = self.model.get_input_embeddings().num_embeddings
         if min(ids) < 0 or max(ids) >= vocab_size:
             bad = next(i for i in ids if not 0 <= i < vocab_size)
@@ -165,6 +192,17 @@ class HFEngine(LocalEngine):
         if "" in request.sampling.stop:
             return "empty stop string (every text holds one)"
         return None
+
+    def _within_context(self, request: Request) -> SamplingParams:
+        """``request.sampling`` with ``max_tokens`` cut to the room its prompt leaves in the
+        context: as in vLLM, the completion then ends there with finish_reason ``length``."""
+        sampling = request.sampling
+        if self.context_len is None:
+            return sampling
+        room = self.context_len - len(request.prompt_ids)
+        if sampling.max_tokens <= room:
+            return sampling
+        return dataclasses.replace(sampling, max_tokens=room)
 
     # -- the decode loop ----------------------------------------------------------------
 
@@ -176,7 +214,7 @@ class HFEngine(LocalEngine):
         width, max_new = max(len(p) for p in prompts), max(p.max_tokens for p in params)
         stop_sets = [self.eos_ids | set(p.stop_token_ids) for p in params]
         rows = _Rows.build(prompts, params, stop_sets, self.model.config.vocab_size, self.device)
-        out = _Outputs.empty(params, self.device)
+        out = _Outputs.empty(prompts, params, self.device)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         for i, prompt in enumerate(prompts):
             ids[i, width - len(prompt) :] = torch.tensor(prompt)
@@ -201,7 +239,10 @@ class HFEngine(LocalEngine):
                 keep = torch.tensor([b for b, a in enumerate(rows.alive) if a], device=self.device)
                 cache.batch_select_indices(keep)
                 rows, new = rows.select(keep), new[keep]
-            inputs, positions = new[:, None], (rows.prompt_lengths + step)[:, None]
+            positions = rows.prompt_lengths + step
+            if self.context_len is not None:  # a row ended by the context, not yet dropped
+                positions = positions.clamp(max=self.context_len - 1)
+            inputs, positions = new[:, None], positions[:, None]
         tokens, logprobs = out.tokens.cpu(), out.logprobs.cpu()
         return [
             truncate_at_stop(
@@ -209,7 +250,7 @@ class HFEngine(LocalEngine):
                 logprobs[i, : out.lengths[i]].tolist(),
                 stop_sets[i],
                 p.stop if out.by_string[i] else [],
-                self.tokenizer.decode,
+                functools.partial(self._text_after, prompts[i][-1:]),
                 p.max_tokens,
             )
             for i, p in enumerate(params)
@@ -230,11 +271,25 @@ class HFEngine(LocalEngine):
             if i in out.texts:
                 out.texts[i].append(new_ids[b])
                 stops = params[i].stop
-                tail = self.tokenizer.decode(out.texts[i][-(4 * max(map(len, stops)) + 8) :])
+                window = out.texts[i][-(4 * max(map(len, stops)) + 8) :]
+                whole = len(window) == len(out.texts[i])  # the completion's start: in context
+                tail = self._text_after(out.contexts[i] if whole else [], window)
                 out.by_string[i] = any(s in tail for s in stops)
                 end = end or out.by_string[i]
             if end:
                 out.lengths[i], rows.alive[b] = step + 1, False
+
+    def _text_after(self, context: list[int], token_ids: list[int]) -> str:
+        """The text of ``token_ids`` as it reads after ``context`` (a prompt's last token, or
+        [] for none), as vLLM decodes a completion after its prompt: decoded alone, the first
+        token of a SentencePiece tokenizer's "▁word" reads "word", and a stop " word" there
+        was missed."""
+        text = str(self.tokenizer.decode(token_ids))
+        if not context:
+            return text
+        before = str(self.tokenizer.decode(context))
+        joined = str(self.tokenizer.decode(context + token_ids))
+        return joined[len(before) :] if joined.startswith(before) else text
 
     # -- control ------------------------------------------------------------------------
 
@@ -253,6 +308,11 @@ class HFEngine(LocalEngine):
                 target = params.get(name, buffers.get(name))
                 if target is None:
                     raise KeyError(f"update_weights: unknown parameter {name!r}")
+                if tensor.shape != target.shape:  # copy_ would broadcast it over the parameter
+                    raise ValueError(
+                        f"update_weights: {name!r} is a tensor of shape {list(tensor.shape)}; "
+                        f"the model's parameter has shape {list(target.shape)}"
+                    )
                 target.copy_(tensor.to(target.device, target.dtype))
 
     def join_weight_sync(
@@ -306,9 +366,11 @@ class _Outputs:
     """The request ended on a stop string."""
     texts: dict[int, list[int]]
     """The tokens so far of the requests with stop strings."""
+    contexts: dict[int, list[int]]
+    """The last prompt token of the requests with stop strings (``HFEngine._text_after``)."""
 
     @classmethod
-    def empty(cls, params: list[SamplingParams], device: str) -> _Outputs:
+    def empty(cls, prompts: list[list[int]], params: list[SamplingParams], device: str) -> _Outputs:
         shape = (len(params), max(p.max_tokens for p in params))
         return cls(
             tokens=torch.zeros(shape, dtype=torch.long, device=device),
@@ -316,6 +378,7 @@ class _Outputs:
             lengths=[shape[1]] * len(params),
             by_string=[False] * len(params),
             texts={i: [] for i, p in enumerate(params) if p.stop},
+            contexts={i: prompts[i][-1:] for i, p in enumerate(params) if p.stop},
         )
 
 

@@ -347,3 +347,181 @@ def test_shutdown_releases_the_model(setup):
     model = weakref.ref(engine.model)
     engine.shutdown()
     assert engine.model is None and model() is None
+    # a request after it raised AttributeError ('NoneType' ... 'get_input_embeddings') out
+    # of serve; now it fails alone with one line
+    with pytest.raises(RuntimeError, match=r"^hf engine: generate after shutdown\(\)$"):
+        serve_all(engine, [([5, 6], SamplingParams(max_tokens=2))])
+
+
+def test_update_weights_refuses_a_tensor_of_another_shape(setup):
+    """``copy_`` broadcasts: a [64] tensor for the [468, 64] embedding was accepted and
+    overwrote every row with it (vLLM's loader refuses a size mismatch). Now a ValueError
+    names the parameter and both shapes, and the parameter is left as it was."""
+    engine = HFEngine(setup[0])
+    embedding = engine.model.get_input_embeddings().weight
+    before = embedding.detach().clone()
+    with pytest.raises(ValueError) as error:
+        engine.update_weights({"model.embed_tokens.weight": torch.zeros(64)})
+    assert str(error.value) == (
+        "update_weights: 'model.embed_tokens.weight' is a tensor of shape [64]; "
+        "the model's parameter has shape [468, 64]"
+    )
+    assert torch.equal(embedding, before)
+
+
+@pytest.fixture(scope="module")
+def short_context_engine(setup, tmp_path_factory):
+    """The tiny model with a 16-token context and learned absolute positions (GPT-2): a
+    position past the context is an index outside its position embedding."""
+    from transformers import GPT2Config
+
+    path, tok, _ = setup
+    folder = tmp_path_factory.mktemp("gpt2-context-16")
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=16,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return HFEngine(str(folder))
+
+
+def test_a_prompt_filling_the_context_fails_alone(setup, short_context_engine):
+    """A prompt of at least the context's 16 tokens failed the whole batch with a bare
+    IndexError ("index out of range in self"; on CUDA a device assert). As vLLM does, such
+    a prompt is refused with the limit named, and the batch mates are answered."""
+    engine, prompt = short_context_engine, setup[2][0][:8]
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    [alone] = serve_all(engine, [(prompt, greedy)])
+
+    async def run():
+        return await asyncio.gather(
+            engine.generate(prompt, greedy),
+            engine.generate(prompt * 2, greedy),  # 16 tokens: no room for one more
+            engine.generate(prompt * 3, greedy),  # 24 tokens
+            engine.generate(prompt, greedy),
+            return_exceptions=True,
+        )
+
+    first, full, over, last = run_serving(engine, run())
+    for refused, n in [(full, 16), (over, 24)]:
+        assert isinstance(refused, ValueError)
+        assert str(refused) == (
+            f"hf engine: a prompt of {n} tokens leaves no room in the model's context of "
+            "16 tokens (max_position_embeddings)"
+        )
+    assert first.token_ids == last.token_ids == alone.token_ids and len(alone.token_ids) == 4
+
+
+def test_a_completion_ends_at_the_end_of_the_context(setup, short_context_engine):
+    """Decoding past the context failed the whole batch with the same IndexError. As in
+    vLLM, a completion ends with the context, finish_reason "length": an 8-token prompt
+    in a 16-token context has room for 16 - 8 = 8 new tokens, whatever max_tokens asks."""
+    engine, prompt = short_context_engine, setup[2][0][:8]
+    greedy = SamplingParams(temperature=0.0, max_tokens=8, stop_token_ids=[])
+    sampled = SamplingParams(temperature=1.0, max_tokens=8, seed=3)
+    # with no EOS among the first 8 greedy tokens, the cap alone ends the completion
+    [fits] = serve_all(engine, [(prompt, greedy)])
+    assert len(fits.token_ids) == 8 and fits.finish_reason == "length"
+    [fits_sampled] = serve_all(engine, [(prompt, sampled)])
+    capped, capped_sampled, short = serve_all(
+        engine,
+        [
+            (prompt, dataclasses.replace(greedy, max_tokens=30)),
+            (prompt, dataclasses.replace(sampled, max_tokens=30)),
+            (prompt[:4], dataclasses.replace(greedy, max_tokens=3)),
+        ],
+    )
+    assert capped.token_ids == fits.token_ids and capped.finish_reason == "length"
+    # the seed's stream is the same, cut at the context
+    assert capped_sampled.token_ids == fits_sampled.token_ids
+    assert capped_sampled.finish_reason == fits_sampled.finish_reason
+    assert len(short.token_ids) == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # batches of 0 requests: serve took the requests and never ran one (a busy hang)
+        ({"max_batch_size": 0}, "hf engine: max_batch_size must be >= 1, got 0"),
+        # AttributeError: module 'torch' has no attribute 'fp16'
+        (
+            {"dtype": "fp16"},
+            "hf engine: dtype must name a torch dtype (float32, bfloat16, float16), got 'fp16'",
+        ),
+    ],
+)
+def test_a_bad_constructor_argument_is_one_line_naming_it(setup, kwargs, message):
+    with pytest.raises(ValueError) as error:
+        HFEngine(setup[0], **kwargs)
+    assert str(error.value) == message
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_style_engine(tmp_path_factory):
+    """A tiny Llama with a Metaspace tokenizer (SentencePiece's: Llama-2, Mistral, Gemma):
+    a word's leading space is its token's "▁", dropped when the text starts there."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    spm = Tokenizer(models.BPE(unk_token="<unk>"))
+    spm.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    spm.decoder = decoders.Metaspace(prepend_scheme="first")
+    corpus = ["the cat sat on the mat. Question: what is it? Answer: the cat"] * 20
+    spm.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["</s>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=spm, eos_token="</s>", pad_token="</s>")
+    folder = tmp_path_factory.mktemp("sentencepiece-style")
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return HFEngine(str(folder))
+
+
+def test_a_stop_string_at_the_first_token_keeps_its_leading_space(sentencepiece_style_engine):
+    """The completion was decoded alone: with a SentencePiece tokenizer its first token
+    "▁word" read "word", so the stop " word" (as in " Question:") never matched there, while
+    vLLM, decoding the completion after its prompt, stops. Now the completion's text is
+    read after the prompt's last token: " word", a stop."""
+    engine = sentencepiece_style_engine
+    tok = engine.tokenizer
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    prompt = tok.encode("the cat")
+    [free] = serve_all(engine, [(prompt, greedy)])
+    assert tok.convert_ids_to_tokens(free.token_ids[0]) == "▁Question"  # the random model's
+    stop = " Question"
+    assert not tok.decode(free.token_ids[:1]).startswith(" ")  # decoded alone: no space
+    [stopped] = serve_all(engine, [(prompt, dataclasses.replace(greedy, stop=[stop]))])
+    assert stopped.token_ids == free.token_ids[:1] and stopped.finish_reason == "stop"
+
+
+def test_a_row_capped_by_the_context_does_not_overrun_it_while_others_decode(
+    setup, short_context_engine
+):
+    """A finished row stays in the batch until a quarter of it has finished; a row ended by
+    the context kept being fed at the positions after it (16, 17, ... past the 16 there are)."""
+    engine, prompt = short_context_engine, setup[2][0][:8]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[])
+    [capped_alone] = serve_all(engine, [(prompt, greedy)])
+    [short_alone] = serve_all(engine, [(prompt[:2], greedy)])
+    # 1 of 5 rows ends at step 8 (16 - 8 = 8 tokens): under a quarter, it is not dropped
+    capped, *shorts = serve_all(engine, [(prompt, greedy)] + [(prompt[:2], greedy)] * 4)
+    assert capped.token_ids == capped_alone.token_ids and len(capped.token_ids) == 8
+    assert all(s.token_ids == short_alone.token_ids for s in shorts)
