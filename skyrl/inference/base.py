@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from skyrl.config.errors import require
 from skyrl.config.generator import SamplingConfig
 
 if TYPE_CHECKING:
@@ -50,6 +51,31 @@ class SamplingParams(SamplingConfig):
     """Samples per prompt (``generate_batch``)."""
     max_tokens: int = 64
     """New tokens per sample."""
+
+    def __post_init__(self) -> None:
+        """The types an engine relies on (a str ``stop`` was read as its characters),
+        then ``SamplingConfig``'s value checks; a ``ConfigError`` naming the field."""
+        for name in ("n", "max_tokens"):
+            value = getattr(self, name)
+            require(isinstance(value, int), name, f"must be an int, got {value!r}")
+        require(self.n >= 1, "n", f"must be >= 1, got {self.n}")
+        require(
+            self.seed is None or isinstance(self.seed, int),
+            "seed",
+            f"must be an int or None, got {self.seed!r}",
+        )
+        require(
+            isinstance(self.stop, list | tuple) and all(isinstance(s, str) for s in self.stop),
+            "stop",
+            f"must be a list of strings, got {self.stop!r}",
+        )
+        require(
+            isinstance(self.stop_token_ids, list | tuple)
+            and all(isinstance(t, int) for t in self.stop_token_ids),
+            "stop_token_ids",
+            f"must be a list of token ids (ints), got {self.stop_token_ids!r}",
+        )
+        super().__post_init__()
 
     @classmethod
     def from_config(cls, cfg: SamplingConfig, n: int, max_tokens: int) -> SamplingParams:

@@ -18,6 +18,7 @@ nobody serves, they run at once on the caller's thread.
 from __future__ import annotations
 
 import asyncio
+import operator
 import queue
 import threading
 import time
@@ -70,6 +71,25 @@ def _set_exception(future: asyncio.Future, error: BaseException) -> None:
         future.set_exception(error)
 
 
+def token_ids(prompt_ids: Any) -> list[int]:
+    """``prompt_ids`` as a list of ints (from ints, integer tensors, numpy ints); a
+    ``TypeError`` for a text or an id that is no int (a float would be cut silently)."""
+    if isinstance(prompt_ids, str | bytes):
+        raise TypeError(
+            f"prompt_ids is a {type(prompt_ids).__name__}; the engine takes token ids "
+            "(a list of ints)"
+        )
+    ids = []
+    for i, token in enumerate(prompt_ids):
+        try:
+            ids.append(operator.index(token))
+        except TypeError:
+            raise TypeError(
+                f"prompt_ids[{i}] is {token!r} (a {type(token).__name__}), not a token id (an int)"
+            ) from None
+    return ids
+
+
 _WAKE = object()
 """Put in the inbox to wake a blocked ``serve`` (its ``done`` future finished)."""
 
@@ -91,8 +111,13 @@ class LocalEngine(ABC):
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
     ) -> Completion:
+        if not isinstance(sampling, SamplingParams):  # read on the serving thread: fail here
+            raise TypeError(
+                f"sampling is a {type(sampling).__name__}; the engine takes a SamplingParams "
+                "(SamplingParams.from_config builds one from generator.sampling)"
+            )
         loop = asyncio.get_running_loop()
-        request = Request(list(prompt_ids), sampling, loop, loop.create_future())
+        request = Request(token_ids(prompt_ids), sampling, loop, loop.create_future())
         self._inbox.put(request)
         return await request.future
 
