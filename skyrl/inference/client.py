@@ -17,6 +17,7 @@ one thread there, as in-process engines do in the driver.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -87,24 +88,28 @@ class RayEngineHandle:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
     ) -> Completion:
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         try:
             return await self.actor.generate.remote(prompt_ids, sampling)
         except RayActorError as exc:
             raise _died("generate", exc) from None
+        except RayTaskError as exc:
+            raise _engine_error(exc) from None
 
     def serve(self, done: Future) -> None:
         """The actor serves itself: nothing to do on this thread."""
 
     def _call(self, name: str, *args: Any) -> Any:
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         try:
             return ray.get(self.actor.call.remote(name, *args))
         except RayActorError as exc:
             raise _died(name, exc) from None
+        except RayTaskError as exc:
+            raise _engine_error(exc) from None
 
     def update_weights(self, weights: WeightItems) -> None:
         self._call("update_weights", _for_every_engine(weights))
@@ -129,13 +134,16 @@ class RayEngineHandle:
     def shutdown(self) -> None:
         """Shut the engine down and end the actor."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         try:
             ray.get(self.actor.shutdown.remote(), timeout=60)
         except (RayActorError, ray.exceptions.GetTimeoutError):
             pass
-        ray.kill(self.actor, no_restart=True)
+        except RayTaskError as exc:
+            raise _engine_error(exc) from None
+        finally:
+            ray.kill(self.actor, no_restart=True)
 
 
 def _for_every_engine(weights: WeightItems) -> WeightItems:
@@ -148,8 +156,34 @@ def _for_every_engine(weights: WeightItems) -> WeightItems:
 
 
 def _died(during: str, exc: Exception) -> EngineDiedError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return EngineDiedError(f"inference engine actor died during {during}: {first}")
+    """One line: the first of Ray's message, or, for an engine that raised while it was being
+    built (Ray's first line then names only the actor's pid and address), that exception's."""
+    lines = [_ANSI.sub("", line) for line in str(exc).strip().splitlines()]
+    if not lines:
+        return EngineDiedError(f"inference engine actor died during {during}: {type(exc).__name__}")
+    if "creation task" in lines[0]:  # a traceback follows: the exception is its first line
+        frame = (" ", "\t", "Traceback")  # frames are indented
+        raised = next((ln for ln in lines[1:] if ln and not ln.startswith(frame)), None)
+        if raised is not None:
+            return EngineDiedError(f"inference engine actor failed to start: {raised}")
+    return EngineDiedError(f"inference engine actor died during {during}: {lines[0]}")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+"""Terminal colour codes, which Ray puts around the actor's name."""
+
+
+def _engine_error(exc: Exception) -> BaseException:
+    """The exception an engine raised in its actor, as an in-process engine raises it (its type
+    and message; Ray's text of it is the actor's traceback), with that traceback as a note
+    (printed with a traceback, not in ``str``)."""
+    cause = getattr(exc, "cause", None)
+    if not isinstance(cause, Exception):
+        return exc
+    note = f"raised in the engine actor:\n{_ANSI.sub('', str(exc))}"
+    if hasattr(cause, "add_note"):  # Python 3.11+; on 3.10 the actor's traceback is dropped
+        cause.add_note(note)
+    return cause
 
 
 class EngineClient:

@@ -50,6 +50,16 @@ def test_update_weights_takes_a_state_dict():
     client.shutdown()
 
 
+def _ship_this_module_by_value():
+    """Let Ray's workers build this module's engine classes: they cannot import a test module
+    (before this, the actors failed to start with "No module named 'test_client'")."""
+    import sys
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
 class _DyingEngine(LocalEngine):
     """An engine whose process exits at the first request, as an out-of-memory kill would."""
 
@@ -66,12 +76,76 @@ def test_a_dead_engine_actor_is_one_clear_error(ray_cluster):
 
     from skyrl.inference.client import EngineDiedError, RayEngineHandle
 
+    _ship_this_module_by_value()
     handle = RayEngineHandle.start(_DyingEngine, {}, num_cpus=0.1)
     with pytest.raises(
         EngineDiedError, match="^inference engine actor died during generate: "
     ) as e:
         generate_batch(handle, [[1, 2]], SamplingParams())
     assert e.value.__cause__ is None
+
+
+class _RefusingEngine(LocalEngine):
+    """Refuses every request and every weight update, as an engine refuses bad input."""
+
+    def _serve_until(self, done):
+        while not done.done():
+            for request in self.take(block=True):
+                request.fail(ValueError("hf engine: empty prompt"))
+
+    def update_weights(self, weights):
+        raise KeyError("update_weights: unknown parameter 'nope'")
+
+    def shutdown(self):
+        pass
+
+
+def test_an_engine_actors_refusal_is_the_engines_own_error(ray_cluster):
+    """Through Ray a refusal was a RayTaskError whose text is a traceback wall ("ray::
+    EngineActor.generate() (pid=..., ip=..., actor_id=...)", the actor's frames, then the
+    engine's line). It is now the engine's own exception, as in-process, with the actor's
+    traceback kept as a note (shown with a traceback, not in the message)."""
+    import pytest
+
+    from skyrl.inference.client import RayEngineHandle
+
+    _ship_this_module_by_value()
+    handle = RayEngineHandle.start(_RefusingEngine, {}, num_cpus=0.1)
+    try:
+        with pytest.raises(ValueError) as refused:
+            generate_batch(EngineClient([handle]), [[1, 2]], SamplingParams())
+        assert type(refused.value) is ValueError
+        assert str(refused.value) == "hf engine: empty prompt"
+        assert "EngineActor.generate" in "".join(refused.value.__notes__)
+        with pytest.raises(KeyError) as unknown:
+            handle.update_weights({"nope": torch.zeros(1)})
+        assert type(unknown.value) is KeyError
+        assert unknown.value.args == ("update_weights: unknown parameter 'nope'",)
+    finally:
+        handle.shutdown()
+
+
+def test_an_engine_that_fails_to_start_in_its_actor_says_why(ray_cluster):
+    """An engine whose constructor raised in its actor was reported by Ray's first line
+    only: "actor died during generate: The actor died because of an error raised in its
+    creation task, \\x1b[36mray::EngineActor.__init__()\\x1b[39m (pid=..., ip=..., actor_id=...)":
+    the reason (a bad argument, too little memory for vLLM's KV cache) was left out."""
+    import pytest
+
+    from skyrl.inference.client import EngineDiedError, RayEngineHandle
+    from skyrl.inference.hf import HFEngine
+
+    kwargs = {"model_path": build_tiny_model(), "max_batch_size": 0}
+    handle = RayEngineHandle.start(HFEngine, kwargs, num_cpus=0.1)
+    try:
+        with pytest.raises(EngineDiedError) as died:
+            generate_batch(handle, [[1, 2]], SamplingParams())
+        assert str(died.value) == (
+            "inference engine actor failed to start: "
+            "ValueError: hf engine: max_batch_size must be >= 1, got 0"
+        )
+    finally:
+        handle.shutdown()
 
 
 class _HeldEngine:
