@@ -12,11 +12,12 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError
@@ -66,27 +67,36 @@ def compose(
     None as ``null``, lists and mappings as such): ``{"experiment": "smoke",
     "trainer.total_steps": 3}`` is ``["experiment=smoke", "trainer.total_steps=3"]``, and a
     mapping value is merged into its node (``{"trainer": {"epochs": 2}}`` keeps the other
-    ``trainer`` keys)."""
+    ``trainer`` keys). A bad override is a ``ConfigError`` naming it, as ``skyrl-train``'s
+    ``error:`` line does (an unknown key with the nearest one, a value that does not parse, a
+    sweep). A Hydra the caller initialized (a notebook's own configs) is left as it was."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
     from skyrl.config import register_configs
 
+    lines = _override_strings(overrides)
+    _check_override_lines(lines)
     register_configs()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=_override_strings(overrides))
+    callers = get_gh_backup() if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()  # initialize_config_dir refuses to nest in another
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose(config_name=config_name, overrides=lines)
+    except Exception as exc:
+        error = _compose_error(exc)
+        if error is None:  # not bad input, or no key to name: Hydra's own error, whole
+            raise
+        raise error from None
+    finally:
+        if callers is not None:
+            restore_gh_from_backup(callers)
 
 
 def _override_strings(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]:
     """``compose``'s overrides as Hydra's ``key=value`` strings."""
-    if isinstance(overrides, str):  # list() would split it into characters
-        raise TypeError(
-            "skyrl.compose takes a list of 'key=value' override strings, e.g. "
-            f"['experiment=smoke'], or a mapping {{key: value}}; got the str {overrides!r}"
-        )
     if isinstance(overrides, ListConfig):  # overrides.yaml: its ${...} kept as written
         items = OmegaConf.to_container(overrides, resolve=False)
         assert isinstance(items, list)
@@ -97,7 +107,81 @@ def _override_strings(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]
         overrides = {str(key): value for key, value in container.items()}
     if isinstance(overrides, Mapping):
         return [f"{key}={_override_value(value, key)}" for key, value in overrides.items()]
-    return list(overrides)
+    if isinstance(overrides, str) or not isinstance(overrides, Iterable):
+        # list() would split a str into characters
+        got = "None" if overrides is None else f"the {type(overrides).__name__} {overrides!r}"
+        raise TypeError(f"{_COMPOSE_TAKES}; got {got}")
+    lines = list(overrides)
+    for number, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(
+                f"{_COMPOSE_TAKES}; override {number} is {_with_article(line)}: {line!r}"
+            )
+    return lines
+
+
+_COMPOSE_TAKES = (
+    "skyrl.compose takes a list of 'key=value' override strings, e.g. ['experiment=smoke'], "
+    "or a mapping {key: value}"
+)
+
+
+def _with_article(value: object) -> str:
+    """``an int``, ``a float``: the type of ``value`` in a sentence."""
+    name = type(value).__name__
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def _check_override_lines(lines: list[str]) -> None:
+    """Raise a ``ConfigError`` naming the first line that does not parse, or that is a sweep
+    (Hydra's own error for the one does not name the line, for the other advises adding
+    ``--multirun`` to a command line)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            (override,) = parser.parse_overrides([line])
+        except OverrideParseException as exc:
+            raise ConfigError(line, f"cannot parse this override: {_parse_reason(exc)}") from None
+        if override.is_sweep_override():
+            value = line.partition("=")[2]
+            message = (
+                f"'{value}' is a sweep, and skyrl.compose makes one config: compose one value "
+                "at a time (skyrl-train -m runs sweeps)"
+            )
+            if getattr(override.value(), "simple_form", False):  # a,b: meant a list or a str?
+                message += f", or write a list as [{value}] or a string as '{value}'"
+            raise ConfigError(override.key_or_group, message)
+
+
+def _parse_reason(exc: OverrideParseException) -> str:
+    """What Hydra's parser said is wrong, without its pointer to the grammar's docs or its
+    repeating of the override (a character the lexer refuses: which one, and where)."""
+    lines = exc.message.splitlines()
+    lexer = "LexerNoViableAltException: "
+    if len(lines) > 1 and lines[0].startswith(lexer) and lines[1].strip() == "^":
+        at = len(lines[1].rstrip()) - 1 - len(lexer)  # Hydra's caret under the character
+        if 0 <= at < len(exc.override):
+            return f"unexpected {exc.override[at]!r} at character {at + 1}"
+    reasons = [
+        line.strip()
+        for line in lines
+        if line.strip().strip("^")
+        and not line.startswith(("See https://", "Error parsing override", lexer))
+    ]
+    return "; ".join(reasons) or "not a 'key=value' override"
+
+
+def _compose_error(exc: Exception) -> ConfigError | None:
+    """Hydra's error for a bad override as the ``ConfigError`` that ``skyrl-train``'s line
+    shows (the key, then the message); None for a bug, or an error that names no key."""
+    from skyrl.config.cli_errors import is_bad_input, one_line_error
+
+    if isinstance(exc, ConfigError) or not is_bad_input(exc):
+        return None
+    key, named, message = one_line_error(exc).removeprefix("error: ").partition(": ")
+    return ConfigError(key, message) if named and " " not in key else None
 
 
 def _override_value(value: Any, key: str) -> str:
@@ -134,10 +218,11 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     paths, env, rollout driver: ``skyrl.config.preflight``), save it resolved into the output
     dir, print the plan, and run the job (only check and plan it with
     ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
-    ``outputs/<date>/<time>``."""
+    ``outputs/<date>/<time>``; a leading ``~`` is the home directory, as for
+    ``trainer.resume`` and ``eval.checkpoint``."""
     _require_composed(cfg)
     typed = validate(cfg)
-    out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir())
+    out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir()).expanduser()
     check_run_dir(typed, out)
     checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out.mkdir(parents=True, exist_ok=True)
