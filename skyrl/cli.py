@@ -48,6 +48,8 @@ from skyrl.tracking import metric_names as names
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUN_FAILED = 1
+HYDRA_COMMANDS = "--run, --multirun, --cfg, --info, --shell-completion"
+"""Hydra's flags that each pick what the command does: it takes one at a time."""
 
 TRAIN_SUMMARY = (
     "Train a language model with RL: rollouts through vLLM or transformers engines, rewards "
@@ -72,9 +74,11 @@ def run(cfg: DictConfig) -> TrainResult:
 
 
 def _output_dir(cfg: DictConfig) -> str:
+    """``trainer.output_dir`` (``~`` expanded, as ``skyrl.train`` does), else Hydra's."""
     from hydra.core.hydra_config import HydraConfig
 
-    return cfg.trainer.get("output_dir") or HydraConfig.get().runtime.output_dir
+    configured = cfg.trainer.get("output_dir")
+    return os.path.expanduser(configured) if configured else HydraConfig.get().runtime.output_dir
 
 
 class Interrupted(KeyboardInterrupt):
@@ -169,10 +173,35 @@ def check_command_line() -> None:
     """Compose and validate ``sys.argv`` once; a problem is one line on stderr and exit 2
     (``skyrl-train`` and ``skyrl-eval`` alike)."""
     register_configs()
-    problem = precheck_command_line(sys.argv[1:])
+    problem = hydra_flags_problem(sys.argv[1:]) or precheck_command_line(sys.argv[1:])
     if problem is not None:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
+
+
+def hydra_flags_problem(argv: list[str]) -> str | None:
+    """The one-line error for Hydra's own flags given together where Hydra refuses them (it
+    raises a ``ValueError``, printed as a traceback), or None."""
+    args, _ = get_args_parser().parse_known_args(argv)
+    commands = [
+        flag
+        for flag, given in (
+            ("--run", args.run),
+            ("--multirun", args.multirun),
+            ("--cfg", args.cfg is not None),
+            ("--info", args.info is not None),
+            ("--shell-completion", args.shell_completion),
+        )
+        if given
+    ]
+    if len(commands) > 1:
+        line = f"error: {commands[0]} and {commands[1]}: Hydra takes one of {HYDRA_COMMANDS}"
+        if commands[:2] == ["--multirun", "--cfg"]:
+            line += " (to print a sweep job's config: --cfg job with its overrides, without -m)"
+        return line
+    if args.resolve and args.cfg is None and not args.help:
+        return "error: --resolve: only with --cfg (it resolves the config --cfg prints)"
+    return None
 
 
 def interrupted_line(output_dir: Path, signum: int) -> str:

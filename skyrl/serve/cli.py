@@ -15,7 +15,8 @@ A mistake is one ``error:`` line naming the key, exit 2, found before the engine
 host or model name) are refused by ``validate``; ``serve.host`` / ``serve.port`` are bound
 once up front (a port in use, a host that is no address of this machine); ``model.path``
 must be a model folder with a tokenizer. Ctrl-C or SIGTERM before the endpoint listens ends the
-start with one line and exit 128 + the signal (130, 143).
+start with one line and exit 128 + the signal (130, 143). A sweep (``-m``) is refused: each job
+would serve until stopped, and Ctrl-C would only start the next.
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ SERVE_SUMMARY = (
     "and serve.port say where to listen, serve.model_name the model id clients send. "
     "Ctrl-C stops it."
 )
+NO_SWEEP = (
+    "error: --multirun: skyrl-serve serves one endpoint until it is stopped, so a sweep would "
+    "serve its jobs one after another; start one skyrl-serve per config"
+)
+"""``skyrl-serve -m``: each job would serve until stopped, and Ctrl-C would start the next."""
 SERVE_EXAMPLES = (
     ("skyrl-serve model.path=skyrl-tiny generator=hf", "the tiny model, transformers engine"),
     ("skyrl-serve serve.port=8001 generator.num_engines=2", "two engines behind one endpoint"),
@@ -135,12 +141,17 @@ SERVE_EXAMPLES = (
 
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then serve."""
-    from skyrl.cli import check_command_line
+    from hydra._internal.utils import get_args_parser
+
+    from skyrl.cli import EXIT_CONFIG_ERROR, check_command_line
     from skyrl.config.help import command_help, wants_help
 
     if wants_help(sys.argv[1:]):
         print(command_help("skyrl-serve", SERVE_SUMMARY, SERVE_EXAMPLES))
         return
+    if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+        print(NO_SWEEP, file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
     signal.signal(signal.SIGTERM, _interrupt)  # until serve() listens: as Ctrl-C
     try:
         check_command_line()
