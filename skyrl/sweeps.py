@@ -95,7 +95,8 @@ def write_job_output_dir(job_dir: Path, config: DictConfig) -> Path:
     trainer sees it) if the job sets it, else the job dir."""
     configured = OmegaConf.select(config, "trainer.output_dir")
     path = job_dir / JOB_OUTPUT_DIR
-    _write_atomic(path, os.path.abspath(configured) if configured else str(job_dir))
+    written = os.path.abspath(os.path.expanduser(configured)) if configured else str(job_dir)
+    _write_atomic(path, written)  # ~ expanded as ``skyrl.train`` expands it
     return path
 
 
@@ -261,7 +262,7 @@ def _output_dir(job_dir: Path) -> Path:
         except OmegaConfBaseException:  # e.g. ``${hydra:job.num}`` with no job current
             configured = None
         if configured:
-            return Path(configured)
+            return Path(configured).expanduser()
     return job_dir
 
 

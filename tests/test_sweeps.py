@@ -168,6 +168,20 @@ def test_interpolated_output_dirs_give_each_job_its_own_metrics(tmp_path):
     assert_own_metrics(read_csv(sweep_dir / "summary.csv"))
 
 
+def test_an_output_dir_under_home_is_recorded_expanded(tmp_path, monkeypatch):
+    """``trainer.output_dir='~/outs/0'``: the job's trainer writes under the home (as
+    ``skyrl.train`` expands it), so its row reads the metrics there; before, the recorded dir
+    was ``<cwd>/~/outs/0`` and the row had no metrics."""
+    from skyrl.sweeps import write_job_output_dir
+
+    home, job_dir = tmp_path / "home", tmp_path / "sweep" / "0"
+    job_dir.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    path = write_job_output_dir(job_dir, OmegaConf.create({"trainer": {"output_dir": "~/outs/0"}}))
+    assert path.read_text() == str(home / "outs" / "0")
+
+
 def test_a_placeholder_objective_is_null_and_a_compact_error_is_its_line(tmp_path):
     """A dry-run trial tells Optuna -inf (no result); bad input in a job fails it with the
     single run's ``error:`` line, recorded as it is."""

@@ -450,6 +450,29 @@ def test_ctrl_c_ends_a_run_in_one_line_naming_the_checkpoint_to_resume(
     )
 
 
+def test_ctrl_c_names_the_checkpoint_of_an_output_dir_under_home(tmp_path, monkeypatch, capfd):
+    # trainer.output_dir='~/run': the run writes under the home (skyrl.train expands it, where
+    # it wrote to <cwd>/~/run before), and the line must look there too
+    from skyrl.trainer.checkpoint import CheckpointManager
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "home" / "run"
+
+    def run(cfg):
+        manager = CheckpointManager(out / "checkpoints", 0)
+        manager.commit(manager.temp_dir(2), 2, {"step": 2})  # then Ctrl-C in step 3
+        raise KeyboardInterrupt
+
+    code = main_in_process(
+        tmp_path, monkeypatch, ["experiment=smoke", "trainer.output_dir='~/run'"], run
+    )
+    assert code == 130
+    assert capfd.readouterr().err.strip().splitlines()[-1] == (
+        f"interrupted; last checkpoint: {out / 'checkpoints' / 'global_step_2'} "
+        "(trainer.resume=auto continues from it)"
+    )
+
+
 def test_sigterm_ends_a_run_in_one_line_and_restores_the_handler(tmp_path, monkeypatch, capfd):
     # SIGTERM: Ray's handler (sys.exit(15)) and a C++ stack banner, then SIGABRT (exit -6)
     import signal
