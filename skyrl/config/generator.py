@@ -6,13 +6,17 @@ from dataclasses import dataclass, field
 
 from skyrl.config.errors import require
 
+MIN_TEMPERATURE = 0.01
+"""The smallest temperature other than 0 (greedy): vLLM raises a smaller one to this, with a
+warning, and would then sample at another temperature than the trainer divides by."""
+
 
 @dataclass
 class SamplingConfig:
     """Sampling parameters of one generate call."""
 
     temperature: float = 1.0
-    """Softmax temperature; 0 = greedy."""
+    """Softmax temperature; 0 = greedy, else >= 0.01 (vLLM raises a smaller one to 0.01)."""
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
     top_k: int = -1
@@ -29,7 +33,13 @@ class SamplingConfig:
     the step and round; ``eval_sampling.seed`` None = the training base of step 0."""
 
     def __post_init__(self) -> None:
-        require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+        require(
+            self.temperature == 0 or self.temperature >= MIN_TEMPERATURE,
+            "temperature",
+            f"must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {self.temperature:g} (vLLM raises "
+            f"a smaller one to {MIN_TEMPERATURE:g}: it would sample at another temperature than "
+            "the trainer's logprobs use)",
+        )
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         require(
             self.top_k == -1 or self.top_k >= 1, "top_k", f"must be -1 or >= 1, got {self.top_k}"

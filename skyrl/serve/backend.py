@@ -74,6 +74,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl.config.errors import ConfigError
 from skyrl.data.prompts import PromptRow
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
@@ -501,16 +502,16 @@ class OpenAIBackend:
         seed = _number(body, "seed", int, None)
         if seed is not None and not -(2**63) <= seed < 2**63:
             raise APIError(400, f"seed must fit in 64 bits (signed), got {seed}", param="seed")
-        top_p = _number(body, "top_p", float, 1.0)
-        if not 0 < top_p <= 1:  # before SamplingParams, whose own check is a ConfigError
-            raise APIError(400, f"top_p must be in (0, 1], got {top_p}", param="top_p")
-        base = SamplingParams(
-            temperature=_number(body, "temperature", float, 1.0, low=0),
-            top_p=top_p,
-            stop=_stops(body),
-            stop_token_ids=list(stop_ids),
-            max_tokens=max_tokens,
-        )
+        try:  # SamplingParams checks the values' ranges: a 400 naming the field, not a 500
+            base = SamplingParams(
+                temperature=_number(body, "temperature", float, 1.0, low=0),
+                top_p=_number(body, "top_p", float, 1.0),
+                stop=_stops(body),
+                stop_token_ids=list(stop_ids),
+                max_tokens=max_tokens,
+            )
+        except ConfigError as exc:
+            raise APIError(400, f"{exc.key} {exc.message}", param=exc.key) from None
 
         def one(j: int) -> SamplingParams:
             s = None if seed is None else (seed if n == 1 else request_seed(seed, "0", j, 0))

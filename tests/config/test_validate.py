@@ -28,6 +28,18 @@ def _validate(*overrides: str):
             "needs trainer.zero_stage >= 1",
         ),
         (["generator.sampling.top_p=0"], "generator.sampling.top_p", "(0, 1]"),
+        # vLLM raises 0 < T < 0.01 to 0.01 (with a warning): it would sample at 0.01 while the
+        # trainer's logprobs divide by 0.005, so old and new policy logprobs disagree
+        (
+            ["generator.sampling.temperature=0.005"],
+            "generator.sampling.temperature",
+            "must be 0 (greedy) or >= 0.01, got 0.005",
+        ),
+        (
+            ["generator.eval_sampling.temperature=1e-9"],
+            "generator.eval_sampling.temperature",
+            ">= 0.01",
+        ),
         # "" is in every text: it would end each completion at its first token
         (
             ["generator.sampling.stop=['</answer>','']"],

@@ -219,6 +219,18 @@ def test_a_top_p_out_of_range_is_a_400_not_a_500(scripted, top_p):
     assert engine.prompts == []
 
 
+def test_a_temperature_vllm_would_raise_is_a_400(scripted):
+    # vLLM raises 0 < T < 0.01 to 0.01: the reply would come from another temperature
+    engine, url, _ = scripted
+    body = {"messages": [{"role": "user", "content": "x"}], "temperature": 0.005}
+    r = post(url, "chat/completions", body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "temperature"
+    assert error["message"].startswith("temperature must be 0 (greedy) or >= 0.01, got 0.005")
+    assert engine.prompts == []
+
+
 def test_max_completion_tokens_over_the_limit_is_named_as_sent(scripted):
     engine, url, _ = scripted
     body = {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 65}
