@@ -26,6 +26,8 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
 - the model's attention is one skyrl's packed attention computes (no logit softcapping, no
   attention sinks; a critic's too), and no sequence is long enough to change a RoPE that
   transformers derives from a packed row's longest sequence (dynamic NTK, longrope);
+- the tokenizer has no id past the model's embedding (``len(tokenizer)`` at most the
+  config's ``vocab_size``; a critic's too);
 - the longest sequence (``generator.max_prompt_length + generator.max_generate_length``)
   fits the model's context (a critic's too), and ``trainer.micro_batch_max_tokens`` the
   memory estimate of ``skyrl.batch.budget`` (the model's config only).
@@ -94,7 +96,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     if model_config is not None:
         _check_packed_forward(resolved, model_config, "model.path", resolved.model.path)
     check_local_weights(cfg.model.path, "model.path")
-    _check_critic_model(resolved, for_run)
+    critic_config = _check_critic_model(resolved, for_run)
     _check_critic_weights(cfg)
     _check_lora_modules(resolved, for_run)
     if model_config is not None:  # the longest sequence, the micro batch budget's memory
@@ -104,6 +106,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     if fake:
         return Preflight(resolved, None, [])
     tokenizer = load_tokenizer(cfg, tokenizer_dir)
+    _check_vocab_size(cfg, len(tokenizer), model_config, critic_config)
     splits = PromptSplits([], []) if for_run else None
     reports = [
         check_prompts(cfg, split, tokenizer, getattr(splits, split).append if splits else None)
@@ -356,22 +359,47 @@ def _model_config(cfg: SkyRLConfig, for_run: bool):
     return model_text_config(model_dir, "model.path", cfg.model.trust_remote_code)
 
 
-def _check_critic_model(cfg: SkyRLConfig, for_run: bool) -> None:
+def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     """A critic's own ``trainer.critic_model_path`` is a model folder (the critic worker loads
     it) whose packed forward is right and whose context holds the longest sequence; a dry
-    run of a model not on disk yet skips this, the run checks it."""
+    run of a model not on disk yet skips this, the run checks it. Returns the critic's (text)
+    config, for ``_check_vocab_size`` (None: no critic of its own, or not on disk yet)."""
     from skyrl.models.resolve import CRITIC_KEY, critic_model_path, locate_model_path
 
     critic = critic_model_path(cfg)
     if critic is None:  # no critic, or one that starts from model.path (checked above)
-        return
+        return None
     folder = critic if for_run else locate_model_path(critic, CRITIC_KEY)
-    if folder:
-        from skyrl.batch.budget import check_context
+    if not folder:
+        return None
+    from skyrl.batch.budget import check_context
 
-        model_config = model_text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
-        _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
-        check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
+    model_config = model_text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+    _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
+    check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
+    return model_config
+
+
+def _check_vocab_size(cfg: SkyRLConfig, num_tokens: int, model_config, critic_config) -> None:
+    """Every id of the tokenizer (``num_tokens``: ``len(tokenizer)``, added tokens included)
+    has a row in the embedding of ``model.path`` and of a critic's own
+    ``trainer.critic_model_path`` (their configs' ``vocab_size``; None: not on disk yet, the
+    run checks it): a larger tokenizer passed and the workers failed on the first id past
+    the embedding. A smaller one is fine: models pad their vocab (Qwen2.5: 151936 rows for
+    151665 tokens)."""
+    from skyrl.models.resolve import CRITIC_KEY
+
+    tokenizer_key = "model.tokenizer_path" if cfg.model.tokenizer_path else "model.path"
+    for key, config in (("model.path", model_config), (CRITIC_KEY, critic_config)):
+        vocab_size = getattr(config, "vocab_size", None)
+        if not isinstance(vocab_size, int) or num_tokens <= vocab_size:
+            continue
+        raise ConfigError(
+            tokenizer_key if key == "model.path" else key,
+            f"the tokenizer ({tokenizer_key}) has {num_tokens} tokens, added ones included, "
+            f"but {key}'s vocab_size is {vocab_size}: ids {vocab_size} to {num_tokens - 1} "
+            "have no embedding row",
+        )
 
 
 def _check_critic_weights(cfg: SkyRLConfig) -> None:

@@ -736,3 +736,60 @@ def test_a_stale_index_beside_the_single_weights_file_passes(tmp_path):
     index = {"metadata": {}, "weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     preflight(cfg_for(f"model.path={folder}"), for_run=False)
+
+
+def tokenizer_with_added_tokens(tmp_path: Path, num_added: int) -> tuple[str, int]:
+    """The tiny model's tokenizer with ``num_added`` tokens added, saved to a folder; returns
+    the folder and the tiny model's own ``len(tokenizer)`` (its config's vocab_size too)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tiny = resolve.resolve_model_path("skyrl-tiny")
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    num_tokens = len(tokenizer)
+    assert AutoConfig.from_pretrained(tiny).vocab_size == num_tokens
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(num_added)])
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    return str(tmp_path / "tokenizer"), num_tokens
+
+
+def test_a_tokenizer_larger_than_the_models_vocab_is_refused(tmp_path):
+    # before: the dry run passed (e.g. SmolLM2's 49152-token tokenizer with skyrl-tiny) and a
+    # run failed in the workers on the first id without an embedding row
+    folder, vocab_size = tokenizer_with_added_tokens(tmp_path, 100)
+    for for_run in (False, True):
+        error = refused(cfg_for(f"model.tokenizer_path={folder}"), for_run=for_run)
+        # vocab_size + 100 tokens: ids vocab_size .. vocab_size + 99 have no row
+        assert (error.key, error.message) == (
+            "model.tokenizer_path",
+            f"the tokenizer (model.tokenizer_path) has {vocab_size + 100} tokens, added ones "
+            f"included, but model.path's vocab_size is {vocab_size}: ids {vocab_size} to "
+            f"{vocab_size + 99} have no embedding row",
+        )
+
+
+def test_a_tokenizer_smaller_than_or_as_large_as_the_models_vocab_passes(tmp_path):
+    # a model pads its vocab (Qwen2.5: 151936 rows for 151665 tokens); the tiny model's own
+    # tokenizer fills its vocab exactly
+    from transformers import Qwen2Config
+
+    tiny = resolve.resolve_model_path("skyrl-tiny")
+    preflight(cfg_for(f"model.tokenizer_path={tiny}"), for_run=False)
+    padded = model_folder(tmp_path, Qwen2Config(**{**TINY, "vocab_size": 1024}))
+    preflight(cfg_for(f"model.path={padded}", f"model.tokenizer_path={tiny}"), for_run=False)
+
+
+def test_a_critic_whose_vocab_is_smaller_than_the_tokenizer_is_refused(tmp_path):
+    from transformers import Qwen2Config
+
+    critic = model_folder(tmp_path, Qwen2Config(**TINY, max_position_embeddings=256))
+    _, num_tokens = tokenizer_with_added_tokens(tmp_path, 0)
+    cfg = cfg_for("algorithm=ppo", f"trainer.critic_model_path={critic}")
+    for for_run in (False, True):
+        error = refused(cfg, for_run=for_run)
+        # TINY's vocab_size is 128: ids 128 .. num_tokens - 1 have no row in the critic
+        assert (error.key, error.message) == (
+            "trainer.critic_model_path",
+            f"the tokenizer (model.path) has {num_tokens} tokens, added ones included, but "
+            f"trainer.critic_model_path's vocab_size is 128: ids 128 to {num_tokens - 1} "
+            "have no embedding row",
+        )
