@@ -20,6 +20,7 @@ from typing import Any
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from skyrl.config.cli_errors import parse_reason
 from skyrl.config.errors import ConfigError
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
 from skyrl.config.root import SkyRLConfig
@@ -143,7 +144,7 @@ def _check_override_lines(lines: list[str]) -> None:
         try:
             (override,) = parser.parse_overrides([line])
         except OverrideParseException as exc:
-            raise ConfigError(line, f"cannot parse this override: {_parse_reason(exc)}") from None
+            raise ConfigError(line, f"cannot parse this override: {parse_reason(exc)}") from None
         if override.is_sweep_override():
             value = line.partition("=")[2]
             message = (
@@ -153,24 +154,6 @@ def _check_override_lines(lines: list[str]) -> None:
             if getattr(override.value(), "simple_form", False):  # a,b: meant a list or a str?
                 message += f", or write a list as [{value}] or a string as '{value}'"
             raise ConfigError(override.key_or_group, message)
-
-
-def _parse_reason(exc: OverrideParseException) -> str:
-    """What Hydra's parser said is wrong, without its pointer to the grammar's docs or its
-    repeating of the override (a character the lexer refuses: which one, and where)."""
-    lines = exc.message.splitlines()
-    lexer = "LexerNoViableAltException: "
-    if len(lines) > 1 and lines[0].startswith(lexer) and lines[1].strip() == "^":
-        at = len(lines[1].rstrip()) - 1 - len(lexer)  # Hydra's caret under the character
-        if 0 <= at < len(exc.override):
-            return f"unexpected {exc.override[at]!r} at character {at + 1}"
-    reasons = [
-        line.strip()
-        for line in lines
-        if line.strip().strip("^")
-        and not line.startswith(("See https://", "Error parsing override", lexer))
-    ]
-    return "; ".join(reasons) or "not a 'key=value' override"
 
 
 def _compose_error(exc: Exception) -> ConfigError | None:

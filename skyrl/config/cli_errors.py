@@ -40,8 +40,42 @@ def one_line_error(exc: BaseException) -> str:
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         return _omegaconf_error(cause)
     if isinstance(exc, OverrideParseException):
-        return f"error: cannot parse override: {_first_line(str(exc))}"
+        if exc.override:
+            return f"error: {exc.override}: cannot parse this override: {parse_reason(exc)}"
+        return f"error: cannot parse override: {parse_reason(exc)}"
+    if isinstance(exc, ConfigCompositionException):
+        return f"error: {_with_advice(str(exc))}"
     return f"error: {_first_line(str(exc))}"
+
+
+def parse_reason(exc: OverrideParseException) -> str:
+    """What Hydra's parser said is wrong, without its pointer to the grammar's docs or its
+    repeating of the override (a character the lexer refuses: which one, and where)."""
+    lines, override = exc.message.splitlines(), exc.override or ""
+    lexer = "LexerNoViableAltException: "
+    if len(lines) > 1 and lines[0].startswith(lexer) and lines[1].strip() == "^":
+        at = len(lines[1].rstrip()) - 1 - len(lexer)  # Hydra's caret under the character
+        if 0 <= at < len(override):
+            return f"unexpected {override[at]!r} at character {at + 1}"
+    reasons = [
+        line.strip()
+        for line in lines
+        if line.strip().strip("^")
+        and not line.startswith(("See https://", "Error parsing override", lexer))
+    ]
+    return "; ".join(reasons) or "not a 'key=value' override"
+
+
+def _with_advice(text: str) -> str:
+    """Hydra's message on one line: its first line, then the fix-it advice of the lines after
+    it (``add --multirun``, ``remove + prefix``), joined with ``; ``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    first, advice = lines[0], [line for line in lines[1:] if not line.startswith("See https://")]
+    if not advice:
+        return first
+    return f"{first}{' ' if first.endswith('.') else ': '}{'; '.join(advice)}"
 
 
 def is_bad_input(exc: BaseException) -> bool:

@@ -21,7 +21,36 @@ from skyrl.config.trainer import OptimizerConfig
             "error: environment.kwargs.foo: unknown key (environment.kwargs is a free-form "
             "mapping: add a key with +environment.kwargs.foo=...)",
         ),
-        (["trainer.seed=[1"], "error: cannot parse override: no viable alternative at input '[1'"),
+        (
+            ["trainer.seed=[1"],
+            "error: trainer.seed=[1: cannot parse this override: no viable alternative at input '[1'",
+        ),
+        # before: "error: cannot parse override: mismatched input '<EOF>' ...", naming no override
+        (
+            ["-m", "trainer.policy_optimizer.lr=1e-5,"],
+            "error: trainer.policy_optimizer.lr=1e-5,: cannot parse this override: mismatched "
+            "input '<EOF>' expecting {':', BRACKET_OPEN, BRACE_OPEN, FLOAT, INT, BOOL, NULL, "
+            "UNQUOTED_CHAR, ID, ESC, WS, QUOTED_VALUE, INTERPOLATION}",
+        ),
+        # before: "error: cannot parse override: Error parsing override 'trainer.seed'", no reason
+        (
+            ["trainer.seed"],
+            "error: trainer.seed: cannot parse this override: missing EQUAL at '<EOF>'",
+        ),
+        # before: only Hydra's first line, without its advice (the list, the quotes, --multirun)
+        (
+            ["trainer.seed=1,2"],
+            "error: Ambiguous value for argument 'trainer.seed=1,2': 1. To use it as a list, use "
+            "key=[value1,value2]; 2. To use it as string, quote the value: key='value1,value2'; "
+            "3. To sweep over it, add --multirun to your command line",
+        ),
+        # before: only "Could not append to config. An item is already at 'trainer.seed'."
+        (
+            ["+trainer.seed=3"],
+            "error: Could not append to config. An item is already at 'trainer.seed'. Either "
+            "remove + prefix: 'trainer.seed=3'; Or add a second + to add or override "
+            "'trainer.seed': '++trainer.seed=3'",
+        ),
         # Hydra refuses a null group option with a ValueError of its own
         (["trainer=null"], "error: Config group override must be a string or a list. Got NoneType"),
         # found by the fuzz test: the backend check once re-raised inside its except block
