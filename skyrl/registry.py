@@ -24,12 +24,18 @@ class Registry(Generic[F]):
         self._entries: dict[str, F] = {}
 
     def register(self, name: str, *, override: bool = False) -> Callable[[F], F]:
-        """Decorator that registers a callable under ``name``."""
+        """Decorator that registers a callable under ``name``.
+
+        A name taken by another callable is refused unless ``override=True``. The same
+        callable again (same module and qualified name: a notebook cell run again, as
+        ``skyrl.envs.register_env`` allows) replaces the old one."""
 
         def decorate(fn: F) -> F:
-            if name in self._entries and not override and self._entries[name] is not fn:
+            old = self._entries.get(name)
+            if old is not None and not override and not _same_definition(old, fn):
                 raise ValueError(
-                    f"{self.kind} {name!r} is already registered; pass override=True to replace it"
+                    f"{self.kind} {name!r} is already registered as {_path(old)}; pass "
+                    f"override=True to replace it with {_path(fn)}"
                 )
             self._entries[name] = fn
             return fn
@@ -53,6 +59,23 @@ class Registry(Generic[F]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+
+def _same_definition(old: Callable, new: Callable) -> bool:
+    """Whether ``new`` is ``old`` or its definition run again (same module and qualified
+    name). A callable without a ``__qualname__`` (a ``functools.partial``) only matches
+    itself."""
+    if old is new:
+        return True
+    return getattr(old, "__qualname__", None) is not None and _path(old) == _path(new)
+
+
+def _path(fn: Callable) -> str:
+    """``module.qualname`` of ``fn``, or its ``repr`` where it has none."""
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is None:
+        return repr(fn)
+    return f"{getattr(fn, '__module__', None)}.{qualname}"
 
 
 def import_path(path: str) -> Callable:

@@ -58,3 +58,34 @@ def test_duplicate_and_unknown_names():
     assert registry.get("a") is abs
     with pytest.raises(KeyError, match="unknown widget 'b'; registered: a"):
         registry.get("b")
+
+
+def _define(source: str) -> object:
+    """Run ``source`` as a notebook cell would (module ``__main__``) and return its ``fn``."""
+    namespace = {"__name__": "__main__"}
+    exec(source, namespace)
+    return namespace["fn"]
+
+
+def test_cell_run_again_replaces_its_own_entry():
+    registry = Registry("widget")
+    cell = "def fn(x):\n    return {}\n"
+    first = registry.register("a")(_define(cell.format(1)))
+    second = registry.register("a")(_define(cell.format(2)))  # same __main__.fn, new body
+    assert first is not second
+    assert registry.get("a") is second
+    assert registry.get("a")(None) == 2
+
+
+def test_other_function_under_a_taken_name_is_refused():
+    registry = Registry("widget")
+    registry.register("a")(_define("def fn():\n    pass\n"))
+    other = _define("def other():\n    pass\nfn = other\n")  # __main__.other, not __main__.fn
+    with pytest.raises(
+        ValueError,
+        match=r"^widget 'a' is already registered as __main__\.fn; "
+        r"pass override=True to replace it with __main__\.other$",
+    ):
+        registry.register("a")(other)
+    registry.register("a", override=True)(other)
+    assert registry.get("a") is other
