@@ -15,6 +15,7 @@ agent's eval sessions are not held to the training sampling (``skyrl.serve.backe
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import time
@@ -43,14 +44,15 @@ def evaluate_prompts(
     """Roll out ``generator.eval_n_samples_per_prompt`` samples of every row with
     ``generator.eval_sampling`` from base seed ``seed`` (``skyrl.rollouts.sync.eval_seed``);
     the ``eval/...`` metrics
-    (``eval/env_errors`` and ``eval/seconds`` included) and the rollouts."""
+    (``eval/env_errors`` and ``eval/seconds`` included) and the rollouts. The rollouts run on
+    deep copies of ``rows``: an env that mutates its row cannot change a later eval pass."""
     started = time.perf_counter()
     n = cfg.eval_n_samples_per_prompt
     sampling = SamplingParams.from_config(
         cfg.eval_sampling, n=n, max_tokens=cfg.max_generate_length
     )
     sampling.seed = seed
-    rows = [dataclasses.replace(r, uid=f"eval{i}") for i, r in enumerate(rows)]
+    rows = [dataclasses.replace(copy.deepcopy(r), uid=f"eval{i}") for i, r in enumerate(rows)]
     out = generator.generate(rows, n, sampling)
     metrics = eval_metrics(out, n)
     metrics[names.EVAL_ENV_ERRORS] = out.metrics.get(names.ENV_ERRORS, 0.0)
@@ -62,7 +64,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of ``k`` of the ``n`` samples (``c`` correct) passes."""
     if not 1 <= k <= n:
         raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}")
-    return 1.0 - comb(n - c, k) / comb(n, k)
+    total = comb(n, k)
+    return (total - comb(n - c, k)) / total  # exact difference: one rounding, not 1 - x
 
 
 def eval_metrics(output: GeneratorOutput, k: int) -> dict[str, float]:

@@ -10,10 +10,11 @@ from skyrl.config.trainer import TrainerConfig
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import StepResult, TextEnv
 from skyrl.generators import AgentLoop, Generator, LoopSettings
+from skyrl.generators.output import GeneratorOutput
 from skyrl.inference.base import request_seed
 from skyrl.inference.hf import HFEngine
 from skyrl.models import build_tiny_model
-from skyrl.rollouts.evaluation import evaluate_prompts
+from skyrl.rollouts.evaluation import evaluate_prompts, pass_at_k
 from skyrl.rollouts.sync import base_seed
 from skyrl.rollouts.sync import eval_seed as eval_base_seed
 
@@ -76,3 +77,50 @@ def test_an_unset_eval_seed_derives_from_the_run_seed(generator_and_seeds):
     _, seeds, cfg = _eval(generator_and_seeds, eval_seed=None)
     assert base_seed(cfg, 0, 0) == 42 * 1_000_003 % 2**31
     assert seeds == _request_seeds(42 * 1_000_003 % 2**31)
+
+
+def _output(groups: dict[str, list[float]]) -> GeneratorOutput:
+    """One single-turn row per sample of each uid, all of source ``s``."""
+    rows = [(uid, k, r) for uid, rewards in groups.items() for k, r in enumerate(rewards)]
+    return GeneratorOutput(
+        prompt_token_ids=[[1, 2] for _ in rows],
+        response_token_ids=[[5] for _ in rows],
+        loss_masks=[[1] for _ in rows],
+        rollout_logprobs=[[0.0] for _ in rows],
+        rewards=[r for *_, r in rows],
+        uids=[u for u, *_ in rows],
+        trajectory_ids=[f"{u}/{k}" for u, k, _ in rows],
+        is_last_step=[True] * len(rows),
+        data_sources=["s"] * len(rows),
+        stop_reasons=["stop"] * len(rows),
+        policy_versions=[[(0, 0)] for _ in rows],
+    )
+
+
+class _MutatingGenerator:
+    """A generator whose env keeps state in its row's extras (one full-credit sample each)."""
+
+    def generate(self, rows, n, sampling):
+        for row in rows:
+            row.extras["seen"].append(len(row.extras["seen"]))
+        return _output({row.uid: [1.0] * n for row in rows})
+
+
+def test_an_eval_pass_leaves_the_eval_rows_as_they_were():
+    """The trainer evaluates the same rows every ``trainer.eval_interval`` steps: an env that
+    mutates its row must not change what a later eval (or a resumed run's) starts from."""
+    rows = [PromptRow("q", "s", {"seen": []})]
+    cfg = GeneratorConfig(eval_n_samples_per_prompt=1)
+    for _ in range(2):
+        evaluate_prompts(_MutatingGenerator(), rows, cfg, seed=0)
+    assert rows[0].extras == {"seen": []}
+
+
+def test_pass_at_k_is_exact_for_small_counts():
+    # 1 - C(2, 1) / C(3, 1) = 1 - 2/3 = 1/3; computed as 1 - 0.666... it was 0.33333333333333337
+    assert pass_at_k(3, 1, 1) == 1 / 3
+    # n = 10**6 samples, 1 correct, k = 1: c / n = 1e-6 exactly, not 1 - 0.999999
+    assert pass_at_k(10**6, 1, 1) == 1e-6
+    # C(6, 2) = 15, C(4, 2) = 6: 1 - 6/15 = 9/15 = 0.6
+    assert pass_at_k(6, 2, 2) == 0.6
+    assert pass_at_k(4, 3, 2) == 1.0  # n - c = 1 < k: every draw of 2 holds a pass
