@@ -97,11 +97,14 @@ def _reward_lines(train: list[dict[str, float]]) -> list[str]:
 
 
 def _eval_lines(history: list[dict[str, float]]) -> list[str]:
-    """First vs last value of each eval pass@1 key, with their steps."""
+    """First vs last value of each eval pass@1 key, with their steps; the one value of a key
+    evaluated once."""
     lines = []
     for key in names.eval_pass_at_1_keys({k for r in history for k in r}):
         steps, values = series(history, key)
-        if steps:
+        if len(steps) == 1:
+            lines.append(f"{key}: {values[0]:.3f} (step {steps[0]}, the only eval)")
+        elif steps:
             lines.append(
                 f"{key}: {values[0]:.3f} (step {steps[0]}) -> {values[-1]:.3f} (step {steps[-1]})"
             )
@@ -128,8 +131,16 @@ def _timing_lines(train: list[dict[str, float]]) -> list[str]:
             )
     overhead = _overhead_frac(train, total_step_s)
     if overhead is not None:
-        lines.append(f"framework overhead: {overhead:.0%} of step time")
+        lines.append(f"framework overhead: {overhead:.0%} of step time ({_overhead_is(train)})")
     return lines
+
+
+def _overhead_is(train: list[dict[str, float]]) -> str:
+    """What the overhead line counts (``_overhead_frac``): the logged share is time inside
+    the phases above (their shares already add up to the step), the fallback time outside."""
+    if any(names.OVERHEAD_FRAC in r for r in train):
+        return "within the phases above: all but generation, eval and the workers' compute"
+    return "outside generate, forward, train, sync and eval"
 
 
 def _phase_keys(train: list[dict[str, float]]) -> list[str]:

@@ -7,6 +7,8 @@ from matplotlib.image import imread
 from skyrl.tracking import format_summary, plot_history
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+OUTSIDE = "outside generate, forward, train, sync and eval"
+WITHIN = "within the phases above: all but generation, eval and the workers' compute"
 
 
 def small_history() -> list[dict[str, float]]:
@@ -71,7 +73,7 @@ def test_summary_numbers(tmp_path):
             "  train: 3.00s mean, 30% of step time",
             "  sync: 0.50s mean, 5% of step time",
             "  eval: 1.00s mean, 3% of step time",
-            "framework overhead: 12% of step time",
+            "framework overhead: 12% of step time (" + OUTSIDE + ")",
             "outputs:",
             f"  metrics: {tmp_path / 'metrics.jsonl'}",
             f"  plot: {tmp_path / 'history.png'}",
@@ -93,7 +95,7 @@ def test_logged_overhead_is_preferred_and_short_runs_compare_what_they_have(tmp_
         "steps run: 2",
         "training reward: first 2 steps 0.500 -> last 2 steps 0.500",
         "time per step: 2.00s mean, 4.0s total",
-        "framework overhead: 20% of step time",
+        "framework overhead: 20% of step time (" + WITHIN + ")",
     ]
 
 
@@ -109,5 +111,29 @@ def test_logged_overhead_is_weighted_by_step_time(tmp_path):
         "steps run: 2",
         "time per step: 50.00s mean, 100.0s total",
         "  generate: 41.00s mean, 82% of step time",  # (1 + 81) / 100
-        "framework overhead: 18% of step time",
+        "framework overhead: 18% of step time (" + WITHIN + ")",
     ]
+
+
+def test_a_single_eval_is_not_shown_as_a_before_and_after(tmp_path):
+    # eval ran once (step 2 of 2, no eval before training): one value, not "x -> x"
+    history = [
+        {"step": 1, "generate/reward_mean": 0.25},
+        {"step": 2, "generate/reward_mean": 0.75, "eval/pass@1": 0.5},
+    ]
+    assert format_summary(history, tmp_path / "missing").splitlines() == [
+        "steps run: 2",
+        "training reward: first 2 steps 0.500 -> last 2 steps 0.500",  # (0.25 + 0.75) / 2
+        "eval/pass@1: 0.500 (step 2, the only eval)",
+    ]
+
+
+def test_logged_overhead_says_it_is_part_of_the_phases(tmp_path):
+    # as a real step logs it: the phases cover the whole 10 s step (4 + 2 + 3 + 1 = 10: 100%),
+    # and the overhead, 1 - compute / step with compute = generate 4 + worker compute 3 s
+    # = 1 - 7 / 10 = 30%, is time inside forward, train and sync, not a further 30%
+    record = {"step": 1, "timing/step_s": 10.0, "timing/generate_s": 4.0, "timing/forward_s": 2.0,
+              "timing/train_s": 3.0, "timing/sync_s": 1.0, "timing/overhead_frac": 0.3}  # fmt: skip
+    assert format_summary([record], tmp_path / "missing").splitlines()[-1] == (
+        "framework overhead: 30% of step time (" + WITHIN + ")"
+    )
