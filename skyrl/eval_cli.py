@@ -20,8 +20,9 @@ named after it (``a.json`` -> ``a.samples.jsonl``, the format of ``trainer.dump_
 
 A run's ``final_hf`` is evaluated unless its latest checkpoint is of a later step than the
 one ``final_hf`` records (a run resumed with more steps that stopped before exporting again,
-or ran with ``trainer.export_hf=false``): then the checkpoint is, with a line saying why. A
-``final_hf`` that records no step (exported before the record existed) is evaluated.
+or ran with ``trainer.export_hf=false``), or ``final_hf`` holds no weights file (a run killed
+while exporting): then the checkpoint is, with a line saying why. A ``final_hf`` that records
+no step (exported before the record existed) is evaluated.
 
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
 source without eval prompts) is a ``ConfigError`` raised before any weights are read or
@@ -37,6 +38,7 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -166,8 +168,14 @@ def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]
     if is_adapter_dir(path):
         return _adapter_base(cfg, path, "eval.checkpoint")
     final_hf = path / "final_hf"
-    if (final_hf / "config.json").is_file() and not _checkpoint_after_export(final_hf, path):
-        return _with_model(cfg, final_hf), None, str(final_hf)
+    if (final_hf / "config.json").is_file():
+        if not _holds_weights(final_hf):
+            logger.warning(
+                "%s holds no weights (an export cut short): evaluating the latest checkpoint",
+                final_hf,
+            )
+        elif not _checkpoint_after_export(final_hf, path):
+            return _with_model(cfg, final_hf), None, str(final_hf)
     ckpt = _checkpoint_with_weights(target, path)
     return _run_model(cfg, ckpt), ckpt, str(ckpt)
 
@@ -195,6 +203,12 @@ def _adapter_base(cfg: SkyRLConfig, adapter: Path, key: str) -> tuple[SkyRLConfi
         problem = f"{adapter}: {what}: {exc.message}"
         raise ConfigError(key, problem) from None
     return resolved, adapter, str(adapter)
+
+
+def _holds_weights(model_dir: Path) -> bool:
+    """Whether a ``from_pretrained`` directory has a weights file (a run killed while
+    exporting leaves ``final_hf`` with its config and none)."""
+    return any(model_dir.glob("*.safetensors")) or any(model_dir.glob("pytorch_model*.bin"))
 
 
 def _checkpoint_after_export(final_hf: Path, run: Path) -> bool:
@@ -243,12 +257,27 @@ def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
             trust_remote_code=base.model.trust_remote_code,
         )
     except WeightsMismatchError as exc:  # model.path names another architecture
-        mismatch = str(exc)
+        problem = f"{exc}; model.path must name the model the run trained"
+    except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
+        if not _is_damaged_weights(exc):
+            raise
+        where = ckpt if export is merge_adapter_dir else ckpt / "policy" / "state"
+        problem = (
+            f"{ckpt}: its weights in {where} cannot be read "
+            f"({exception_line(exc)}): a file cut short (a run killed while saving, a "
+            "partial copy); evaluate another checkpoint"
+        )
     else:
         return _with_model(base, hf_dir)
-    raise ConfigError(  # outside the handler: no context
-        "eval.checkpoint", f"{mismatch}; model.path must name the model the run trained"
-    )
+    raise ConfigError("eval.checkpoint", problem)  # outside the handler: no context
+
+
+def _is_damaged_weights(exc: BaseException) -> bool:
+    """Whether ``torch.load`` failed on a file cut short: an empty or torn pickle, or a torn
+    zip archive (PyTorch's ``RuntimeError`` from its zip reader)."""
+    if isinstance(exc, (EOFError, pickle.UnpicklingError)):
+        return True
+    return "PytorchStreamReader failed" in str(exc)
 
 
 def _checkpoint_with_weights(target: str, path: Path) -> Path:
@@ -261,6 +290,16 @@ def _checkpoint_with_weights(target: str, path: Path) -> Path:
         ckpt = find_checkpoint(path) if path.is_dir() else None
     except ValueError as exc:  # its ``latest`` names a missing or half-written checkpoint
         ckpt, problem = None, f"{target}: {exc} (no {TRAINER_STATE})"
+    if ckpt is None and (path / "final_hf" / "config.json").is_file():  # without weights
+        problem = (
+            f"{target}: its final_hf holds no weights (an export cut short) and it has no "
+            "checkpoint"
+        )
+    if ckpt is None and (path / "config.json").is_file():  # a run's final_hf, a HF model
+        problem = (
+            f"{target}: a model directory (config.json), not a run or a checkpoint; evaluate "
+            f"it with model.path={target}"
+        )
     if ckpt is None:
         raise ConfigError("eval.checkpoint", problem)  # outside the handler: no context
     state = ckpt / "policy" / "state"

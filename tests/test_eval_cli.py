@@ -206,6 +206,18 @@ Z3_STATE = "z3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
             "error: eval.checkpoint: badrun: badrun/checkpoints/latest names "
             "badrun/checkpoints/global_step_5, which is not a complete checkpoint",
         ),
+        (  # the run's export itself, not the run: a model directory, for model.path
+            {"run/final_hf/config.json": "{}"},
+            "eval.checkpoint=run/final_hf",
+            "error: eval.checkpoint: run/final_hf: a model directory (config.json), not a run "
+            "or a checkpoint; evaluate it with model.path=run/final_hf",
+        ),
+        (  # killed while exporting, before any checkpoint: nothing to evaluate
+            {"run/final_hf/config.json": "{}", "run/final_hf/tokenizer.json": "{}"},
+            "eval.checkpoint=run",
+            "error: eval.checkpoint: run: its final_hf holds no weights (an export cut short) "
+            "and it has no checkpoint",
+        ),
         (
             {"corrupt/trainer_state.json": "{}"},
             "eval.checkpoint=corrupt",
@@ -236,9 +248,13 @@ def test_bad_files_are_refused_before_any_work(tmp_path, monkeypatch, layout, ov
     make(tmp_path, layout)
     overrides = ["experiment=smoke", *override.split()]
     assert_one_line(run([SKYRL_EVAL, *overrides], tmp_path), expected)
-    assert not [
-        p for p in tmp_path.rglob("*.json*") if p.is_file() and p.name != "trainer_state.json"
-    ]
+    assert (
+        not [  # no results or samples written: only the layout's own files
+            p
+            for p in tmp_path.rglob("*.json*")
+            if p.is_file() and str(p.relative_to(tmp_path)) not in layout
+        ]
+    )
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("ran before the bad input was reported")
@@ -290,6 +306,33 @@ def test_a_checkpoint_that_does_not_fit_model_path_is_one_line(tmp_path, archite
     line = one_line_error(err.value)
     assert line.startswith(f"error: eval.checkpoint: {ckpt}: its policy weights do not fit {other}")
     assert fragment in line and "\n" not in line and is_bad_input(err.value)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_a_checkpoint_with_damaged_weights_is_one_line(tmp_path, damage):
+    """A weights file cut short (a run killed while saving, a partial copy): refused as bad
+    input naming eval.checkpoint and the weights directory, not torch's EOFError traceback."""
+    import torch
+
+    from skyrl.config.cli_errors import is_bad_input, one_line_error
+    from skyrl.config.validate import validate
+
+    ckpt = tmp_path / "checkpoints" / "global_step_1"
+    state = ckpt / "policy" / "state"
+    state.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text('{"global_step": 1}')
+    weights = state / "mp_rank_00_model_states.pt"
+    torch.save({"module": {"w": torch.zeros(256)}}, weights)
+    size = weights.stat().st_size
+    weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[: size // 2])
+    cfg = validate(skyrl.compose(["experiment=smoke", f"eval.checkpoint={ckpt}"]))
+    base, found, _ = eval_cli._model_to_evaluate(cfg)
+    assert found == ckpt
+    with pytest.raises(ConfigError) as err:
+        eval_cli._exported(base, ckpt, tmp_path / "scratch")
+    line = one_line_error(err.value)
+    assert line.startswith(f"error: eval.checkpoint: {ckpt}: its weights in {state} cannot be read")
+    assert "\n" not in line and is_bad_input(err.value)
 
 
 def fake_checkpoint(run_dir: Path) -> Path:
@@ -376,7 +419,7 @@ def run_with_export(run_dir: Path, exported: int | None, latest: int) -> tuple[P
     """``run_dir`` with a final_hf that records the step it was exported at (None: no record,
     a run from before it) and a checkpoint of step ``latest`` that ``latest`` names."""
     final_hf = run_dir / "final_hf"
-    make(final_hf, {"config.json": "{}"})
+    make(final_hf, {"config.json": "{}", "model.safetensors": ""})
     if exported is not None:
         (final_hf / EXPORT_RECORD).write_text(json.dumps({"step": exported}))
     ckpt = run_dir / "checkpoints" / f"global_step_{latest}"
@@ -413,6 +456,23 @@ def test_a_run_continued_past_its_export_is_evaluated_at_its_latest_checkpoint(
     assert caplog.messages == [
         f"{final_hf} is from step 2, {tmp_path / 'run' / 'checkpoints' / 'latest'} is step 3 "
         f"({ckpt.name}): evaluating the latest checkpoint"
+    ]
+
+
+def test_an_export_cut_short_gives_way_to_the_latest_checkpoint(tmp_path, caplog):
+    """A final_hf with its config but no weights (the run was killed while exporting; no
+    record written): the latest checkpoint is evaluated, with a line saying why, not the
+    empty export (a traceback from the engine that loads it)."""
+    from skyrl.config.validate import validate
+
+    final_hf, ckpt = run_with_export(tmp_path / "run", None, 2)
+    (final_hf / "model.safetensors").unlink()
+    cfg = validate(skyrl.compose(["experiment=smoke", f"eval.checkpoint={tmp_path / 'run'}"]))
+    with caplog.at_level("INFO", logger="skyrl.eval_cli"):
+        _, found, label = eval_cli._model_to_evaluate(cfg)
+    assert (found, label) == (ckpt, str(ckpt))
+    assert caplog.messages == [
+        f"{final_hf} holds no weights (an export cut short): evaluating the latest checkpoint"
     ]
 
 
