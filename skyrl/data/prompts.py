@@ -10,6 +10,7 @@ parquet record batch at a time), so checking a large file never holds all of it.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,11 @@ class PromptRow:
     """Everything else (``answer``, reasoning-gym ``entry``, ...), passed to ``env.init``."""
     uid: str = ""
     """Stable id of the prompt (all samples and turns of it share it)."""
+
+    def for_sample(self) -> PromptRow:
+        """A deep copy for one sample's trajectory: what its env or agent writes to
+        ``extras`` (or the prompt) stays out of the prompt's other samples and later passes."""
+        return copy.deepcopy(self)
 
 
 def _check_prompt(prompt: Any) -> str | None:

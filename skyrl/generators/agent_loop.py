@@ -296,8 +296,13 @@ class AgentLoop:
     async def run(
         self, rows: list[PromptRow], n_samples: int, sampling: SamplingParams
     ) -> list[Trajectory]:
-        """All ``n_samples`` trajectories of every row, in (row, sample) order."""
-        tasks = [self.run_trajectory(row, k, sampling) for row in rows for k in range(n_samples)]
+        """All ``n_samples`` trajectories of every row, in (row, sample) order; each on its
+        own copy of the row (``PromptRow.for_sample``)."""
+        tasks = [
+            self.run_trajectory(row.for_sample(), k, sampling)
+            for row in rows
+            for k in range(n_samples)
+        ]
         return list(await asyncio.gather(*tasks))
 
     async def run_trajectory(

@@ -161,7 +161,7 @@ class HarnessDriver:
             return list(
                 await asyncio.gather(
                     *(
-                        self._trajectory(url, http, binding, row, k, sampling)
+                        self._trajectory(url, http, binding, row.for_sample(), k, sampling)
                         for row in rows
                         for k in range(n_samples)
                     )
