@@ -317,6 +317,19 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
             f"({setting}) gives every sample the same reply, so every advantage is 0 and "
             "nothing trains; sample with temperature > 0 and top_k -1 or >= 2",
         )
+    k = g.eval_n_samples_per_prompt
+    eval_greedy = {
+        "temperature 0": g.eval_sampling.temperature == 0,
+        "top_k 1": g.eval_sampling.top_k == 1,
+    }
+    for setting, is_greedy in eval_greedy.items():
+        require(
+            not (k > 1 and is_greedy and g.agent == "agent_loop"),
+            "generator.eval_n_samples_per_prompt",
+            f"{k} samples per eval prompt with greedy eval sampling ({setting}) are {k} copies "
+            f"of one reply: pass@{k} would equal pass@1 at {k}x the cost; set "
+            "generator.eval_sampling.temperature > 0 (top_k -1 or >= 2), or 1 sample",
+        )
     require(
         a.overlong_buffer_len < g.max_generate_length,
         "algorithm.overlong_buffer_len",

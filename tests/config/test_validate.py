@@ -159,6 +159,19 @@ def _validate(*overrides: str):
             "generator.sampling.top_k",
             "greedy sampling (top_k 1) gives every sample the same reply",
         ),
+        # the eval's default sampling is greedy: 4 samples were 4 copies, pass@4 = pass@1
+        (
+            ["generator.eval_n_samples_per_prompt=4", "generator.eval_sampling.temperature=0"],
+            "generator.eval_n_samples_per_prompt",
+            "4 samples per eval prompt with greedy eval sampling (temperature 0) are 4 copies of "
+            "one reply: pass@4 would equal pass@1 at 4x the cost; set "
+            "generator.eval_sampling.temperature > 0 (top_k -1 or >= 2), or 1 sample",
+        ),
+        (
+            ["generator.eval_n_samples_per_prompt=2", "generator.eval_sampling.top_k=1"],
+            "generator.eval_n_samples_per_prompt",
+            "greedy eval sampling (top_k 1)",
+        ),
         (
             ["algorithm.overlong_buffer_len=64"],
             "algorithm.overlong_buffer_len",
