@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import cast
 
-from skyrl.config.errors import ConfigError, did_you_mean
+from skyrl.config.errors import ConfigError, did_you_mean, require
 from skyrl.config.root import SkyRLConfig
 from skyrl.generators.output import GeneratorOutput
 from skyrl.registry import Registry, import_path
@@ -65,8 +65,19 @@ def group_filter(name: str) -> GroupFilter:
 
 def check_dynamic_filter(cfg: SkyRLConfig) -> None:
     """``algorithm.dynamic_filter`` of a ``SkyRLConfig`` names a registered or importable
-    filter (checked whatever ``dynamic_sampling`` is, so a typo is found before it is used)."""
-    group_filter(cfg.algorithm.dynamic_filter)
+    filter (checked whatever ``dynamic_sampling`` is, so a typo is found before it is used),
+    and that ``reward_variance`` has groups of several samples to compare."""
+    a = cfg.algorithm
+    group_filter(a.dynamic_filter)
+    if a.dynamic_sampling and a.dynamic_filter == "reward_variance":
+        n = cfg.generator.n_samples_per_prompt
+        require(
+            n > 1,
+            "algorithm.dynamic_sampling",
+            "the 'reward_variance' filter keeps groups whose samples' rewards differ: with "
+            f"generator.n_samples_per_prompt={n} no group can, so every round is dropped; "
+            "sample >= 2 per prompt or use another algorithm.dynamic_filter",
+        )
 
 
 def group_rows(output: GeneratorOutput) -> dict[str, list[int]]:

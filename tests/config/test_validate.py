@@ -159,6 +159,18 @@ def _validate(*overrides: str):
             "generator.sampling.top_k",
             "greedy sampling (top_k 1) gives every sample the same reply",
         ),
+        # one sample per prompt: every group's rewards are "all equal", so each step ran its
+        # max_sample_batches rounds and trained on top-up groups
+        (
+            [
+                "algorithm.advantage_estimator=reinforce_pp",
+                "algorithm.dynamic_sampling=filter",
+                "generator.n_samples_per_prompt=1",
+            ],
+            "algorithm.dynamic_sampling",
+            "the 'reward_variance' filter keeps groups whose samples' rewards differ: with "
+            "generator.n_samples_per_prompt=1 no group can, so every round is dropped",
+        ),
         # the eval's default sampling is greedy: 4 samples were 4 copies, pass@4 = pass@1
         (
             ["generator.eval_n_samples_per_prompt=4", "generator.eval_sampling.temperature=0"],
