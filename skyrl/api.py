@@ -8,6 +8,7 @@ result.metric("generate/reward_mean")   # [(step, value), ...]
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import os
@@ -26,6 +27,8 @@ from skyrl.config.preflight import Preflight, check_run_dir, preflight
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
+
+logger = logging.getLogger(__name__)
 
 CONF_DIR = Path(__file__).parent / "conf"
 
@@ -258,8 +261,8 @@ def _config_to_save(cfg: DictConfig, typed: SkyRLConfig) -> DictConfig:
 
 
 def _run(checked: Preflight, output_dir: Path) -> TrainResult:
-    """Start Ray (if needed), run the loop, export, print the summary and write the plot."""
-    from skyrl.tracking.summary import format_summary, plot_history, read_history
+    """Start Ray (if needed), run the loop, export, print the summary and write the plot (of
+    the steps finished, too, when Ctrl-C or SIGTERM stops the run)."""
     from skyrl.trainer.trainer import RLTrainer
 
     cfg = checked.cfg  # model paths already resolved to local directories by the pre-flight
@@ -267,16 +270,44 @@ def _run(checked: Preflight, output_dir: Path) -> TrainResult:
     # a trainer that fails to start stops what it started itself, before this try
     trainer = RLTrainer(cfg, output_dir, prompts=checked.prompts)
     try:
-        trainer.train()
-        final_hf = trainer.export() if cfg.trainer.export_hf else None
-    finally:
-        trainer.shutdown()
-    # the run's whole record, a resumed run's steps before the resume too (the trainer's
-    # own history holds only the steps this process ran)
+        try:
+            trainer.train()
+            final_hf = trainer.export() if cfg.trainer.export_hf else None
+        finally:
+            trainer.shutdown()
+    except KeyboardInterrupt:
+        _report_stopped(output_dir)
+        raise
+    history = _report(output_dir)
+    return TrainResult(output_dir, history, final_hf)
+
+
+def _report(output_dir: Path, heading: str | None = None) -> list[dict[str, float]]:
+    """The run's whole record (a resumed run's steps before the resume too: the trainer's
+    own history holds only the steps this process ran), plotted and summarised."""
+    from skyrl.tracking.summary import format_summary, plot_history, read_history
+
     history = read_history(output_dir)
+    if heading is not None and any(r["step"] > 0 for r in history):
+        print(heading, flush=True)
+    elif heading is not None:
+        return history  # stopped before a step: nothing to show
     plot_history(history, output_dir / "metrics.png")
     print(format_summary(history, output_dir), flush=True)
-    return TrainResult(output_dir, history, final_hf)
+    return history
+
+
+def _report_stopped(output_dir: Path) -> None:
+    """``_report`` of a run stopped by an interrupt; a record it cannot read (a line cut by
+    the stop) leaves the interrupt's own line to say what happened."""
+    from skyrl.tracking.jsonl import FILENAME
+
+    if not (output_dir / FILENAME).is_file():  # stopped before the first step was logged
+        return
+    try:
+        _report(output_dir, "stopped early; the steps it finished:")
+    except (ConfigError, OSError) as exc:
+        logger.warning("no summary of the steps finished: %s", exc)
 
 
 def _ray_keeping_sigterm_handler(cfg) -> None:
