@@ -242,6 +242,11 @@ def math_equal(predicted: str, gold: str) -> bool:
 
 
 def grade(text: str, gold: str) -> float:
-    """1.0 when the response's final answer equals ``gold``, else 0.0 (no answer = 0)."""
+    """1.0 when the response's final answer equals ``gold``, else 0.0 (no answer = 0).
+
+    A float ``gold`` (a number column of a data file) is read in full: ``1e-05`` is the
+    plain number ``0.00001``, as ``str`` would not write it."""
     answer = extract_answer(text)
+    if isinstance(gold, float) and math.isfinite(gold):
+        gold = format(Decimal(repr(gold)), "f")
     return float(answer is not None and math_equal(answer, str(gold)))

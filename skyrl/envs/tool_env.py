@@ -50,6 +50,7 @@ STEP_MARGIN_S = 1.0
 to start and stop the last call's process and return before the generator cancels the step."""
 
 _CALL = re.compile(r"<(calculator|python)>(.*?)</\1>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 
 TOOLS = [
     {
@@ -148,7 +149,7 @@ class ToolEnv(TextEnv):
         return run_python(arg, timeout_s, self.tool_memory_bytes)
 
     def step(self, action_text: str) -> StepResult:
-        if "<answer>" not in action_text:
+        if not _ANSWER.search(action_text):  # a mention of the tag is not an answer
             calls = self._calls(action_text, _CallClock(self.step_timeout_s))
             if calls:
                 self.tool_calls += len(calls)

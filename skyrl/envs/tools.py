@@ -88,9 +88,7 @@ def _literal(node: ast.Constant, source: str) -> Fraction:
 
 def _apply(op: ast.operator, left: Number, right: Number) -> Number:
     """``left op right``, refusing a power past ``MAX_INT_BITS`` before computing it."""
-    if isinstance(op, ast.Pow):
-        if not -100 <= right <= 100:
-            raise ValueError("exponent too large")
+    if isinstance(op, ast.Pow):  # a float result overflows, raising, instead of growing
         if isinstance(left, Fraction) and isinstance(right, Fraction) and right.denominator == 1:
             _check_bits(_bits(left) * abs(right.numerator))
     value = _OPS[type(op)](left, right)  # a non-integer power of a Fraction is a float
@@ -155,6 +153,8 @@ def calculator(expression: str) -> str:
         return _format(ev(ast.parse(source, mode="eval").body))
     except ZeroDivisionError:  # Fraction's own message is "Fraction(1, 0)"
         return "error: division by zero"
+    except OverflowError:  # a float power: its own message is "(34, 'Numerical result ...')"
+        return "error: result too large for a float"
     except Exception as exc:
         return f"error: {exc}"
 
@@ -165,8 +165,16 @@ def _no_net(*a, **k):
     raise OSError("network disabled in the python tool")
 _s.socket = _no_net
 _s.create_connection = _no_net
-del _s, _no_net
+def _hook(kind, value, tb):  # print the traceback without the prelude's own frame
+    import sys
+    tb = tb and tb.tb_next
+    sys.__excepthook__(kind, value.with_traceback(tb), tb)
+__import__("sys").excepthook = _hook
+del _s, _no_net, _hook
+exec(compile(__import__("sys").argv.pop(), "<string>", "exec"))
 """
+"""Run before the call's code, which it compiles on its own (passed as the last argument), so
+that a traceback's line numbers are those of the code the model wrote."""
 
 
 def _limits(memory_bytes: int, cpu_s: int):
@@ -198,7 +206,7 @@ def run_python(
     with (
         tempfile.TemporaryDirectory(prefix="skyrl-py-") as cwd,
         subprocess.Popen(
-            [sys.executable, "-I", "-c", _PRELUDE + code],
+            [sys.executable, "-I", "-c", _PRELUDE, code],
             cwd=cwd,
             env={"PATH": os.defpath, "HOME": cwd, _TAG: token},
             stdin=subprocess.DEVNULL,
