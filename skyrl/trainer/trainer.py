@@ -548,14 +548,35 @@ class RLTrainer:
     def export(self) -> Path:
         """The final policy as a ``from_pretrained`` directory (with LoRA: the adapters merged
         in, and the PEFT adapter directory ``final_adapter`` beside it), recording the step
-        it holds (``EXPORT_RECORD``: ``skyrl-eval`` of the run prefers a newer checkpoint)."""
+        it holds (``EXPORT_RECORD``: ``skyrl-eval`` of the run prefers a newer checkpoint).
+        An export that fails (a full disk, an unwritable ``final_hf``) ends the run with
+        ``TrainingAborted`` saying where, the free space there, the checkpoint that holds the
+        trained weights and the original reason."""
+        from skyrl.workers.group import WorkerDiedError
+
         out = self.output_dir / "final_hf"
         adapter = self.output_dir / "final_adapter" if self.cfg.model.lora.enabled else None
-        (out / EXPORT_RECORD).unlink(missing_ok=True)  # an earlier export's, being replaced
-        self.policy.run(
-            "export_hf", str(out), self.cfg.model.tokenizer_path, adapter and str(adapter)
-        )
-        write_export_record(out, self.step)
+        try:
+            (out / EXPORT_RECORD).unlink(missing_ok=True)  # an earlier export's, being replaced
+            self.policy.run(
+                "export_hf", str(out), self.cfg.model.tokenizer_path, adapter and str(adapter)
+            )
+            write_export_record(out, self.step)
+        except WorkerDiedError:  # a dead worker: its own one-line error says it
+            raise
+        except Exception as exc:  # a worker's write or the trainer's own
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            latest = self.checkpoints.latest()
+            saved = (
+                f"the trained weights are in the last checkpoint: {latest} (re-running with "
+                "trainer.resume=auto exports it again)"
+                if latest
+                else "no checkpoint was saved"
+            )
+            raise TrainingAborted(
+                f"exporting the policy of step {self.step} into {out} failed "
+                f"({free_space(out)} free there); {saved}; {reason}"
+            ) from exc
         return out
 
     def _stop_started(self) -> None:

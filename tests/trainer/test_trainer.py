@@ -587,3 +587,62 @@ def test_an_interrupt_while_the_trainer_starts_stops_what_it_started(monkeypatch
     with pytest.raises(KeyboardInterrupt):
         RLTrainer(cfg, tmp_path)
     assert stopped == ["rollouts", "policy"]
+
+
+class FailingExport(FakeWorkers):
+    """A worker group whose ``export_hf`` raises ``error``."""
+
+    def __init__(self, error: Exception):
+        super().__init__()
+        self.error = error
+
+    def run(self, method: str, *args) -> list:
+        super().run(method, *args)
+        raise self.error
+
+
+def exporting_trainer(tmp_path, policy) -> RLTrainer:
+    """A trainer at step 3 of a run whose step 3 is checkpointed, with ``policy`` as its group."""
+    tr = saving_trainer(tmp_path, policy)
+    tr.checkpoints.commit(tr.checkpoints.temp_dir(3), 3, {"step": 3})
+    tr.output_dir, tr.step = tmp_path, 3
+    tr.cfg = SimpleNamespace(model=SimpleNamespace(lora=SimpleNamespace(enabled=False),
+                                                   tokenizer_path="tok"))  # fmt: skip
+    return tr
+
+
+def test_an_export_that_fails_says_where_and_that_the_trained_weights_are_saved(
+    tmp_path, monkeypatch
+):
+    # A final_hf the policy could not write (here its model.safetensors a directory; a full
+    # disk alike) ended a finished run with a 50-line traceback ending "RuntimeError: policy
+    # worker failed: SafetensorError: ...", naming neither final_hf nor the checkpoint that
+    # holds the trained weights, nor how to export them.
+    import shutil
+
+    from skyrl.trainer.trainer import TrainingAborted
+
+    reason = (
+        "policy worker failed: SafetensorError: Error while serializing: I/O error: "
+        "Is a directory (os error 21)"
+    )
+    tr = exporting_trainer(tmp_path, FailingExport(RuntimeError(reason + "\nmore lines")))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(0, 0, 3 << 30))
+    with pytest.raises(TrainingAborted) as err:
+        tr.export()
+    ckpt = tmp_path / "checkpoints" / "global_step_3"
+    assert str(err.value) == (  # 3 << 30 bytes = 3.0 GiB
+        f"exporting the policy of step 3 into {tmp_path / 'final_hf'} failed (3.0 GiB free "
+        f"there); the trained weights are in the last checkpoint: {ckpt} (re-running with "
+        f"trainer.resume=auto exports it again); {reason}"
+    )
+
+
+def test_a_worker_that_dies_while_exporting_is_reported_as_such(tmp_path):
+    from skyrl.workers.group import WorkerDiedError
+
+    died = WorkerDiedError("policy worker rank 0 died: killed")
+    tr = exporting_trainer(tmp_path, FailingExport(died))
+    with pytest.raises(WorkerDiedError) as err:
+        tr.export()
+    assert err.value is died
