@@ -739,13 +739,12 @@ def test_shutdown_after_an_async_run_does_not_wait_for_envs_to_close(tmp_path):
         tr.rollouts, tr.engine = source, Stops("engine", stopped)
         tr.policy, tr.reference = Stops("policy", stopped), Stops("reference", stopped)
         tr.critic, tr.shared_weights = Stops("critic", stopped), Stops("shared_weights", stopped)
-        started = time.monotonic()
         tr.shutdown()
-        took = time.monotonic() - started
+        closed_by_then = ClosesSlowly.closed  # each close takes 1 s: none ended if none waited
     finally:
         source.close()
         ClosesSlowly.close_s = 0.0
-    assert took < 0.5
+    assert closed_by_then == 0
     assert stopped == ["critic", "reference", "policy", "engine", "shared_weights"]
     assert source.loop.is_closed() and not source.thread.is_alive()
     deadline = time.monotonic() + 10
