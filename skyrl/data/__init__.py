@@ -12,6 +12,7 @@ from skyrl.data.prompts import (
     load_hf_dataset,
     load_prompt_file,
     row_from_record,
+    uid_prefixes,
 )
 
 
@@ -21,7 +22,12 @@ def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow
     train = split == "train"
     if data_cfg.source == "files":
         files = data_cfg.train_files if train else data_cfg.eval_files
-        return [row for f in files for row in load_prompt_file(f, data_cfg.prompt_key)]
+        prefixes = uid_prefixes(files)
+        return [
+            row
+            for f, prefix in zip(files, prefixes, strict=True)
+            for row in load_prompt_file(f, data_cfg.prompt_key, prefix)
+        ]
     n = data_cfg.num_train_prompts if train else data_cfg.num_eval_prompts
     if data_cfg.source == "arithmetic":
         return arithmetic_rows(n, data_cfg.seed, split)
@@ -47,4 +53,5 @@ __all__ = [
     "load_prompts",
     "reasoning_gym_rows",
     "row_from_record",
+    "uid_prefixes",
 ]

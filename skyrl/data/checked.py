@@ -19,6 +19,7 @@ for generated rows, ``data.source``, and whose message names the 1-based row.
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from skyrl.config.errors import ConfigError, require
 from skyrl.data.generated import TooFewProblems
-from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file
+from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file, uid_prefixes
 
 if TYPE_CHECKING:
     from skyrl.config.root import SkyRLConfig
@@ -127,10 +128,10 @@ def source_rows(cfg: SkyRLConfig, split: str) -> Iterator[tuple[str, str, Prompt
     d = cfg.data
     if d.source == "files":
         files = d.train_files if split == "train" else d.eval_files
-        for i, path in enumerate(files):
+        for i, (path, prefix) in enumerate(zip(files, uid_prefixes(files), strict=True)):
             key = f"data.{split}_files[{i}]"
             try:
-                for row_number, row in iter_prompt_file(path, d.prompt_key):
+                for row_number, row in iter_prompt_file(path, d.prompt_key, prefix):
                     yield key, f"{path}: row {row_number}", row
                 continue
             except FileNotFoundError:
@@ -220,13 +221,17 @@ def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
 
 
 def _check_extras(env, env_cfg, row: PromptRow, key: str, where: str) -> None:
-    """``row`` carries every field the env reads (``TextEnv.required_extras``), not null."""
+    """``row`` carries every field the env reads (``TextEnv.required_extras``), not null and
+    not NaN (``json.dumps`` writes a missing float as ``NaN``; nothing grades equal to it)."""
     for name in getattr(env, "required_extras", ()):
         label = env_cfg._target_ or env_cfg.name
+        value = row.extras.get(name)
+        nan = isinstance(value, float) and math.isnan(value)
+        problem = f"{name!r} is NaN" if nan else f"no {name!r}"
         require(
-            row.extras.get(name) is not None,
+            value is not None and not nan,
             key,
-            f"{where}: no {name!r} (environment {label!r} grades against it)",
+            f"{where}: {problem} (environment {label!r} grades against it)",
         )
 
 

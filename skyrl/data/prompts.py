@@ -2,7 +2,8 @@
 
 A row is a prompt (a string, or a list of chat messages with string ``role`` and
 ``content``), the ``data_source`` it belongs to (metrics such as pass@n are reported per
-source), and ``extras``: every other column (e.g. ``answer``), handed to the env's ``init``.
+source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
+``extra_info`` column are merged in), handed to the env's ``init``.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -80,9 +81,12 @@ def row_from_record(
     source = default_source if source is None else source
     if not isinstance(source, str) or not source:
         raise PromptDataError(f"{where}: 'data_source' must be a non-empty string, got {source!r}")
-    extras = {k: v for k, v in record.items() if k not in (prompt_key, "data_source", "extra_info")}
-    if isinstance(record.get("extra_info"), Mapping):
-        extras.update(record["extra_info"])
+    extra_info = record.get("extra_info")
+    nested = isinstance(extra_info, Mapping)  # verl's dict column, merged into the extras
+    skip = (prompt_key, "data_source", "extra_info") if nested else (prompt_key, "data_source")
+    extras = {k: v for k, v in record.items() if k not in skip}
+    if nested:
+        extras.update(extra_info)
     uid = record.get("uid")  # a parquet column's null is None, not a uid
     return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
 
@@ -100,6 +104,10 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
                     raise PromptDataError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
                 except UnicodeDecodeError:
                     raise PromptDataError(f"{path}: row {i}: not UTF-8 text") from None
+                except RecursionError:
+                    raise PromptDataError(
+                        f"{path}: row {i}: invalid JSON (nested too deeply)"
+                    ) from None
                 yield i, record
     elif path.suffix == ".parquet":
         yield from enumerate(_parquet_records(path), start=1)
@@ -118,11 +126,19 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
         raise PromptDataError(f"{path}: not a readable parquet file ({exc})") from None
 
 
+def uid_prefixes(files: list[str | Path]) -> list[str]:
+    """The default uid prefix of each of a split's files: the file stem, or ``<stem>.<i>``
+    (``i`` its place in ``files``) where two files share a stem, so no two rows share a uid."""
+    stems = [Path(f).stem for f in files]
+    return [s if stems.count(s) == 1 else f"{s}.{i}" for i, s in enumerate(stems)]
+
+
 def iter_prompt_file(
-    path: str | Path, prompt_key: str = "prompt"
+    path: str | Path, prompt_key: str = "prompt", uid_prefix: str | None = None
 ) -> Iterator[tuple[int, PromptRow]]:
     """``(1-based row, row)`` of a ``.jsonl`` or ``.parquet`` file, validated one at a time;
-    ``data_source`` defaults to the file stem, the uid to ``<stem>-<index>``. A file without
+    ``data_source`` defaults to the file stem, the uid to ``<uid_prefix>-<index>`` (the prefix
+    defaults to the stem; ``uid_prefixes`` gives a list's). A file without
     rows (empty, blank lines only) raises once read through: a file listed for a split that
     gives it nothing is a mistake (an empty eval file would turn evaluation off)."""
     path = Path(path)
@@ -130,19 +146,22 @@ def iter_prompt_file(
         raise FileNotFoundError(f"{path}: file not found")
     if path.is_dir():
         raise PromptDataError(f"{path}: is a directory, not a .jsonl or .parquet file")
-    index = 0
+    index, uid_prefix = 0, uid_prefix or path.stem
     for i, rec in _records(path):
         row = row_from_record(rec, f"{path}: row {i}", prompt_key, default_source=path.stem)
-        row.uid = row.uid or f"{path.stem}-{index}"
+        row.uid = row.uid or f"{uid_prefix}-{index}"
         index += 1
         yield i, row
     if index == 0:
         raise PromptDataError(f"{path}: no rows")
 
 
-def load_prompt_file(path: str | Path, prompt_key: str = "prompt") -> list[PromptRow]:
-    """Rows of a ``.jsonl`` or ``.parquet`` file; ``data_source`` defaults to the file stem."""
-    return [row for _, row in iter_prompt_file(path, prompt_key)]
+def load_prompt_file(
+    path: str | Path, prompt_key: str = "prompt", uid_prefix: str | None = None
+) -> list[PromptRow]:
+    """Rows of a ``.jsonl`` or ``.parquet`` file; ``data_source`` defaults to the file stem,
+    the uid to ``<uid_prefix>-<index>`` (like ``iter_prompt_file``)."""
+    return [row for _, row in iter_prompt_file(path, prompt_key, uid_prefix)]
 
 
 def load_hf_dataset(

@@ -83,6 +83,14 @@ def test_rows_pass_through_in_order(tmp_path, tok):
         ),
         ('{"prompt": "ok", "answer": "1"}\n[1, 2]\n', "row 2: expected an object, got list"),
         ('{"prompt": "ok", "answer": "1"}\n{"prompt": ""}\n', "row 2: empty prompt"),
+        (  # json.loads raised RecursionError: a traceback, not a line
+            '{"prompt": "ok", "answer": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+            "row 1: invalid JSON (nested too deeply)",
+        ),
+        (  # json.dumps writes a float NaN (a missing value) as NaN: no answer to grade against
+            '{"prompt": "ok", "answer": NaN}\n',
+            "row 1: 'answer' is NaN (environment 'math' grades against it)",
+        ),
     ],
 )
 def test_bad_row_names_key_file_and_row(tmp_path, tok, content, message):
@@ -356,3 +364,13 @@ def test_a_template_that_re_renders_earlier_turns_is_refused_for_multi_turn(tmp_
     assert (
         check_prompts(files_cfg([path], [], "generator.max_turns=2"), "train", tok).num_prompts == 1
     )
+
+
+def test_same_stem_files_get_distinct_uids(tmp_path, tok):
+    """data.train_files=[x/data.jsonl,y/data.jsonl]: the rows' default uids name the file's
+    place in the list (data.0-*, data.1-*), not data-0 twice."""
+    (tmp_path / "x").mkdir(), (tmp_path / "y").mkdir()
+    a = write_jsonl(tmp_path / "x" / "data.jsonl", rows("q1"))
+    b = write_jsonl(tmp_path / "y" / "data.jsonl", rows("q2", "q3"))
+    train = load_checked_prompts(files_cfg([a, b]), "train", tok)
+    assert [r.uid for r in train] == ["data.0-0", "data.1-0", "data.1-1"]

@@ -213,3 +213,23 @@ def test_reasoning_gym_eval_repeats_what_is_held_out_with_a_warning():
     distinct = len(set(held_out))
     assert len(held_out) == 64 and 0 < distinct < 64 and not set(held_out) & train
     assert held_out == (held_out[:distinct] * 64)[:64]
+
+
+def test_same_stem_files_get_distinct_default_uids(tmp_path):
+    """Two files named data.jsonl in different folders: each row's default uid is distinct
+    (the stem plus the file's place in the list where stems repeat), stable across loads."""
+    (tmp_path / "x").mkdir(), (tmp_path / "y").mkdir()
+    write_jsonl(tmp_path / "x" / "data.jsonl", [{"prompt": "a"}, {"prompt": "b"}])
+    write_jsonl(tmp_path / "y" / "data.jsonl", [{"prompt": "c"}])
+    write_jsonl(tmp_path / "other.jsonl", [{"prompt": "d"}])
+    files = [str(tmp_path / "x" / "data.jsonl"), str(tmp_path / "y" / "data.jsonl")]
+    cfg = DataConfig(source="files", train_files=[*files, str(tmp_path / "other.jsonl")])
+    uids = [r.uid for r in load_prompts(cfg)]
+    assert uids == ["data.0-0", "data.0-1", "data.1-0", "other-0"]
+    assert [r.uid for r in load_prompts(cfg)] == uids
+
+
+def test_non_mapping_extra_info_is_kept(tmp_path):
+    """extras hold every other column: an ``extra_info`` that is not an object stays as is."""
+    write_jsonl(tmp_path / "e.jsonl", [{"prompt": "p", "extra_info": "note"}])
+    assert load_prompt_file(tmp_path / "e.jsonl")[0].extras == {"extra_info": "note"}
