@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ def row_from_record(
     nested = isinstance(extra_info, Mapping)  # verl's dict column, merged into the extras
     skip = (prompt_key, "data_source", "extra_info") if nested else (prompt_key, "data_source")
     extras = {k: v for k, v in record.items() if k not in skip}
-    if nested:
+    if isinstance(extra_info, Mapping):
         extras.update(extra_info)
     uid = record.get("uid")  # a parquet column's null is None, not a uid
     return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
@@ -126,7 +126,7 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
         raise PromptDataError(f"{path}: not a readable parquet file ({exc})") from None
 
 
-def uid_prefixes(files: list[str | Path]) -> list[str]:
+def uid_prefixes(files: Sequence[str | Path]) -> list[str]:
     """The default uid prefix of each of a split's files: the file stem, or ``<stem>.<i>``
     (``i`` its place in ``files``) where two files share a stem, so no two rows share a uid."""
     stems = [Path(f).stem for f in files]
