@@ -95,7 +95,14 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     for got, want in zip(resumed[2:], expected[2:], strict=True):
         got, want = comparable(got), comparable(want)
         assert got.keys() == want.keys()
-        off = {k: (got[k], want[k]) for k in want if not isclose(got[k], want[k], abs_tol=1e-6)}
+        # the same fp32 work in two processes is not always bit-identical: CI at 0e5ec22 saw
+        # the same tokens with step 3's loss 4e-6 and grad norm 1.1e-5 apart (relative),
+        # where earlier runs matched within 1e-6; the tokens are compared exactly above
+        off = {
+            k: (got[k], want[k])
+            for k in want
+            if not isclose(got[k], want[k], rel_tol=1e-4, abs_tol=1e-6)
+        }
         assert not off, f"step {want['step']}, (resumed, straight): {off}"
 
 
