@@ -369,6 +369,14 @@ def test_update_weights_refuses_a_tensor_of_another_shape(setup):
     assert torch.equal(embedding, before)
 
 
+def _engine_from_config(config, tok, folder) -> HFEngine:
+    """An hf engine of a model built from ``config`` (seed 0), saved with ``tok`` in ``folder``."""
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return HFEngine(str(folder))
+
+
 @pytest.fixture(scope="module")
 def short_context_engine(setup, tmp_path_factory):
     """The tiny model with a 16-token context and learned absolute positions (GPT-2): a
@@ -387,10 +395,7 @@ def short_context_engine(setup, tmp_path_factory):
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return HFEngine(str(folder))
+    return _engine_from_config(config, tok, folder)
 
 
 def test_a_prompt_filling_the_context_fails_alone(setup, short_context_engine):
@@ -489,10 +494,7 @@ def sentencepiece_style_engine(tmp_path_factory):
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return HFEngine(str(folder))
+    return _engine_from_config(config, tok, folder)
 
 
 def test_a_stop_string_at_the_first_token_keeps_its_leading_space(sentencepiece_style_engine):
