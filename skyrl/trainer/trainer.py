@@ -500,13 +500,14 @@ class RLTrainer:
 
     @staticmethod
     def _load_workers(group, ckpt: Path) -> None:
-        """``group`` loads ``ckpt``; a file it cannot load (damaged, truncated, missing: another
+        """``group`` loads ``ckpt`` and prints which saved optimizer settings the config
+        changed; a file it cannot load (damaged, truncated, missing: another
         ``trainer.zero_stage``, another model) is a ``ConfigError`` naming ``trainer.resume``,
         the checkpoint and the worker's reason, in one line; the checkpoint is left as it is."""
         from skyrl.workers.group import WorkerDiedError
 
         try:
-            group.run("load_checkpoint", str(ckpt))
+            changed = group.run("load_checkpoint", str(ckpt))[0]
         except WorkerDiedError:  # a dead worker: its own one-line error says it
             raise
         except RuntimeError as exc:  # the group's "<role> worker failed: <Type>: <line>"
@@ -516,6 +517,12 @@ class RLTrainer:
                 f"{ckpt} could not be loaded ({reason}): resume it with the model.path, "
                 "trainer.zero_stage and model.lora it was saved with, or from another checkpoint",
             ) from exc
+        if changed:  # the workers train with the config's values (``load_checkpoint``)
+            settings = ", ".join(f"{key} {saved} -> {now}" for key, (saved, now) in changed.items())
+            print(
+                f"resumed with the config's optimizer settings over the saved: {settings}",
+                flush=True,
+            )
 
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics from the rollout source (``eval/...``), at the trained weights."""

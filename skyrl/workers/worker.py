@@ -513,11 +513,12 @@ class TrainingWorker:
 
             peft_config(self.cfg.model.lora).save_pretrained(str(path))
 
-    def load_checkpoint(self, ckpt_dir: str) -> dict[str, Any]:
-        """Restore what ``save_checkpoint`` wrote; returns the client state."""
+    def load_checkpoint(self, ckpt_dir: str) -> dict[str, tuple[Any, Any]]:
+        """Restore what ``save_checkpoint`` wrote, then put the config's AdamW settings over the
+        saved ones (``_apply_optimizer_config``); returns those that differed."""
         path = Path(ckpt_dir) / self.role
         load_optim = self.role != "reference"
-        _, client_state = self.engine.load_checkpoint(
+        self.engine.load_checkpoint(
             str(path),
             tag="state",
             load_optimizer_states=load_optim,
@@ -525,7 +526,43 @@ class TrainingWorker:
             load_module_strict=not self.lora,  # LoRA: the frozen base comes from model.path
         )
         _set_rng_state(torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False))
-        return client_state or {}
+        return self._apply_optimizer_config() if load_optim else {}
+
+    def optimizer_settings(self) -> dict[str, Any]:
+        """AdamW's betas, eps and weight decay in force (the lr is each step's ``lr``)."""
+        group = self.engine.lr_scheduler.optimizer.param_groups[0]
+        return {"betas": [float(b) for b in group["betas"]], "eps": group["eps"],
+                "weight_decay": group["weight_decay"]}  # fmt: skip
+
+    def _apply_optimizer_config(self) -> dict[str, tuple[Any, Any]]:
+        """The config's lr, betas, eps and weight decay over those a checkpoint restored.
+
+        DeepSpeed loads torch's optimizer and LambdaLR state dicts, which carry the saved
+        hyperparameters (the LambdaLR its ``base_lrs``; the schedule's shape is the config's,
+        rebuilt at start). A resume with a changed ``trainer.*_optimizer`` key would otherwise
+        train on at the saved values. Returns ``{config key: (saved, config value)}`` for each
+        that differed."""
+        key = "critic_optimizer" if self.role == "critic" else "policy_optimizer"
+        cfg = getattr(self.cfg.trainer, key)
+        scheduler = self.engine.lr_scheduler  # built on the torch AdamW (``build_engine``)
+        saved = {"lr": float(scheduler.base_lrs[0]), **self.optimizer_settings()}
+        wanted = {"lr": cfg.lr, "betas": [float(b) for b in cfg.betas], "eps": cfg.eps,
+                  "weight_decay": cfg.weight_decay}  # fmt: skip
+        multiplier = scheduler.lr_lambdas[0](scheduler.last_epoch)
+        for group in scheduler.optimizer.param_groups:
+            group.update(
+                lr=cfg.lr * multiplier,
+                betas=tuple(wanted["betas"]),
+                eps=cfg.eps,
+                weight_decay=cfg.weight_decay,
+            )
+        scheduler.base_lrs = [cfg.lr] * len(scheduler.base_lrs)
+        scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+        return {
+            f"trainer.{key}.{name}": (saved[name], value)
+            for name, value in wanted.items()
+            if saved[name] != value
+        }
 
     def export_hf(
         self, out_dir: str, tokenizer_path: str | None = None, adapter_dir: str | None = None

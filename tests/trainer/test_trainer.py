@@ -204,6 +204,34 @@ def test_a_rewound_resume_points_latest_at_its_checkpoint_before_logging(tmp_pat
     assert tr.step == 2 and manager.latest() == manager.root / "global_step_2"
 
 
+class ResumedWorkers(FakeWorkers):
+    """Workers whose ``load_checkpoint`` put the config's lr and weight decay over the saved."""
+
+    def run(self, method: str, *args) -> list:
+        super().run(method, *args)
+        changed = {
+            "trainer.policy_optimizer.lr": (1e-06, 1e-05),
+            "trainer.policy_optimizer.weight_decay": (0.0, 0.1),
+        }
+        return [changed, changed]
+
+
+def test_a_resume_says_which_saved_optimizer_settings_the_config_replaced(tmp_path, capsys):
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    manager.commit(manager.temp_dir(2), 2, {"step": 2, "kl_coef": 0.1})
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(resume="auto", zero_stage=0))
+    tr.checkpoints, tr.policy, tr.critic = manager, ResumedWorkers(), None
+    tr.rollouts = SimpleNamespace(load_state_dict=lambda state: None)
+    tr.kl_ctrl = SimpleNamespace(value=0.0)
+    assert tr.resume() == manager.root / "global_step_2"
+    assert capsys.readouterr().out == (
+        "resumed with the config's optimizer settings over the saved: "
+        "trainer.policy_optimizer.lr 1e-06 -> 1e-05, "
+        "trainer.policy_optimizer.weight_decay 0.0 -> 0.1\n"
+    )
+
+
 class DamagedWorkers:
     """A worker group whose ``load_checkpoint`` fails as ``WorkerGroup.run`` reports it."""
 
