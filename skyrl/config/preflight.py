@@ -66,9 +66,10 @@ class Preflight:
     """One per split (none for ``data.source=fake``)."""
 
     def plan_rows(self) -> list[tuple[str, str]]:
-        """``(name, value)`` rows for the printed plan: prompt counts, dropped counts."""
+        """``(name, value)`` rows for the printed plan: prompt counts, dropped counts, when
+        the eval runs."""
         if not self.reports:
-            return []
+            return [("eval", "none (data.source=fake has no prompts)")]
         counts = ", ".join(f"{r.split} {r.num_prompts}" for r in self.reports)
         longest = max(r.max_prompt_tokens for r in self.reports)
         limit = self.cfg.generator.max_prompt_length
@@ -76,7 +77,31 @@ class Preflight:
         if self.cfg.data.overlong_prompts == "drop":
             dropped = ", ".join(f"{r.split} {r.num_dropped}" for r in self.reports)
             rows.append(("over-long prompts", f"dropped: {dropped} (data.overlong_prompts=drop)"))
-        return rows
+        return [*rows, ("eval", self._eval_row())]
+
+    def _eval_row(self) -> str:
+        """The eval prompts and the steps they run after, or why there are none (then
+        ``trainer.eval_before_train`` and ``eval_interval`` evaluate nothing)."""
+        t, d = self.cfg.trainer, self.cfg.data
+        report = next(r for r in self.reports if r.split == "eval")
+        if report.num_prompts == 0:
+            if report.num_dropped:
+                were = "prompts were" if report.num_dropped > 1 else "prompt was"
+                why = f"its {report.num_dropped} {were} dropped as over-long"
+            elif d.source == "files":
+                why = "data.eval_files is empty"
+            else:
+                why = "data.num_eval_prompts=0"
+            asked = [key for key, on in (("trainer.eval_before_train", t.eval_before_train),
+                                         ("trainer.eval_interval", t.eval_interval)) if on]  # fmt: skip
+            verb = "evaluates" if len(asked) == 1 else "evaluate"
+            return f"none ({why})" + (f": {' and '.join(asked)} {verb} nothing" if asked else "")
+        when = ["before the first step"] if t.eval_before_train else []
+        if t.eval_interval:
+            when.append("every step" if t.eval_interval == 1 else f"every {t.eval_interval} steps")
+        last = "after the last step" if not when else f"{', '.join(when)} and after the last step"
+        samples = self.cfg.generator.eval_n_samples_per_prompt
+        return f"{report.num_prompts} prompts x {samples} samples, {last}"
 
 
 def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:

@@ -40,11 +40,54 @@ def test_dry_run_counts_and_fetches_nothing(monkeypatch):
         ("train", 8, 0),
         ("eval", 4, 0),
     ]
-    [(name, value)] = checked.plan_rows()
     longest = max(r.max_prompt_tokens for r in checked.reports)
-    assert (name, value) == (
-        "prompts",
-        f"train 8, eval 4 (longest {longest} tokens, max_prompt_length 128)",
+    assert checked.plan_rows() == [
+        ("prompts", f"train 8, eval 4 (longest {longest} tokens, max_prompt_length 128)"),
+        # smoke: no eval before training, eval_interval 0; the root's 4 samples per eval prompt
+        ("eval", "4 prompts x 4 samples, after the last step"),
+    ]
+
+
+def test_the_plan_says_when_the_eval_runs():
+    checked = preflight(
+        cfg_for("trainer.eval_before_train=true", "trainer.eval_interval=4"), for_run=False
+    )
+    assert checked.plan_rows()[-1] == (
+        "eval",
+        "4 prompts x 4 samples, before the first step, every 4 steps and after the last step",
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (["data.num_eval_prompts=0"], "data.num_eval_prompts=0"),
+        (["data.source=files", "data.train_files=[{train}]"], "data.eval_files is empty"),
+        (
+            [
+                "data.source=files", "data.train_files=[{train}]", "data.eval_files=[{long}]",
+                "data.overlong_prompts=drop", "generator.max_prompt_length=64",
+            ],
+            "its 1 prompt was dropped as over-long",
+        ),
+    ],
+)  # fmt: skip
+def test_a_run_without_eval_prompts_says_so_in_the_plan(tmp_path, overrides, why):
+    # trainer.eval_before_train and eval_interval ask for evals that have nothing to run on:
+    # the run went on without one and said nothing
+    train = write_jsonl(tmp_path / "train.jsonl", [f"q{i}" for i in range(8)])
+    long = write_jsonl(tmp_path / "long.jsonl", ["word " * 200])
+    overrides = [o.format(train=train, long=long) for o in overrides]
+    evals = ["trainer.eval_before_train=true", "trainer.eval_interval=1"]
+    checked = preflight(cfg_for(*overrides, *evals), for_run=False)
+    assert checked.plan_rows()[-1] == (
+        "eval",
+        f"none ({why}): trainer.eval_before_train and trainer.eval_interval evaluate nothing",
+    )
+    checked = preflight(cfg_for(*overrides, "trainer.eval_interval=1"), for_run=False)
+    assert checked.plan_rows()[-1] == (
+        "eval",
+        f"none ({why}): trainer.eval_interval evaluates nothing",
     )
 
 
@@ -212,7 +255,8 @@ def test_critic_only_steps_are_checked_against_the_steps_the_loaded_prompts_give
 
 def test_fake_data_checks_only_the_model():
     checked = preflight(cfg_for("data=fake", "environment.name=unused"), for_run=False)
-    assert checked.reports == [] and checked.plan_rows() == []
+    assert checked.reports == []
+    assert checked.plan_rows() == [("eval", "none (data.source=fake has no prompts)")]
     error = refused(cfg_for("data=fake", "model.path=/nonexistent"))
     assert error.key == "model.path"
 
