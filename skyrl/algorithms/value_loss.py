@@ -40,7 +40,10 @@ def value_loss(
     per_token = unclipped
     clipped_used = torch.zeros_like(mask)
     if value_clip > 0:
-        v_clipped = v_old + (v - v_old).clamp(-value_clip, value_clip)
+        # inside the range V_clip is V itself: V_old + (V - V_old) can round one ulp away
+        # and be counted as clipped
+        outside = (v - v_old).abs() > value_clip
+        v_clipped = torch.where(outside, v_old + (v - v_old).clamp(-value_clip, value_clip), v)
         clipped = (v_clipped - r) ** 2
         per_token = torch.maximum(unclipped, clipped)
         clipped_used = clipped > unclipped

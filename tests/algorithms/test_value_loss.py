@@ -42,3 +42,16 @@ def test_fully_masked_and_shapes():
     assert loss.item() == 0.0
     with pytest.raises(ValueError, match=r"returns=\(1, 3\)"):
         value_loss(VALUES, OLD, RETURNS[:, :3], MASK, MASK, value_clip=0.2)
+
+
+def test_values_inside_the_clip_range_are_never_counted_clipped():
+    # V 0.01, V_old 0.06, R 0: |V - V_old| = 0.05 < 0.2, so V_clip = V and nothing is clipped:
+    # loss 0.5 * 0.01^2 = 5e-5, gradient V - R = 0.01. In float32 V_old + (V - V_old) lands
+    # one ulp farther from R than V, which counted the token as clipped.
+    values = torch.tensor([[0.01]], requires_grad=True)
+    ones = torch.ones(1, 1)
+    loss, metrics = value_loss(values, torch.tensor([[0.06]]), torch.zeros(1, 1), ones, ones, 0.2)
+    loss.backward()
+    assert metrics["vf_clip_tokens"] == 0
+    assert loss.item() == pytest.approx(5e-5, rel=1e-6)
+    assert values.grad.item() == pytest.approx(0.01, rel=1e-6)
