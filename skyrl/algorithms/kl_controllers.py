@@ -7,12 +7,17 @@ Preferences", section 2.2:
     beta_t+1 = beta_t * (1 + K_beta * e_t),   K_beta = n_steps / horizon
 
 where ``n_steps`` is the number of samples seen since the last update and
-``horizon`` is ``kl_horizon`` (in samples).
+``horizon`` is ``kl_horizon`` (in samples). The factor ``1 + K_beta * e_t`` stays positive
+only while ``0.2 * n_steps < horizon``; a shorter horizon could zero the coefficient or flip
+its sign (a reward for drifting from the reference), so ``update`` refuses it.
 """
 
 from __future__ import annotations
 
+import math
+
 from skyrl.config.algorithm import AlgorithmConfig
+from skyrl.config.errors import ConfigError
 
 
 class FixedKLController:
@@ -37,7 +42,19 @@ class AdaptiveKLController:
         self.horizon = horizon
 
     def update(self, current_kl: float, n_steps: int) -> None:
-        """Move ``value`` toward the target after ``n_steps`` samples at mean KL ``current_kl``."""
+        """Move ``value`` toward the target after ``n_steps`` samples at mean KL ``current_kl``.
+
+        Raises ``ConfigError`` naming ``algorithm.kl_horizon`` when the horizon is too short for
+        ``n_steps`` samples: the factor could reach 0 or below."""
+        if self.PROPORTIONAL_ERROR_CLIP * n_steps >= self.horizon:
+            shortest = math.floor(self.PROPORTIONAL_ERROR_CLIP * n_steps) + 1
+            raise ConfigError(
+                "algorithm.kl_horizon",
+                f"{self.horizon} samples is too short for an update over {n_steps} samples: the "
+                f"KL coefficient is multiplied by 1 + e * {n_steps} / {self.horizon} with e in "
+                f"[-{self.PROPORTIONAL_ERROR_CLIP}, {self.PROPORTIONAL_ERROR_CLIP}], which can "
+                f"reach 0 or flip its sign; set it to at least {shortest}",
+            )
         error = current_kl / self.target - 1.0
         error = max(-self.PROPORTIONAL_ERROR_CLIP, min(self.PROPORTIONAL_ERROR_CLIP, error))
         self.value *= 1.0 + error * n_steps / self.horizon

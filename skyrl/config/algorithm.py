@@ -114,6 +114,19 @@ class AlgorithmConfig:
         require_choice(self.kl_ctrl, ("fixed", "adaptive"), "kl_ctrl")
         require(self.kl_target > 0, "kl_target", f"must be > 0, got {self.kl_target}")
         require(self.kl_horizon >= 1, "kl_horizon", f"must be >= 1, got {self.kl_horizon}")
+        if self.kl_ctrl == "adaptive":  # it steers the KL-in-reward coefficient by multiplying
+            require(
+                self.use_kl_in_reward,
+                "kl_ctrl",
+                "adaptive steers the KL-in-reward coefficient only, and use_kl_in_reward is "
+                "false (kl_loss_coef stays fixed); set use_kl_in_reward=true or kl_ctrl=fixed",
+            )
+            require(
+                self.init_kl_coef > 0,
+                "init_kl_coef",
+                "is 0, which the adaptive controller's updates (multiplications) never move; "
+                "set it > 0 or kl_ctrl=fixed",
+            )
         require(self.entropy_coef >= 0, "entropy_coef", f"must be >= 0, got {self.entropy_coef}")
         require(self.value_clip >= 0, "value_clip", f"must be >= 0, got {self.value_clip}")
         require_choice(self.dynamic_sampling, (None, "filter", "replace"), "dynamic_sampling")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import sys
 
@@ -238,6 +239,7 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
         )
     _check_registered_names(a)
     _check_dual_clip(a)
+    _check_kl_horizon(cfg)
     from skyrl.rollouts.dynamic_sampling import check_dynamic_filter  # imports the rollout side
 
     check_dynamic_filter(cfg)
@@ -382,6 +384,28 @@ def _check_registered_names(a) -> None:
         else:
             continue
         raise ConfigError(f"algorithm.{key}", problem)  # outside the handler: no context
+
+
+def _check_kl_horizon(cfg: SkyRLConfig) -> None:
+    """The adaptive controller multiplies the KL coefficient by ``1 + e * n / kl_horizon`` after
+    each step's ``n`` samples, ``e`` clipped to [-0.2, 0.2] (``skyrl.algorithms.kl_controllers``):
+    with ``0.2 * n >= kl_horizon`` the factor can reach 0 or flip the coefficient's sign (a
+    reward for drifting from the reference)."""
+    from skyrl.algorithms.kl_controllers import AdaptiveKLController
+
+    a, t, g = cfg.algorithm, cfg.trainer, cfg.generator
+    if not (a.use_kl_in_reward and a.kl_ctrl == "adaptive"):
+        return
+    clip = AdaptiveKLController.PROPORTIONAL_ERROR_CLIP
+    samples = t.train_batch_size * g.n_samples_per_prompt
+    require(
+        clip * samples < a.kl_horizon,
+        "algorithm.kl_horizon",
+        f"is {a.kl_horizon} samples, but each step updates the KL coefficient over {samples} "
+        f"({t.train_batch_size} prompts x {g.n_samples_per_prompt} samples): the factor 1 + e * "
+        f"{samples} / {a.kl_horizon}, e in [-{clip}, {clip}], can reach 0 or flip its sign; set "
+        f"it to at least {math.floor(clip * samples) + 1}",
+    )
 
 
 def _check_dual_clip(a) -> None:

@@ -72,13 +72,36 @@ def test_adaptive_controller():
     assert ctrl.value == pytest.approx(0.10098, abs=1e-12)
 
 
+@pytest.mark.parametrize("horizon", [2, 3])
+def test_adaptive_controller_refuses_a_horizon_that_could_flip_the_sign(horizon):
+    # 16 samples, horizon 2: KL 0 gives error -0.2 and 0.1 * (1 - 0.2 * 16 / 2) = -0.06, a KL
+    # *bonus*; horizon 3: 1 - 0.2 * 16 / 3 = -0.0667. Shortest safe: 0.2 * 16 = 3.2 < 4.
+    ctrl = AdaptiveKLController(init_kl_coef=0.1, target=0.1, horizon=horizon)
+    with pytest.raises(ConfigError, match=r"^algorithm\.kl_horizon: .*at least 4$"):
+        ctrl.update(current_kl=0.0, n_steps=16)
+    assert ctrl.value == 0.1
+
+
+def test_adaptive_controller_shortest_horizon_stays_positive():
+    # horizon 4, 16 samples at KL 0: error -0.2; 0.1 * (1 - 0.2 * 16 / 4) = 0.1 * 0.2 = 0.02
+    ctrl = AdaptiveKLController(init_kl_coef=0.1, target=0.1, horizon=4)
+    ctrl.update(current_kl=0.0, n_steps=16)
+    assert ctrl.value == pytest.approx(0.02, abs=1e-12)
+
+
 def test_fixed_controller_and_builder():
     ctrl = FixedKLController(0.05)
     ctrl.update(current_kl=10.0, n_steps=1000)
     assert ctrl.value == 0.05
     assert isinstance(build_kl_controller(AlgorithmConfig(kl_ctrl="fixed")), FixedKLController)
     adaptive = build_kl_controller(
-        AlgorithmConfig(kl_ctrl="adaptive", init_kl_coef=0.2, kl_target=0.05, kl_horizon=7)
+        AlgorithmConfig(
+            use_kl_in_reward=True,
+            kl_ctrl="adaptive",
+            init_kl_coef=0.2,
+            kl_target=0.05,
+            kl_horizon=7,
+        )
     )
     assert (adaptive.value, adaptive.target, adaptive.horizon) == (0.2, 0.05, 7)
 

@@ -212,6 +212,22 @@ def _validate(*overrides: str):
             "algorithm.clip_ratio_c",
             "is ignored by algorithm.policy_loss='cispo'",
         ),
+        # the adaptive controller steers the KL-in-reward coefficient only, by multiplying it
+        (["algorithm.kl_ctrl=adaptive"], "algorithm.kl_ctrl", "steers the KL-in-reward"),
+        (
+            ["algorithm=ppo", "algorithm.kl_ctrl=adaptive", "algorithm.init_kl_coef=0"],
+            "algorithm.init_kl_coef",
+            "is 0, which the adaptive controller's updates (multiplications) never move",
+        ),
+        # the root config's step: 8 prompts x 4 samples = 32; 0.2 x 32 = 6.4, so a horizon of
+        # 6 lets 1 - 0.2 x 32 / 6 = -0.067 flip the coefficient's sign; 7 is the shortest safe
+        (
+            ["algorithm=ppo", "algorithm.kl_ctrl=adaptive", "algorithm.kl_horizon=6"],
+            "algorithm.kl_horizon",
+            "is 6 samples, but each step updates the KL coefficient over 32 (8 prompts x 4 "
+            "samples): the factor 1 + e * 32 / 6, e in [-0.2, 0.2], can reach 0 or flip its "
+            "sign; set it to at least 7",
+        ),
     ],
 )
 def test_bad_values_name_the_key(overrides, key, fragment):
@@ -219,6 +235,11 @@ def test_bad_values_name_the_key(overrides, key, fragment):
         _validate(*overrides)
     assert info.value.key == key
     assert fragment in info.value.message
+
+
+def test_the_shortest_safe_kl_horizon_is_accepted():
+    cfg = _validate("algorithm=ppo", "algorithm.kl_ctrl=adaptive", "algorithm.kl_horizon=7")
+    assert cfg.algorithm.kl_horizon == 7
 
 
 def test_tool_timeout_s_binds_only_the_tools_env():
@@ -327,13 +348,15 @@ def test_dual_clip_is_kept_where_a_loss_may_read_it(monkeypatch):
         ("kl_estimator", "KL_ESTIMATORS", 2),
     ],
 )
-def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, takes):
+def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, takes, monkeypatch):
     """A recipe's loss of 4 arguments passed validation and failed inside the first training
     step as a worker traceback; it is refused naming its key, with the call it must take.
     Extra arguments with defaults, or *args, are fine."""
     from skyrl import algorithms
 
     table = getattr(algorithms, registry)
+    # registered for this test only (test_registry lists the built-in reductions exactly)
+    monkeypatch.setattr(table, "_entries", dict(table._entries))
 
     def four(a, b, c, d):
         raise AssertionError("never called")
