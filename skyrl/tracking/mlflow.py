@@ -42,7 +42,9 @@ class MlflowSink:
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
-            uri = "file:" + str((run.output_dir / "mlruns").resolve())
+            # as_uri: percent-encoded; "file:" + path put a run dir named ``run#1``'s store
+            # in ``run`` (``#`` starts a fragment) and ``lr%41``'s in ``lrA``
+            uri = (run.output_dir / "mlruns").resolve().as_uri()
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         try:
             self.client = MlflowClient(tracking_uri=uri)

@@ -101,3 +101,21 @@ def test_a_tracker_that_fails_to_start_marks_the_runs_it_started_failed(tmp_path
     client = MlflowClient(tracking_uri=f"file:{(tmp_path / 'mlruns').resolve()}")
     (run,) = client.search_runs([client.get_experiment_by_name("skyrl").experiment_id])
     assert (run.info.run_name, run.info.status) == ("never", "FAILED")
+
+
+def test_the_file_store_is_under_a_run_dir_whose_name_has_uri_characters(tmp_path, monkeypatch):
+    """The store's URI was ``"file:" + path``: MLflow read ``#`` as the start of a fragment and
+    decoded ``%41`` as ``A``, so the run of ``run#1`` wrote its store to a sibling dir ``run``
+    and the run of ``lr%41`` to ``lrA/mlruns``, outside the run dir."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for name in ("run#1", "lr%41", "a b"):
+        with Tracker(["mlflow"], output_dir=tmp_path / name, total_steps=1, run_name=name) as t:
+            t.log(1, {"generate/reward_mean": 0.5})
+        store = tmp_path / name / "mlruns"
+        client = MlflowClient(tracking_uri=store.as_uri())
+        (run,) = client.search_runs([client.get_experiment_by_name("skyrl").experiment_id])
+        assert run.info.run_name == name
+        assert run.info.artifact_uri.startswith(store.as_uri())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "lr%41", "run#1"]
