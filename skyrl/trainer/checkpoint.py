@@ -99,7 +99,7 @@ class CheckpointManager:
         self.remove_stale_temp_dirs()
         pointer = self.root / "latest"
         checkpoint = checkpoint.resolve()
-        if pointer.is_file() and (self.root / pointer.read_text().strip()).resolve() == checkpoint:
+        if pointer.is_file() and (self.root / _read_pointer(pointer)).resolve() == checkpoint:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         name = checkpoint.name if checkpoint.parent == self.root.resolve() else str(checkpoint)
@@ -117,7 +117,7 @@ class CheckpointManager:
         pointer = self.root / "latest"
         if not pointer.is_file():
             return None
-        path = self.root / pointer.read_text().strip()
+        path = self.root / _read_pointer(pointer)
         if not (path / TRAINER_STATE).is_file():
             raise ValueError(f"{pointer} names {path}, which is not a complete checkpoint")
         return path
@@ -130,6 +130,18 @@ class CheckpointManager:
             return
         for step in [s for s in self.steps() if s <= up_to][: -self.max_to_keep]:
             shutil.rmtree(self.root / f"global_step_{step}", ignore_errors=True)
+
+
+def _read_pointer(pointer: Path) -> str:
+    """The checkpoint a ``latest`` file names (a dir name under its folder, or a full path);
+    ``ValueError`` naming the file when it is not text."""
+    try:
+        return pointer.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{pointer} is not a 'latest' pointer (not UTF-8 text): delete it and resume from a "
+            "checkpoint by its path (trainer.resume=<global_step_N>)"
+        ) from None
 
 
 def free_space(path: Path) -> str:
@@ -145,7 +157,8 @@ def free_space(path: Path) -> str:
 
 def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
     """``trainer.resume``: ``none`` -> None; ``auto`` -> ``latest`` if any; else a checkpoint dir
-    (or a run dir / checkpoints dir whose ``latest`` is used)."""
+    (or a run dir / checkpoints dir whose ``latest`` is used). ``ValueError`` for anything else,
+    saying whether the path is missing, a file, or a dir holding no checkpoint."""
     if resume == "none":
         return None
     if resume == "auto":
@@ -157,12 +170,32 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
             f"killed while saving), which a resumed run removes: resume from a global_step_N "
             f"beside it (or, if it holds {TRAINER_STATE}, rename it to global_step_N first)"
         )
-    found = find_checkpoint(path)
+    found = find_checkpoint(path) if resume and path.is_dir() else None
     if found is None:
-        raise ValueError(
-            f"trainer.resume={resume}: not a checkpoint (no {TRAINER_STATE}) and no 'latest' pointer"
-        )
+        reason = _why_not_a_checkpoint(resume, path)
+        raise ValueError(f"trainer.resume={resume}: not a checkpoint: {reason}")
     return found
+
+
+RESUME_TAKES = (
+    "trainer.resume takes auto, none, or the path of a checkpoint global_step_N or of a run dir"
+)
+"""What ``trainer.resume`` takes, for the line refusing a value that names no checkpoint."""
+
+
+def _why_not_a_checkpoint(resume: str, path: Path) -> str:
+    """Why ``trainer.resume=resume`` (``path``) names no checkpoint, for its error line: it said
+    "no trainer_state.json and no 'latest' pointer" for a mistyped path and for a checkpoint's
+    own ``trainer_state.json`` alike."""
+    if not resume:  # Path("") is the working dir: a run dir there was resumed unasked
+        return f"empty ({RESUME_TAKES})"
+    if not path.exists():
+        return f"{path} does not exist ({RESUME_TAKES})"
+    if not path.is_dir():
+        return f"{path} is a file (name the checkpoint global_step_N or the run dir)"
+    if STEP_DIR.match(path.name):
+        return f"{path} has no {TRAINER_STATE} (a save or a copy that did not finish)"
+    return f"no {TRAINER_STATE} and no 'latest' pointer in {path} or {path / 'checkpoints'}"
 
 
 def find_checkpoint(path: Path) -> Path | None:

@@ -91,6 +91,70 @@ def test_resume_resolution(tmp_path):
         resolve_resume(str(tmp_path / "nowhere"), manager)
 
 
+def test_a_resume_path_that_is_missing_or_a_file_says_so(tmp_path, monkeypatch):
+    """A mistyped path, ``latest`` (the pointer's name, not a value ``trainer.resume`` takes) and
+    a file in a checkpoint all read "not a checkpoint (no trainer_state.json) and no 'latest'
+    pointer": for ``.../trainer_state.json`` itself too, and never that the path is not there.
+    An empty ``trainer.resume=`` resumed the working dir's run, if it was one."""
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", max_to_keep=0)
+    _save(manager, 4)
+    ckpt = manager.root / "global_step_4"
+    monkeypatch.chdir(tmp_path)
+    for resume, path in (
+        (str(tmp_path / "run" / "checkpoints" / "global_step_5"), ckpt.with_name("global_step_5")),
+        ("latest", Path("latest")),  # relative: the working dir's, where there is none
+    ):
+        with pytest.raises(ValueError) as err:
+            resolve_resume(resume, manager)
+        assert str(err.value) == (
+            f"trainer.resume={resume}: not a checkpoint: {path} does not exist (trainer.resume "
+            "takes auto, none, or the path of a checkpoint global_step_N or of a run dir)"
+        )
+    for file in (ckpt / "trainer_state.json", manager.root / "latest"):
+        with pytest.raises(ValueError) as err:
+            resolve_resume(str(file), manager)
+        assert str(err.value) == (
+            f"trainer.resume={file}: not a checkpoint: {file} is a file (name the checkpoint "
+            "global_step_N or the run dir)"
+        )
+    monkeypatch.chdir(tmp_path / "run")
+    with pytest.raises(ValueError) as err:  # `trainer.resume=`: was the working dir, this run
+        resolve_resume("", manager)
+    assert str(err.value) == (
+        "trainer.resume=: not a checkpoint: empty (trainer.resume takes auto, none, or the path "
+        "of a checkpoint global_step_N or of a run dir)"
+    )
+    half = ckpt.with_name("global_step_6")  # copied without its trainer state
+    (half / "policy").mkdir(parents=True)
+    with pytest.raises(ValueError) as err:
+        resolve_resume(str(half), manager)
+    assert str(err.value) == (
+        f"trainer.resume={half}: not a checkpoint: {half} has no trainer_state.json (a save or a "
+        "copy that did not finish)"
+    )
+    with pytest.raises(ValueError) as err:  # a dir, but no run's
+        resolve_resume(str(tmp_path), manager)
+    assert str(err.value) == (
+        f"trainer.resume={tmp_path}: not a checkpoint: no trainer_state.json and no 'latest' "
+        f"pointer in {tmp_path} or {tmp_path / 'checkpoints'}"
+    )
+    assert resolve_resume(str(ckpt), manager) == ckpt  # the dir itself still resumes
+
+
+def test_a_latest_pointer_that_is_not_text_is_named(tmp_path):
+    """Was a ``UnicodeDecodeError`` traceback from ``read_text``, naming no file."""
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    _save(manager, 2)
+    (manager.root / "latest").write_bytes(b"\xff\xfeglobal_step_2")
+    for call in (manager.latest, lambda: resolve_resume("auto", manager)):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == (
+            f"{manager.root / 'latest'} is not a 'latest' pointer (not UTF-8 text): delete it "
+            "and resume from a checkpoint by its path (trainer.resume=<global_step_N>)"
+        )
+
+
 def test_the_temp_dir_of_a_killed_save_is_refused_as_a_resume_target(tmp_path):
     # A run killed between writing step 2's trainer state and renaming its temp dir leaves a
     # .tmp_global_step_2 that looks complete. Resumed from it, the run loaded it, then removed
