@@ -31,6 +31,8 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   another prompt admitted in its place; as many as the synchronous source's extra rounds
   hold, ``(max_sample_batches - 1) * train_batch_size`` per batch. Past that the groups it
   rejects are kept (their advantages are 0), so a stream of flat groups still makes batches.
+  The rollout metrics of a batch (``generate/...``, ``env/errors``) count the groups dropped
+  since the previous batch too, as the synchronous source's cover every sampling round.
 - **Resume**: a checkpoint holds the loader and every prompt drawn but not yet
   trained on (running or finished at save time); after a resume those are
   generated again first, so no prompt is trained twice or skipped.
@@ -299,6 +301,10 @@ class AsyncRollouts:
         """Loader batches drawn so far (chunk ``c`` has uids ``s<c+1>r0p...``, as step ``c + 1``
         of the synchronous source)."""
         self.counts = {"filtered": 0, "stale": 0}
+        self.dropped: list[Trajectory] = []
+        """Trajectories of the groups dropped since the previous batch (filtered or stale): they
+        were generated, so the next batch's rollout metrics count them, as the synchronous
+        source's cover every sampling round."""
         self.rejects_left = self._reject_allowance()
         """Groups the dynamic filter may still drop before the next batch is taken."""
         self.failure: BaseException | None = None
@@ -502,6 +508,7 @@ class AsyncRollouts:
             if oldest is not None and oldest < version - self.max_staleness:
                 self.line.remove(group)
                 self.counts["stale"] += 1
+                self.dropped += group.trajectories
                 self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
                 self.admission.drop()
                 self.admit_wake.set()
@@ -570,6 +577,7 @@ class AsyncRollouts:
         self.rejects_left -= 1
         self.line.remove(group)
         self.counts["filtered"] += 1
+        self.dropped += group.trajectories
         self.admission.drop()
         self.admit_wake.set()
 
@@ -625,10 +633,13 @@ class AsyncRollouts:
         }
 
     def _metrics(self, groups: list[Group]) -> dict[str, float]:
+        """The batch's metrics: rollout metrics (``generate/...``, ``env/errors``) over its
+        groups and those dropped since the previous batch; staleness over what it trains."""
         trajs = [t for g in groups for t in g.trajectories]
         now = time.monotonic()
+        generated, self.dropped = self.dropped + trajs, []
         metrics = rollout_metrics(
-            trajs, self.cfg.generator.n_samples_per_prompt, now - self._last_take
+            generated, self.cfg.generator.n_samples_per_prompt, now - self._last_take
         )
         self._last_take = now
         metrics.update(batch_shaping(groups))

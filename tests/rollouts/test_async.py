@@ -913,3 +913,56 @@ def test_a_batch_awaited_past_the_deadline_of_a_drain_names_the_requests_in_flig
             _next_batch_within(source, 2, seconds=10)
     finally:
         source.close()
+
+
+class FailingStep:
+    """An environment whose every step raises once ``failing`` is set (after the prompts'
+    load-time check): each trajectory is an env error with reward 0, each group flat."""
+
+    failing = False
+
+    def __new__(cls, **kwargs):
+        from skyrl.envs.base import TextEnv
+
+        class Env(TextEnv):
+            def step(self, action_text):
+                if FailingStep.failing:
+                    raise RuntimeError("the sandbox died")
+                return super().step(action_text)
+
+        return Env(**kwargs)
+
+
+def test_rollout_metrics_count_the_groups_the_filter_dropped_as_synchronous_training_does():
+    # Every step raises: every group is flat (rewards all 0) and the default filter
+    # (reward_variance) rejects it. max_sample_batches 3, batch 2: the stream drops
+    # (3 - 1) x 2 = 4 groups before the first batch, then keeps 2 flat ones. All 6 were
+    # generated: env/errors = 6 groups x 2 samples = 12, as the synchronous source reports
+    # over its 3 rounds of 2 prompts (3 x 2 x 2 = 12). Only the 2 kept groups were counted
+    # (2 x 2 = 4): an env failing on every dropped group went unseen.
+    cfg = _cfg(
+        "trainer.max_staleness=1", f"environment._target_={__name__}.FailingStep",
+        "algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=3",
+    )  # fmt: skip
+    tok = _tokenizer(cfg)
+    sync_cfg = _cfg(
+        f"environment._target_={__name__}.FailingStep",
+        "algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=3",
+    )  # fmt: skip
+    sync = SyncRollouts(sync_cfg, EchoEngine(tok), tok)
+    source = AsyncRollouts(cfg, EchoEngine(tok), tok)
+    FailingStep.failing = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the flat top-up warnings
+            _, sync_metrics = sync.next_batch(1)
+            batch, metrics = _next_batch_within(source, 1)
+    finally:
+        FailingStep.failing = False
+        source.close()
+    assert len(set(batch.metadata["uids"])) == 2
+    assert metrics[names.ASYNC_FILTERED_GROUPS] == 4
+    assert sync_metrics[names.ENV_ERRORS] == 12.0
+    assert metrics[names.ENV_ERRORS] == 12.0
+    # the staleness describes what is trained: the batch's 2 groups x 2 samples, at version 0
+    assert metrics[names.ASYNC_STALENESS_MAX] == 0.0
