@@ -122,36 +122,55 @@ def check_context(cfg: SkyRLConfig, model_config, context_of: str = "the model's
 
 def check_micro_batch_budget(cfg: SkyRLConfig, model_config) -> None:
     """The longest sequence within the context of the model whose (text) config is
-    ``model_config`` and, on CPU ranks, ``trainer.micro_batch_max_tokens`` within the memory
-    estimate; a ``ConfigError`` naming the key otherwise."""
+    ``model_config`` and, on CPU ranks, the micro batches of the longest sequence and of
+    ``trainer.micro_batch_max_tokens`` within the memory estimate; a ``ConfigError`` naming
+    the key to change otherwise (the sequence length where the longest sequence alone is over:
+    no budget makes its micro batch smaller)."""
     t, g = cfg.trainer, cfg.generator
     budget = micro_batch_tokens(cfg)
     check_context(cfg, model_config)
     if t.num_gpus_per_worker > 0:
         return
-    # a sequence longer than the budget is packed alone: the largest micro batch holds it
-    largest = max(budget, g.max_seq_len)
-    need = t.dp_size * activation_bytes(
-        model_config, largest, t.precision, t.gradient_checkpointing
-    )
     total = machine_memory_bytes()
-    over = (
-        f"need about {need / 2**30:.1f} GiB of activations on {t.dp_size} rank(s), over "
-        f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB"
-    )
-    if largest > budget:
-        require(
-            need <= MEMORY_SHARE * total,
-            "generator.max_generate_length",
-            f"a sequence of up to {largest} tokens (longer than trainer.micro_batch_max_tokens = "
-            f"{budget}) is a micro batch of its own, and such micro batches {over}; shorten "
-            "generator.max_prompt_length + generator.max_generate_length or set "
-            "trainer.gradient_checkpointing=true",
+
+    def over(tokens: int) -> str | None:
+        """What micro batches of ``tokens`` need on every rank at once, if more than fits."""
+        need = t.dp_size * activation_bytes(
+            model_config, tokens, t.precision, t.gradient_checkpointing
+        )
+        if need <= MEMORY_SHARE * total:
+            return None
+        return (
+            f"need about {need / 2**30:.1f} GiB of activations on {t.dp_size} rank(s), over "
+            f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB"
+        )
+
+    # a sequence longer than the budget is packed alone: no budget makes the longest
+    # sequence's micro batch smaller, so that one names the sequence length
+    seq_len = g.max_seq_len
+    seq_over = over(seq_len)
+    if seq_len > budget:
+        what = (
+            f"a sequence of up to {seq_len} tokens (longer than trainer.micro_batch_max_tokens = "
+            f"{budget}) is a micro batch of its own, and such micro batches"
+        )
+    else:
+        what = (
+            "a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+            f"{g.max_prompt_length} + {g.max_generate_length} = {seq_len} tokens makes micro "
+            "batches of at least that many tokens, which"
         )
     require(
-        need <= MEMORY_SHARE * total,
+        seq_over is None,
+        "generator.max_generate_length",
+        f"{what} {seq_over}; shorten generator.max_prompt_length + "
+        "generator.max_generate_length or set trainer.gradient_checkpointing=true",
+    )
+    budget_over = over(budget)
+    require(
+        budget_over is None,
         "trainer.micro_batch_max_tokens",
-        f"{budget} tokens per micro batch {over}; "
+        f"{budget} tokens per micro batch {budget_over}; "
         f"{'lower it' if t.micro_batch_max_tokens else 'set it lower'} "
         "or set trainer.gradient_checkpointing=true",
     )

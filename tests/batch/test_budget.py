@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 import skyrl
+from skyrl.batch import budget as budget_module
 from skyrl.batch.budget import (
     DEFAULT_MICRO_BATCH_TOKENS,
     GPU_MAX_DEFAULT_TOKENS,
     gpu_micro_batch_tokens,
     micro_batch_tokens,
 )
+from skyrl.config.errors import ConfigError
 from skyrl.config.validate import validate
 from skyrl.trainer.plan import format_plan, make_plan
 
@@ -82,3 +86,43 @@ def test_the_plan_says_gpu_ranks_choose_an_unset_budget():
     cfg = validate(skyrl.compose(["experiment=smoke", "trainer.num_gpus_per_worker=1"]))
     plan = format_plan(make_plan(cfg))
     assert "micro batch budget      2048-32768 tokens, by each GPU rank's free memory" in plan
+
+
+TINY_SHAPE = SimpleNamespace(
+    hidden_size=64, num_hidden_layers=2, vocab_size=512, max_position_embeddings=4096
+)
+# fp32, per token: 34 x 64 x 4 B x 2 layers + 3 x 512 x 4 B = 17408 + 6144 = 23552 B
+
+
+def budget_error(monkeypatch, *overrides: str):
+    monkeypatch.setattr(budget_module, "machine_memory_bytes", lambda: 100_000_000)
+    cfg = validate(skyrl.compose(["trainer.dp_size=2", *overrides]))
+    with pytest.raises(ConfigError) as err:
+        budget_module.check_micro_batch_budget(cfg, TINY_SHAPE)
+    return err.value
+
+
+def test_a_longest_sequence_over_the_memory_estimate_is_named_whatever_the_budget(monkeypatch):
+    # Longest sequence 1976 + 24 = 2000 tokens: 2 ranks x 2000 x 23552 B = 94.2 MB, over half
+    # of a 100 MB machine. A sequence longer than the budget is a micro batch of its own, so
+    # no budget fits: the unset budget (2048) and a set one of 2000 were refused as
+    # "trainer.micro_batch_max_tokens ... lower it", and lowering it to 1000 was then refused
+    # as generator.max_generate_length. The sequence length is the key to change.
+    long = ["generator.max_prompt_length=1976", "generator.max_generate_length=24"]
+    for budget_set in ([], ["trainer.micro_batch_max_tokens=2000"]):
+        error = budget_error(monkeypatch, *long, *budget_set)
+        assert error.key == "generator.max_generate_length"
+        assert error.message == (
+            "a sequence of up to generator.max_prompt_length + generator.max_generate_length = "
+            "1976 + 24 = 2000 tokens makes micro batches of at least that many tokens, which "
+            "need about 0.1 GiB of activations on 2 rank(s), over 50% of this "
+            "machine's 0.1 GiB; shorten generator.max_prompt_length + "
+            "generator.max_generate_length or set trainer.gradient_checkpointing=true"
+        )
+    # 1000 + 24 = 1024 tokens: 2 x 1024 x 23552 = 48.2 MB fits; a 2048 budget (96.5 MB) does
+    # not, and lowering it helps
+    short = ["generator.max_prompt_length=1000", "generator.max_generate_length=24"]
+    error = budget_error(monkeypatch, *short)
+    assert error.key == "trainer.micro_batch_max_tokens"
+    assert error.message.startswith("2048 tokens per micro batch need about 0.1 GiB")
+    assert error.message.endswith("set it lower or set trainer.gradient_checkpointing=true")
