@@ -213,22 +213,33 @@ class TrainingInputBatch:
 
     @staticmethod
     def cat(batches: Sequence[TrainingInputBatch]) -> TrainingInputBatch:
-        """Concatenate rows. Fields must match; batch-level metadata comes from the first."""
+        """Concatenate rows, fields in the first batch's order. Every batch must hold the same
+        fields (in any order) with the same row shape, and the same per-row metadata lists;
+        batch-level metadata comes from the first."""
         if not batches:
             raise ValueError("cannot concatenate zero batches")
         keys = batches[0].keys()
-        for b in batches[1:]:
-            if b.keys() != keys:
-                raise ValueError(f"fields differ: {keys} vs {b.keys()}")
+        for i, b in enumerate(batches[1:], start=1):
+            missing, extra = sorted(set(keys) - set(b.keys())), sorted(set(b.keys()) - set(keys))
+            if missing or extra:
+                raise ValueError(
+                    f"batch {i} differs from batch 0 in its fields: missing {missing}, extra {extra}"
+                )
+            for k in keys:
+                row, other = tuple(batches[0].tensors[k].shape[1:]), tuple(b.tensors[k].shape[1:])
+                if row != other:
+                    raise ValueError(
+                        f"field {k!r} has rows of shape {row} in batch 0 but {other} in batch {i}"
+                    )
         tensors = {k: torch.cat([b.tensors[k] for b in batches]) for k in keys}
-        metadata = {}
-        for k, v in batches[0].metadata.items():
-            if isinstance(v, list):
-                if not all(isinstance(b.metadata.get(k), list) for b in batches):
-                    raise ValueError(f"per-row metadata {k!r} is missing in some batches")
-                metadata[k] = [x for b in batches for x in b.metadata[k]]
-            else:
-                metadata[k] = v
+        row_keys = {k for b in batches for k, v in b.metadata.items() if isinstance(v, list)}
+        for k in sorted(row_keys):
+            if not all(isinstance(b.metadata.get(k), list) for b in batches):
+                raise ValueError(f"per-row metadata {k!r} is missing in some batches")
+        metadata = {
+            k: [x for b in batches for x in b.metadata[k]] if k in row_keys else v
+            for k, v in batches[0].metadata.items()
+        }
         return TrainingInputBatch(tensors, metadata)
 
     def select(self, keys: Sequence[str], metadata_keys: Sequence[str] | None = None):

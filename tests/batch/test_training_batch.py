@@ -171,3 +171,36 @@ def test_a_float_index_is_refused():
     with pytest.raises(TypeError, match="got float64"):
         batch[[1.5]]
     assert len(batch[[]]) == 0  # an empty list selects no row
+
+
+def test_cat_joins_batches_whose_fields_are_in_another_order():
+    # the same three fields, inserted in another order, are the same fields: cat refused
+    # them ("fields differ: ['input_ids', ...] vs ['loss_mask', ...]")
+    b = make_batch(lengths=(3, 5))
+    reordered = TrainingInputBatch(dict(reversed(list(b.tensors.items()))), b.metadata)
+    joined = TrainingInputBatch.cat([b, reordered])
+    assert joined.keys() == b.keys()  # the first batch's order
+    for k in b.keys():
+        assert torch.equal(joined[k], torch.cat([b[k], b[k]]))
+    assert joined.metadata["uids"] == ["u0", "u0", "u0", "u0"]
+
+
+def test_cat_names_the_fields_and_metadata_that_differ():
+    b = make_batch(lengths=(3, 5))
+    with pytest.raises(ValueError) as err:
+        TrainingInputBatch.cat([b, b.replace(advantages=None, values=b.loss_mask)])
+    assert str(err.value) == (
+        "batch 1 differs from batch 0 in its fields: missing ['advantages'], extra ['values']"
+    )
+    # a per-row list in a later batch only was dropped silently (the reverse was refused)
+    tagged = TrainingInputBatch(b.tensors, {**b.metadata, "stop_reasons": ["stop", "length"]})
+    for batches in ([b, tagged], [tagged, b]):
+        with pytest.raises(ValueError, match=r"per-row metadata 'stop_reasons' is missing in some"):
+            TrainingInputBatch.cat(batches)
+    # another sequence length: torch's "Sizes of tensors must match" named no field
+    wider = make_batch(lengths=(3, 5), seq_len=8)
+    with pytest.raises(ValueError) as err:
+        TrainingInputBatch.cat([b, wider])
+    assert str(err.value) == (
+        "field 'input_ids' has rows of shape (6,) in batch 0 but (8,) in batch 1"
+    )
