@@ -182,3 +182,63 @@ def test_padding_rows_change_no_weight_and_no_count(dp_size, reduction):
     assert sum(m["local_loss_tokens"] for m in metrics) == 15
     total = sum(float(c.loss_weights.sum()) for c in chunks)
     assert total == pytest.approx(float(expected.sum()), abs=1e-6)
+
+
+def _loss_split_batch(num_rows: int) -> TrainingInputBatch:
+    """Rows of one prompt token then their loss tokens, whose values x are the advantages:
+    row 0 x = [1, 2], row 1 [3], row 2 [4, 5, 6], row 3 [2] (lengths 3, 2, 4, 2)."""
+    xs = [[1.0, 2.0], [3.0], [4.0, 5.0, 6.0], [2.0]][:num_rows]
+    seq_len = 4
+    ids = torch.zeros(num_rows, seq_len, dtype=torch.long)
+    attention = torch.zeros(num_rows, seq_len, dtype=torch.long)
+    loss_mask = torch.zeros(num_rows, seq_len)
+    advantages = torch.zeros(num_rows, seq_len)
+    for i, x in enumerate(xs):
+        length = 1 + len(x)
+        ids[i, :length] = torch.arange(length) + 10 * (i + 1)  # no two rows share a prompt
+        attention[i, :length] = 1
+        loss_mask[i, 1:length] = 1
+        advantages[i, 1:length] = torch.tensor(x)
+    tensors = {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask}
+    uids = ["a", "a", "b", "b"][:num_rows]
+    return TrainingInputBatch({**tensors, "advantages": advantages}, {"uids": uids})
+
+
+@pytest.mark.parametrize(
+    ("num_rows", "expected_grad"),
+    [
+        # sequence_mean: w = 1 / (|y_i| x num_seqs); per-sequence token means
+        # (1+2)/2 = 1.5, 3/1 = 3, (4+5+6)/3 = 5, 2/1 = 2; (1.5 + 3 + 5 + 2) / 4 = 2.875
+        (4, 2.875),
+        # three rows and one zero-loss padding row: (1.5 + 3 + 5) / 3 = 19/6
+        (3, 19 / 6),
+    ],
+)
+def test_two_ranks_of_two_micro_batches_give_the_unsplit_gradient(num_rows, expected_grad):
+    # per-token loss theta * x: the unsplit mini-batch's gradient is sum(w * x). Each rank
+    # backpropagates dp_size x the sum of its micro batches' (loss * loss_weights) and
+    # DeepSpeed averages over ranks (skyrl.workers.worker), so the update's gradient is
+    # mean_r(dp_size x dL_r) = sum_r dL_r.
+    from skyrl.algorithms.reductions import compute_loss_weights
+
+    batch, dp_size = _loss_split_batch(num_rows), 2
+    staged = MeshDispatch.stage_chunks(
+        dp_size,
+        batch,
+        [(0, num_rows)],
+        loss_weights_fn=lambda mini: compute_loss_weights(
+            "sequence_mean", mini.loss_mask, mini.metadata["uids"], max_seq_len=4
+        ),
+    )
+    assert staged.pad_sizes == [4 - num_rows]
+    theta = torch.tensor(0.5, requires_grad=True)
+    rank_grads = []
+    for chunk in staged[0]:
+        # a 4-token budget, rank lengths (4, 2) and (3, 2); padded: (2, 4) and (3, 3: the
+        # padding copy of row 0), each two micro batches
+        micro = plan_micro_batches(chunk, max_tokens=4)
+        assert len(micro) == 2
+        rank_loss = sum((theta * mb["advantages"] * mb["loss_weights"]).sum() for mb in micro)
+        (grad,) = torch.autograd.grad(rank_loss * dp_size, theta)
+        rank_grads.append(grad)
+    assert float(sum(rank_grads) / dp_size) == pytest.approx(expected_grad, rel=1e-6)

@@ -50,3 +50,38 @@ def test_gpt2_style_conv1d_layers_are_linear_layers_peft_adapts(tmp_path):
         "'c_attnn' names no linear layer of GPT2LMHeadModel (the output layer takes no "
         "adapter); its linear layers: c_attn, c_fc, c_proj",
     )
+
+
+def test_the_merged_export_is_the_base_plus_scaled_b_times_a(tmp_path):
+    # rank 4, alpha 8: each adapted weight becomes W0 + (8 / 4) x B @ A; no other weight moves
+    import torch
+    from safetensors.torch import load_file
+
+    from skyrl.models.lora import ADAPTER_WEIGHTS, is_adapter_name, wire_name
+
+    base = build_tiny_model()
+    base_weights = AutoModelForCausalLM.from_pretrained(base).state_dict()
+    lora = LoraConfig(rank=4, alpha=8, target_modules=["q_proj", "down_proj"])
+    model = add_adapters(AutoModelForCausalLM.from_pretrained(base), lora)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if is_adapter_name(name):  # B = 0 at init: give B (and A) values of their own
+                param.copy_(torch.randn(param.shape, generator=generator))
+    adapter = {wire_name(n): p.detach() for n, p in model.named_parameters() if is_adapter_name(n)}
+    adapter_dir = write_adapter_dir(tmp_path / "final_adapter", adapter, lora, base)
+    assert load_file(adapter_dir / ADAPTER_WEIGHTS).keys() == adapter.keys()
+
+    merged = AutoModelForCausalLM.from_pretrained(
+        merge_adapter_dir(adapter_dir, base, base, tmp_path / "merged")
+    ).state_dict()
+    assert merged.keys() == base_weights.keys()
+    adapted = [k for k in base_weights if k.endswith(("q_proj.weight", "down_proj.weight"))]
+    assert len(adapted) == 2 * 2  # two layers, two targets each
+    for key, w0 in base_weights.items():
+        if key not in adapted:
+            assert torch.equal(merged[key], w0), key
+            continue
+        module = f"base_model.model.{key.removesuffix('.weight')}"
+        a, b = adapter[f"{module}.lora_A.weight"], adapter[f"{module}.lora_B.weight"]
+        torch.testing.assert_close(merged[key], w0 + 2.0 * b @ a, rtol=0, atol=1e-6)
