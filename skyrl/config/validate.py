@@ -107,7 +107,7 @@ def _check_node(node: DictConfig, path: str) -> None:
 
 
 def _check_batch_sizes(cfg: SkyRLConfig) -> None:
-    t, g = cfg.trainer, cfg.generator
+    t = cfg.trainer
     require(
         t.train_batch_size % t.policy_mini_batch_size == 0,
         "trainer.policy_mini_batch_size",
@@ -119,15 +119,9 @@ def _check_batch_sizes(cfg: SkyRLConfig) -> None:
             "trainer.critic_mini_batch_size",
             f"train_batch_size ({t.train_batch_size}) must be divisible by critic_mini_batch_size ({t.critic_mini_batch_size})",
         )
-    if not g.step_wise:
-        # Step-wise mini-batches hold a varying number of sequences (turns), so only
-        # the fixed-size case can be required to split evenly across DP ranks.
-        seqs = t.policy_mini_batch_size * g.n_samples_per_prompt
-        require(
-            seqs % t.dp_size == 0,
-            "trainer.dp_size",
-            f"a policy mini-batch has {seqs} sequences (policy_mini_batch_size x n_samples_per_prompt), not divisible by dp_size ({t.dp_size})",
-        )
+    # dp_size need not divide a mini-batch's sequences: dispatch pads each mini-batch to a
+    # multiple of dp_size with zero-loss rows (skyrl.dispatch.mesh), as step-wise batches
+    # of any number of turns need anyway
 
 
 def weight_sync_path(cfg: SkyRLConfig) -> str:

@@ -53,12 +53,6 @@ def _validate(*overrides: str):
             "must be >= 1 MiB or null, got 1000",
         ),
         (["trainer.train_batch_size=10"], "trainer.policy_mini_batch_size", "divisible"),
-        # 8 prompts x 3 samples = 24 sequences, not divisible by 5 ranks.
-        (
-            ["generator.n_samples_per_prompt=3", "trainer.dp_size=5"],
-            "trainer.dp_size",
-            "not divisible by dp_size (5)",
-        ),
         (["trainer.micro_batch_max_tokens=0"], "trainer.micro_batch_max_tokens", "must be >= 1"),
         (
             ["algorithm.use_kl_loss=true", "algorithm.use_kl_in_reward=true"],
@@ -247,11 +241,12 @@ def test_tool_timeout_s_binds_only_the_tools_env():
     assert _validate("environment.timeout_s=3").environment.timeout_s == 3
 
 
-def test_step_wise_relaxes_dp_divisibility():
-    # 8 prompts x 3 samples = 24 sequences per mini-batch; 5 ranks do not divide it, but
-    # step-wise mini-batches vary in size anyway and are padded per mini-batch.
+@pytest.mark.parametrize("step_wise", ["true", "false"])
+def test_dp_size_need_not_divide_a_mini_batch(step_wise):
+    # 4 prompts x 3 samples = 12 sequences per mini-batch; 5 ranks do not divide it: dispatch
+    # pads each mini-batch with zero-loss rows
     typed = _validate(
-        "generator.n_samples_per_prompt=3", "trainer.dp_size=5", "generator.step_wise=true"
+        "generator.n_samples_per_prompt=3", "trainer.dp_size=5", f"generator.step_wise={step_wise}"
     )
     assert typed.trainer.dp_size == 5
 
