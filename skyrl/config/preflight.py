@@ -221,6 +221,8 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     except ValueError as exc:  # not a checkpoint, or `latest` naming an incomplete one
         problem = str(exc)
     else:
+        if ckpt is None and manager.steps():  # auto, with no pointer to them
+            _warn_unpublished(manager)
         if ckpt is not None:
             state = _check_checkpoint(ckpt, TRAINER_STATE)
             # its files as saved (a missing rng_rank1.pt is "missing", not another dp_size)
@@ -230,6 +232,22 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
             _check_lora_matches(cfg, ckpt)
         return ckpt
     raise ConfigError("trainer.resume", problem)
+
+
+def _warn_unpublished(manager) -> None:
+    """``trainer.resume=auto`` found checkpoints but no ``latest`` naming one: a run stopped
+    after a save but before it logged the step (a checkpoint is published only then), or the
+    pointer was deleted. The fresh run replaces them as it saves: say so, once."""
+    import sys
+
+    names = ", ".join(f"global_step_{s}" for s in manager.steps())
+    print(
+        f"warning: trainer.resume=auto: {manager.root} holds {names} but no 'latest' pointer (a "
+        "run stopped before it published them, or the pointer was removed): this run starts "
+        "fresh and replaces them; to continue from one instead, set trainer.resume=<its path>",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
