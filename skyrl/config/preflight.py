@@ -250,9 +250,22 @@ def _warn_unpublished(manager) -> None:
     )
 
 
+def _state_problem(state: object, state_file: Path) -> str:
+    """What a parsed trainer state lacks of what a resume reads as numbers (its ``step`` a
+    whole number, its ``kl_coef`` a number), or ``""``."""
+    if not isinstance(state, dict) or "step" not in state:
+        return f"{state_file} has no 'step'"
+    step, kl_coef = state["step"], state.get("kl_coef")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"{state_file}: 'step' is {step!r}, not a step number"
+    if isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float)):
+        return f"{state_file}: 'kl_coef' is {kl_coef!r}, not a number"
+    return ""
+
+
 def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
-    """A checkpoint to resume from: its trainer state parses and has a step; its policy
-    weights are there. Returns the trainer state."""
+    """A checkpoint to resume from: its trainer state parses and has a step number and a KL
+    coefficient; its policy weights are there. Returns the trainer state."""
     import json
 
     state_file = ckpt / state_name
@@ -261,9 +274,7 @@ def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         problem = f"{state_file} is not valid JSON ({exception_line(exc)})"
     else:
-        problem = (
-            "" if isinstance(state, dict) and "step" in state else f"{state_file} has no 'step'"
-        )
+        problem = _state_problem(state, state_file)
     require(not problem, "trainer.resume", problem)
     require(
         (ckpt / "policy").is_dir(),

@@ -31,7 +31,7 @@ def checkpoint(run: Path, step: int, state: str | None = None, dp_size: int = 2)
     (ckpt / "policy").mkdir(parents=True)
     for rank in range(dp_size):
         (ckpt / "policy" / f"rng_rank{rank}.pt").write_bytes(b"")
-    (ckpt / "trainer_state.json").write_text(state or json.dumps({"step": step}))
+    (ckpt / "trainer_state.json").write_text(state or json.dumps({"step": step, "kl_coef": 0.0}))
     (run / "checkpoints" / "latest").write_text(f"global_step_{step}\n")
     return ckpt
 
@@ -58,7 +58,14 @@ def test_a_resume_target_that_is_not_a_checkpoint_is_refused_before_the_run(tmp_
 
 @pytest.mark.parametrize(
     ("state", "fragment"),
-    [("{not json", "is not valid JSON"), ('{"kl_coef": 0.1}', "has no 'step'")],
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"kl_coef": 0.1}', "has no 'step'"),
+        # a hand-edited state: the trainer's int(state["step"]) / state["kl_coef"] were a
+        # ValueError / KeyError traceback once the workers had loaded
+        ('{"step": "four", "kl_coef": 0.1}', "'step' is 'four', not a step number"),
+        ('{"step": 4}', "'kl_coef' is None, not a number"),
+    ],
 )
 def test_a_corrupt_trainer_state_is_refused_naming_the_file(tmp_path, state, fragment):
     ckpt = checkpoint(tmp_path / "run", 4, state)
@@ -118,14 +125,14 @@ def test_an_async_checkpoint_with_prompts_in_flight_needs_an_async_resume(tmp_pa
     # a synchronous run draws from the loader position and never serves the async run's
     # in-flight prompts: those would go untrained this epoch
     pending = [{"index": i, "uid": f"u{i}", "seed": 7} for i in (5, 0, 12, 14)]
-    state = json.dumps({"step": 2, "rollouts": {"loader": {}, "pending": pending}})
+    state = json.dumps({"step": 2, "kl_coef": 0.0, "rollouts": {"loader": {}, "pending": pending}})
     checkpoint(tmp_path, 2, state)
     error = refused(tmp_path, "trainer.resume=auto")
     assert error.key == "trainer.max_staleness"
     assert "4 prompts in flight" in error.message
     async_run = ("trainer.max_staleness=1", "generator.num_cpus_per_engine=1")
     assert dry_run(tmp_path, "trainer.resume=auto", *async_run) is not None
-    done = json.dumps({"step": 2, "rollouts": {"loader": {}, "pending": []}})
+    done = json.dumps({"step": 2, "kl_coef": 0.0, "rollouts": {"loader": {}, "pending": []}})
     (tmp_path / "checkpoints" / "global_step_2" / "trainer_state.json").write_text(done)
     assert dry_run(tmp_path, "trainer.resume=auto") is not None
 
@@ -230,7 +237,9 @@ def test_a_checkpoint_file_removed_since_its_save_is_named_before_the_run(tmp_pa
 
 
 def test_a_checkpoint_of_another_zero_layout_is_refused_before_the_run(tmp_path):
-    ckpt = checkpoint(tmp_path / "run", 3, state=json.dumps({"step": 3, "zero_stage": 0}))
+    ckpt = checkpoint(
+        tmp_path / "run", 3, state=json.dumps({"step": 3, "kl_coef": 0.0, "zero_stage": 0})
+    )
     error = refused(tmp_path / "run", "trainer.zero_stage=3")
     assert error.key == "trainer.zero_stage"
     assert error.message.startswith(f"{ckpt} was saved at trainer.zero_stage=0, but ")
