@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -172,7 +173,10 @@ class RLTrainer:
                 self.check_nonfinite()
             self.wait_for_engines()
         except BaseException:  # a crash or an interrupt: the trackers mark the run failed
-            tracker.close(failed=True)
+            try:
+                tracker.close(failed=True)
+            except Exception as exc:  # the same full disk, say: the run's own error is shown
+                print(f"warning: closing the trackers failed too: {exc}", file=sys.stderr)
             raise
         tracker.close()
         return self.history
@@ -468,17 +472,18 @@ class RLTrainer:
 
     def _save_failed(self, step: int, exc: Exception) -> TrainingAborted:
         root = self.checkpoints.root
-        latest = self.checkpoints.latest()
-        resumes = (
-            f"last checkpoint: {latest} (trainer.resume=auto continues from it)"
-            if latest
-            else "no checkpoint was saved"
-        )
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         return TrainingAborted(
             f"saving the checkpoint of step {step} into {root} failed ({free_space(root)} free "
-            f"there); {resumes}; {reason}"
+            f"there); {self._resumes_from()}; {reason}"
         )
+
+    def _resumes_from(self) -> str:
+        """The checkpoint ``trainer.resume=auto`` continues from, for an error line."""
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return "no checkpoint was saved"
+        return f"last checkpoint: {latest} (trainer.resume=auto continues from it)"
 
     def resume(self) -> Path | None:
         """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh)."""
@@ -550,7 +555,13 @@ class RLTrainer:
         self.history.append(record)
         if self.tracker is None:
             raise RuntimeError("RLTrainer.log is called from train() only")
-        self.tracker.log(step, metrics)
+        try:
+            self.tracker.log(step, metrics)
+        except OSError as exc:  # a full disk, a run dir gone: the metrics file takes no line
+            raise TrainingAborted(
+                f"writing the metrics of step {step} into {self.output_dir} failed "
+                f"({free_space(self.output_dir)} free there); {self._resumes_from()}; {exc}"
+            ) from exc
 
     def export(self) -> Path:
         """The final policy as a ``from_pretrained`` directory (with LoRA: the adapters merged

@@ -4,6 +4,7 @@ report scripted mini-batch records, the trainer is built with ``__new__``."""
 
 from __future__ import annotations
 
+import errno
 import math
 from types import SimpleNamespace
 
@@ -674,3 +675,55 @@ def test_a_worker_that_dies_while_exporting_is_reported_as_such(tmp_path):
     with pytest.raises(WorkerDiedError) as err:
         tr.export()
     assert err.value is died
+
+
+class FullDiskTracker:
+    """A tracker whose metrics file cannot take another line (ENOSPC), nor close."""
+
+    def log(self, step, metrics):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self, failed=False):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_metrics_that_cannot_be_written_end_the_run_in_one_line(tmp_path, monkeypatch):
+    from skyrl.trainer import trainer as trainer_module
+    from skyrl.trainer.trainer import TrainingAborted
+
+    # a full disk while the step's metrics record was written was an OSError traceback
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    manager.commit(manager.temp_dir(2), 2, {"step": 2, "kl_coef": 0.1})
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.checkpoints, tr.output_dir, tr.history = manager, tmp_path, []
+    tr.tracker = FullDiskTracker()
+    monkeypatch.setattr(trainer_module, "free_space", lambda path: "0.0 MiB")
+    with pytest.raises(TrainingAborted) as err:
+        tr.log(3, {"reward": 1.0})
+    assert str(err.value) == (
+        f"writing the metrics of step 3 into {tmp_path} failed (0.0 MiB free there); last "
+        f"checkpoint: {manager.root / 'global_step_2'} (trainer.resume=auto continues from it); "
+        "[Errno 28] No space left on device"
+    )
+
+
+def test_a_tracker_that_fails_to_close_does_not_hide_the_runs_error(monkeypatch, tmp_path, capsys):
+    # the full disk that stopped the metrics also fails the trackers' close: that OSError
+    # replaced the run's one-line error with a traceback
+    import skyrl.tracking
+    from skyrl.trainer import trainer as trainer_module
+    from skyrl.trainer.trainer import TrainingAborted
+
+    monkeypatch.setattr(skyrl.tracking, "Tracker", lambda **kwargs: FullDiskTracker())
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
+    tr = RLTrainer.__new__(RLTrainer)
+    tr.cfg = SimpleNamespace(trainer=SimpleNamespace(loggers=[], eval_before_train=False))
+    tr.checkpoints, tr.output_dir, tr.history, tr.step, tr.total_steps = manager, tmp_path, [], 0, 2
+    tr.resume = lambda: None
+    tr.run_step = lambda step: {"reward": 1.0}
+    monkeypatch.setattr(trainer_module, "dataclasses", SimpleNamespace(asdict=lambda cfg: {}))
+    with pytest.raises(TrainingAborted, match="^writing the metrics of step 1 into"):
+        tr.train()
+    assert capsys.readouterr().err == (
+        "warning: closing the trackers failed too: [Errno 28] No space left on device\n"
+    )
