@@ -38,7 +38,6 @@ from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import (
-    EXPORT_RECORD,
     CheckpointManager,
     check_resumable,
     free_space,
@@ -569,20 +568,32 @@ class RLTrainer:
         it holds (``EXPORT_RECORD``: ``skyrl-eval`` of the run prefers a newer checkpoint).
         An export that fails (a full disk, an unwritable ``final_hf``) ends the run with
         ``TrainingAborted`` saying where, the free space there, the checkpoint that holds the
-        trained weights and the original reason."""
+        trained weights and the original reason. Each folder is written beside the earlier
+        export (``<name>.partial``) and replaces it only once complete: a failed export
+        leaves the earlier one as it was (its record naming its own step)."""
         from skyrl.workers.group import WorkerDiedError
 
         out = self.output_dir / "final_hf"
         adapter = self.output_dir / "final_adapter" if self.cfg.model.lora.enabled else None
+        folders = [out] + ([adapter] if adapter else [])
+        partial = {folder: folder.with_name(folder.name + ".partial") for folder in folders}
         try:
-            (out / EXPORT_RECORD).unlink(missing_ok=True)  # an earlier export's, being replaced
+            for staged in partial.values():  # a killed export's
+                shutil.rmtree(staged, ignore_errors=True)
             self.policy.run(
-                "export_hf", str(out), self.cfg.model.tokenizer_path, adapter and str(adapter)
+                "export_hf",
+                str(partial[out]),
+                self.cfg.model.tokenizer_path,
+                adapter and str(partial[adapter]),
             )
-            write_export_record(out, self.step)
+            write_export_record(partial[out], self.step)
+            for folder, staged in partial.items():
+                _replace_dir(folder, staged)
         except WorkerDiedError:  # a dead worker: its own one-line error says it
             raise
         except Exception as exc:  # a worker's write or the trainer's own
+            for staged in partial.values():
+                shutil.rmtree(staged, ignore_errors=True)
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
             latest = self.checkpoints.latest()
             saved = (
@@ -725,3 +736,13 @@ def rollout_logprob_mismatch(batch: TrainingInputBatch, version: int) -> dict[st
             tokens = mask[rows].sum().clamp(min=1)
             out[f"{names.LOGPROB_DIFF_BY_STALENESS}{value}"] = float(per_token[rows].sum() / tokens)
     return out
+
+
+def _replace_dir(folder: Path, staged: Path) -> None:
+    """``staged`` (complete) becomes ``folder``; the folder it replaces is removed after."""
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    staged.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)

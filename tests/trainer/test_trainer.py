@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -403,14 +404,12 @@ def test_the_export_records_the_step_whose_weights_it_holds(tmp_path):
 
     from skyrl.trainer.checkpoint import EXPORT_RECORD, exported_step
 
-    final_hf = tmp_path / "final_hf"
-    seen: list[bool] = []
+    final_hf, partial = tmp_path / "final_hf", tmp_path / "final_hf.partial"
 
     class Exporting(FakeWorkers):
         def run(self, method: str, *args) -> list:
-            seen.append((final_hf / EXPORT_RECORD).exists())  # the old record is gone first
-            (final_hf / "config.json").parent.mkdir(exist_ok=True)
-            (final_hf / "config.json").write_text("{}")
+            Path(args[0]).mkdir()  # the worker writes a new folder beside the earlier export
+            (Path(args[0]) / "config.json").write_text("{}")
             return super().run(method, *args)
 
     tr = RLTrainer.__new__(RLTrainer)
@@ -422,8 +421,33 @@ def test_the_export_records_the_step_whose_weights_it_holds(tmp_path):
         assert tr.export() == final_hf
         assert json.loads((final_hf / EXPORT_RECORD).read_text()) == {"step": step}
         assert exported_step(final_hf) == step
-    assert seen == [False, False]
-    assert tr.policy.calls == [("export_hf", str(final_hf), "tok", None)] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final_hf"]
+    assert tr.policy.calls == [("export_hf", str(partial), "tok", None)] * 2
+
+
+def test_an_export_that_fails_leaves_the_earlier_export_as_it_was(tmp_path):
+    # the export wrote over final_hf in place: one that failed half-way (a full disk) left
+    # the earlier, complete export of step 2 half overwritten
+    from skyrl.trainer.checkpoint import exported_step, write_export_record
+    from skyrl.trainer.trainer import TrainingAborted
+
+    final_hf = tmp_path / "final_hf"
+    final_hf.mkdir()
+    (final_hf / "model.safetensors").write_bytes(b"step 2 weights")
+    write_export_record(final_hf, 2)
+
+    class HalfWritten(FakeWorkers):
+        def run(self, method: str, *args) -> list:
+            Path(args[0]).mkdir()
+            (Path(args[0]) / "model.safetensors").write_bytes(b"step 3 wei")
+            raise RuntimeError("policy worker failed: OSError: [Errno 28] No space left on device")
+
+    tr = exporting_trainer(tmp_path, HalfWritten())
+    with pytest.raises(TrainingAborted, match="No space left on device$"):
+        tr.export()
+    assert (final_hf / "model.safetensors").read_bytes() == b"step 2 weights"
+    assert exported_step(final_hf) == 2  # skyrl-eval of the run then takes step 3's checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "final_hf"]
 
 
 class Component:
