@@ -257,6 +257,7 @@ def _gsm8k_prepare_error(capsys, *argv: str) -> str:
         (['{"question": "q", "answer": "#### 1"}', "", "not json"], "row 3: invalid JSON"),
         (['{"q": "x", "answer": "#### 1"}'], "row 1: missing column 'question' (has ['answer', 'q'])"),
         (['{"question": "q", "answer": "1"}'], "row 1: GSM8K answer has no '#### <number>': '1'"),
+        (['{"question": "q", "answer": "1 + 1 = 2\\n#### "}'], "row 1: GSM8K answer has no '#### <number>': '1 + 1 = 2\\n#### '"),
         (["[1, 2]"], "row 1: not a JSON object: [1, 2]"),
         (['{"question": null, "answer": "#### 1"}'], "row 1: column 'question' is not text: None"),
         ([""], "no rows"),
@@ -286,6 +287,19 @@ def test_gsm8k_prepare_names_a_missing_input_and_a_bad_suffix(tmp_path, capsys, 
         f"error: --input {csv}: use .jsonl or .parquet"
     )
     assert not out.exists() and not csv.exists()
+
+
+def test_gsm8k_prepare_refuses_to_overwrite_its_input(tmp_path, capsys, repo_on_path):
+    """The raw split copied to where the experiment reads its rows (data/gsm8k/train.jsonl)
+    and converted in place would be lost: converted again, it has no 'question' column."""
+    raw = tmp_path / "data" / "gsm8k" / "train.jsonl"
+    raw.parent.mkdir(parents=True)
+    raw.write_text('{"question": "q", "answer": "#### 1"}\n')
+    same = tmp_path / "data" / ".." / "data" / "gsm8k" / "train.jsonl"  # the file, spelled apart
+    assert _gsm8k_prepare_error(capsys, "--input", str(raw), "--output", str(same)) == (
+        f"error: --output {same}: is the --input file; write the converted rows elsewhere"
+    )
+    assert raw.read_text() == '{"question": "q", "answer": "#### 1"}\n'
 
 
 def test_gsm8k_prepare_names_an_unwritable_output(tmp_path, capsys, repo_on_path):
@@ -320,10 +334,27 @@ def test_react_agent_cli_without_an_endpoint_names_the_url(capsys, repo_on_path)
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize("url", ["127.0.0.1:8000/v1", "localhost:8000", "ftp://127.0.0.1/v1"])
+def test_react_agent_cli_names_a_url_without_http(capsys, repo_on_path, url):
+    """A URL without ``http://``: not "no endpoint answers there", which sends the user to
+    start a server that may well be running."""
+    from recipes.react_agent import agent
+
+    with pytest.raises(SystemExit) as exit_:
+        agent.main(["--base-url", url])
+    assert exit_.value.code == (
+        f"error: --base-url {url}: not an http:// or https:// URL "
+        "(skyrl-serve prints its own, e.g. http://127.0.0.1:8000/v1)"
+    )
+    assert capsys.readouterr().out == ""
+
+
 # -- reasoning_gym_curriculum: run.sh ------------------------------------------------
 
 
-@pytest.mark.slow
+CURRICULUM_SCRIPT = REPO / "recipes" / "reasoning_gym_curriculum" / "run.sh"
+
+
 def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -332,9 +363,8 @@ def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
         "CURRICULUM_MODEL": "skyrl-tiny",
         "SKYRL_TRAIN": f"{sys.executable} -m skyrl",
     }
-    script = REPO / "recipes" / "reasoning_gym_curriculum" / "run.sh"
     return subprocess.run(
-        ["bash", str(script), "trainer.dry_run=true"],
+        ["bash", str(CURRICULUM_SCRIPT), "trainer.dry_run=true"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -343,6 +373,7 @@ def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_curriculum_dry_run_checks_every_stage(tmp_path: Path):
     """Nothing is exported by a dry run: each stage is checked with the model stage 1 has."""
     result = run_curriculum(tmp_path, "chain_sum basic_arithmetic")
@@ -353,6 +384,7 @@ def test_curriculum_dry_run_checks_every_stage(tmp_path: Path):
     assert (second.environment.dataset, second.model.path) == ("basic_arithmetic", "skyrl-tiny")
 
 
+@pytest.mark.slow
 def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
     """A trained stage (its final_hf: here a copy of the tiny model) is skipped and the next
     stage starts from it."""
@@ -365,3 +397,72 @@ def test_curriculum_stages_chain_the_exported_policy(tmp_path: Path):
     assert f"== stage 1: chain_sum already trained ({exported})" in result.stdout
     second = OmegaConf.load(tmp_path / "stage2-basic_arithmetic" / "resolved_config.yaml")
     assert (second.environment.dataset, second.model.path) == ("basic_arithmetic", str(exported))
+
+
+def echo_curriculum(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """run.sh over two stages with ``echo`` as skyrl-train: the stages' command lines,
+    nothing run."""
+    env = {**os.environ, "CURRICULUM_STAGES": "chain_sum basic_arithmetic"}
+    env |= {"CURRICULUM_DIR": str(tmp_path), "SKYRL_TRAIN": "echo"}
+    env.pop("CURRICULUM_MODEL", None)
+    return subprocess.run(
+        ["bash", str(CURRICULUM_SCRIPT), *overrides],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dry_run", "chained"),
+    [
+        ("trainer.dry_run=true", False),
+        ("trainer.dry_run=True", False),  # what Hydra itself writes in a sweep's overrides
+        ("trainer.dry_run=yes", False),
+        ("++trainer.dry_run=1", False),
+        ("trainer.dry_run=false", True),
+    ],
+)
+def test_curriculum_knows_a_dry_run_in_every_spelling_skyrl_train_accepts(
+    tmp_path, dry_run, chained
+):
+    """A dry run exports no final_hf: stage 2 is checked with stage 1's model, not pointed at
+    a final_hf that will not exist (``error: model.path: ...final_hf: no such directory``)."""
+    result = echo_curriculum(tmp_path, dry_run)
+    assert result.returncode == 0, result.stderr
+    commands = [line.split() for line in result.stdout.splitlines() if not line.startswith("==")]
+    stage2 = commands[1]
+    assert "environment.dataset=basic_arithmetic" in stage2
+    if chained:
+        assert stage2[-2:] == [f"model.path={tmp_path}/stage1-chain_sum/final_hf", dry_run]
+    else:
+        assert not any(arg.startswith("model.path=") for arg in stage2), stage2
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "where"),
+    [
+        ("model.path=skyrl-tiny", "model.path", "stage 1's with CURRICULUM_MODEL"),
+        ("+model.path=skyrl-tiny", "model.path", "stage 1's with CURRICULUM_MODEL"),
+        ("trainer.output_dir=out", "trainer.output_dir", "where they go with CURRICULUM_DIR"),
+        ("hydra.run.dir=out", "hydra.run.dir", "where they go with CURRICULUM_DIR"),
+        ("environment.dataset=leg_counting", "environment.dataset", "them with CURRICULUM_STAGES"),
+    ],
+)
+def test_curriculum_refuses_a_key_it_sets_per_stage(tmp_path, override, key, where):
+    """Passed on to every stage, it would come last and win: every stage from the same model
+    (the chain silently broken), into the same dir, or on the same dataset."""
+    result = echo_curriculum(tmp_path, "trainer.dry_run=true", override)
+    assert (result.returncode, result.stdout) == (2, "")  # no stage ran
+    assert result.stderr == f"error: {key}: run.sh sets it for each stage; set {where}\n"
+
+
+@pytest.mark.parametrize("override", ["trainer.export_hf=false", "trainer.export_hf=False"])
+def test_curriculum_refuses_a_stage_without_export(tmp_path, override):
+    """Stage 2 starts from stage 1's final_hf: without the export it would fail after stage 1
+    trained, naming a model.path the user never set."""
+    result = echo_curriculum(tmp_path, override)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "error: trainer.export_hf: each stage starts from the previous one's final_hf; "
+        "leave it true\n"
+    )
+    assert echo_curriculum(tmp_path, "trainer.export_hf=true").returncode == 0

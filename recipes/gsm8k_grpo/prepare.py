@@ -24,13 +24,16 @@ SUFFIXES = (".jsonl", ".parquet")
 """The file types read and written."""
 COLUMNS = ("question", "answer")
 """The GSM8K columns a record must have."""
+ELSEWHERE = "write the converted rows elsewhere"
+"""What to do when ``--output`` names the ``--input`` file."""
 
 
 def final_answer(solution: str) -> str:
     """The number after the last ``####`` of a GSM8K solution, without thousands separators."""
-    if "####" not in solution:
+    number = solution.rsplit("####", 1)[1].strip() if "####" in solution else ""
+    if not number:  # an empty answer would grade every reply 0
         raise ValueError(f"GSM8K answer has no '#### <number>': {solution[-80:]!r}")
-    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+    return number.replace(",", "")
 
 
 def convert_record(record: dict[str, Any]) -> dict[str, str]:
@@ -109,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.input.is_file():
         problem = "is a directory" if args.input.is_dir() else "file not found"
         parser.exit(2, f"error: --input {args.input}: {problem}\n")
+    if args.output.exists() and args.output.samefile(args.input):  # the raw split would be lost
+        parser.exit(2, f"error: --output {args.output}: is the --input file; {ELSEWHERE}\n")
     in_the_way = next((p for p in args.output.parents if p.exists() and not p.is_dir()), None)
     if in_the_way is not None:
         parser.exit(2, f"error: --output {args.output}: {in_the_way} is a file, not a folder\n")

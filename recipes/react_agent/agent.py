@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     endpoint that does not answer, or answers with an error, ends with one line."""
     import argparse
     import asyncio
+    from urllib.parse import urlsplit
 
     from skyrl.data.prompts import PromptRow
 
@@ -134,6 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--question", default="What is 17 * 23?")
     parser.add_argument("--answer", default="391")
     args = parser.parse_args(argv)
+    url = urlsplit(args.base_url)
+    if url.scheme not in ("http", "https") or not url.netloc:  # else "no endpoint answers"
+        raise SystemExit(
+            f"error: --base-url {args.base_url}: not an http:// or https:// URL "
+            "(skyrl-serve prints its own, e.g. http://127.0.0.1:8000/v1)"
+        )
     client = openai.AsyncOpenAI(base_url=args.base_url, api_key="unused")
     row = PromptRow(args.question, "cli", {"answer": args.answer}, uid="cli")
     try:

@@ -1,10 +1,13 @@
 """Every ``skyrl-train`` command line the README, docs/ and the recipes' READMEs show in a
 code block composes and validates as the CLI checks it (``precheck_command_line``): a
 renamed key or option fails here. A ``$ skyrl-train`` line followed by an ``error:`` line
-shows a mistake on purpose: the check must print that very line."""
+shows a mistake on purpose: the check must print that very line. The ``skyrl-eval``,
+``skyrl-serve`` and ``python -m skyrl`` lines, and commands in indented blocks (the README's
+sweeps), compose and validate too, and a script a line runs exists."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from itertools import pairwise
 from pathlib import Path
@@ -80,3 +83,79 @@ def test_a_documented_command_line_composes_and_validates(where, args, tmp_path,
     monkeypatch.chdir(tmp_path)  # a sweep's default dir is checked for earlier jobs
     register_configs()
     assert precheck_command_line(args) is None, f"{where}: skyrl-train {shlex.join(args)}"
+
+
+CLIS = ("skyrl-train", "skyrl-eval", "skyrl-serve")
+"""Entry points that take the same overrides (``skyrl-eval``/``-serve`` read ``eval.*``/``serve.*``)."""
+
+
+def shown_lines() -> list[tuple[str, bool, str]]:
+    """``(file:line, fenced, text)`` of every line of a fenced or indented code block."""
+    found = []
+    for path in [*DOCS, REPO / "recipes" / "README.md"]:
+        fenced = False
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.startswith("```"):
+                fenced = not fenced
+            elif fenced or line.startswith("    "):
+                found.append((f"{path.relative_to(REPO)}:{number}", fenced, line.strip()))
+    return found
+
+
+def other_commands() -> list[tuple[str, list[str]]]:
+    """``(file:line, overrides)`` of the command lines ``command_lines`` leaves out: ``skyrl-eval``,
+    ``skyrl-serve`` and ``python -m skyrl`` lines, and commands in indented blocks."""
+    found = []
+    for where, fenced, text in shown_lines():
+        words = shlex.split(text, comments=True) if text.startswith(CLIS + ("python ",)) else []
+        if words[:3] == ["python", "-m", "skyrl"]:
+            args = words[3:]
+        elif words[:1] in (["skyrl-eval"], ["skyrl-serve"]):
+            args = words[1:]
+        elif words[:1] == ["skyrl-train"] and not fenced:  # fenced ones: test_doc_commands
+            args = words[1:]
+        else:
+            continue
+        if args != ["..."]:  # the README's "same entry point" line
+            found.append((where, [re.sub(r"<([\w ]+)>", r"\1", a) for a in args]))  # <run>: run
+    return found
+
+
+OTHER_COMMANDS = other_commands()
+
+
+def test_the_docs_show_other_commands():
+    wheres = " ".join(where for where, _ in OTHER_COMMANDS)
+    assert wheres.count("README.md:") >= 8  # 2 sweeps, 4 skyrl-eval, 2 skyrl-serve lines
+    assert "recipes/custom_loss/README.md:" in wheres and "recipes/react_agent/README.md:" in wheres
+
+
+@pytest.mark.parametrize(
+    ("where", "args"), OTHER_COMMANDS, ids=[where for where, _ in OTHER_COMMANDS]
+)
+def test_another_documented_command_line_composes_and_validates(
+    where, args, tmp_path, monkeypatch, repo_on_path
+):
+    monkeypatch.chdir(tmp_path)  # a sweep's default dir is checked for earlier jobs
+    register_configs()
+    assert precheck_command_line(args) is None, f"{where}: {shlex.join(args)}"
+
+
+SCRIPTS = [
+    (where, word)
+    for where, _, text in shown_lines()
+    if text.startswith(("bash ", "python recipes/"))
+    for word in shlex.split(text, comments=True)[1:2]
+]
+
+
+@pytest.mark.parametrize(("where", "script"), SCRIPTS, ids=[where for where, _ in SCRIPTS])
+def test_a_documented_script_exists(where, script):
+    assert (REPO / script).is_file(), f"{where}: {script}"
+
+
+@pytest.fixture
+def repo_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository root on ``sys.path``, as ``python -m skyrl`` from the root has it (the
+    recipes' ``imports:`` and ``generator.agent``)."""
+    monkeypatch.syspath_prepend(str(REPO))
