@@ -98,3 +98,21 @@ def import_path(path: str) -> Callable:
             raise ValueError(f"{path!r} is not callable")
         return target
     raise ValueError(f"{path!r} does not import: {error}")
+
+
+def unbindable_parameters(target: Callable, num_args: int) -> str | None:
+    """``target``'s parameter list (``"a, b"``) when it cannot be called with ``num_args``
+    positional arguments, for the line refusing it where it is configured (not at its first
+    call, mid-run); None when it can, or when Python cannot read its signature (a builtin:
+    the call decides)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*[None] * num_args)
+    except TypeError:
+        return ", ".join(signature.parameters)
+    return None

@@ -23,9 +23,9 @@ def rollout_metrics(trajs, n_samples: int, elapsed_s: float) -> dict[str, float]
         passes[source].append(float(max(rewards) >= 1.0))
     m = {
         names.RESPONSE_LENGTH: sum(gen_lens) / len(trajs),
-        "generate/response_length_max": float(max(gen_lens)),
-        "generate/turns_mean": sum(len(t.turns) for t in trajs) / len(trajs),
-        "generate/truncation_rate": sum(
+        names.RESPONSE_LENGTH_MAX: float(max(gen_lens)),
+        names.TURNS_MEAN: sum(len(t.turns) for t in trajs) / len(trajs),
+        names.TRUNCATION_RATE: sum(
             t.stop_reason in ("length", "budget", "max_turns") for t in trajs
         )
         / len(trajs),

@@ -8,6 +8,11 @@ dilutes the batch. ``filter`` drops such groups and samples more prompts;
 Which groups count as informative is pluggable (``algorithm.dynamic_filter``): a
 group filter ``(group) -> keep?`` registered in ``GROUP_FILTERS`` or named by import
 path. The default, ``reward_variance``, is the zero-variance test above.
+
+The soft overlong penalty measures a trajectory as ``generator.max_generate_length`` bounds
+it: every token after the prompt, observations between turns included. DAPO's responses are
+single-turn, where this is the sampled length; in multi-turn rollouts it makes a trajectory
+that the limit cut get the full penalty.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import cast
 from skyrl.config.errors import ConfigError, did_you_mean, require
 from skyrl.config.root import SkyRLConfig
 from skyrl.generators.output import GeneratorOutput
-from skyrl.registry import Registry, import_path
+from skyrl.registry import Registry, import_path, unbindable_parameters
 
 TRUNCATED = ("length", "budget")
 """Stop reasons of a trajectory cut by the token limit."""
@@ -44,10 +49,14 @@ def reward_variance(group: GeneratorOutput) -> bool:
 
 def group_filter(name: str) -> GroupFilter:
     """The filter ``algorithm.dynamic_filter`` names: a registered name or an import path
-    ``package.module.attr`` (``attr`` may be dotted). Anything else raises a ``ConfigError``
-    for ``algorithm.dynamic_filter``."""
+    ``package.module.attr`` (``attr`` may be dotted) of a function callable as ``keep(group)``.
+    Anything else raises a ``ConfigError`` for ``algorithm.dynamic_filter``."""
     if name in GROUP_FILTERS:
-        return GROUP_FILTERS.get(name)
+        target = GROUP_FILTERS.get(name)
+        problem = _not_a_filter(name, target)
+        if not problem:
+            return target
+        raise ConfigError(_KEY, problem)
     if "." not in name:
         raise ConfigError(
             _KEY,
@@ -59,8 +68,23 @@ def group_filter(name: str) -> GroupFilter:
     except ValueError as exc:
         problem = str(exc)
     else:
-        return cast(GroupFilter, target)
+        problem = _not_a_filter(name, target)
+        if not problem:
+            return cast(GroupFilter, target)
     raise ConfigError(_KEY, problem)  # outside the handler: no exception context
+
+
+def _not_a_filter(name: str, target: Callable) -> str:
+    """Why ``target`` cannot be called as a group filter, ``keep(group)`` ("" if it can; a
+    signature Python cannot read is given the benefit of the doubt). Found here, at the
+    config check, not after the first sampling round."""
+    listed = unbindable_parameters(target, 1)
+    if listed is None:
+        return ""
+    return (
+        f"{name} takes ({listed}): a group filter takes one argument, the group's "
+        "GeneratorOutput, and returns True to keep it"
+    )
 
 
 def check_dynamic_filter(cfg: SkyRLConfig) -> None:
@@ -126,22 +150,41 @@ def replace_flat_groups(
 def overlong_penalty(
     output: GeneratorOutput, max_generate_length: int, buffer_len: int, factor: float
 ) -> float:
-    """DAPO soft overlong punishment, in place: a trajectory that generated ``L`` tokens with
-    ``L > max - buffer`` gets ``-(L - (max - buffer)) / buffer * factor`` (at most ``-factor``)
-    added to its reward. Returns the mean penalty over trajectories."""
-    generated: dict[str, int] = defaultdict(int)
-    for tid, mask in zip(output.trajectory_ids, output.loss_masks, strict=True):
-        generated[tid] += int(sum(mask))
+    """DAPO soft overlong punishment, in place: a trajectory of ``L`` tokens after its prompt
+    (``response_lengths``) with ``L > max - buffer`` gets ``-(L - (max - buffer)) / buffer *
+    factor`` (at most ``-factor``) added to its reward. Returns the mean penalty over
+    trajectories."""
+    lengths = response_lengths(output)
     start = max_generate_length - buffer_len
     total = 0.0
     for i, (tid, last) in enumerate(zip(output.trajectory_ids, output.is_last_step, strict=True)):
         if not last:
             continue
-        over = max(0, generated[tid] - start)
+        over = max(0, lengths[tid] - start)
         penalty = -min(over / buffer_len, 1.0) * factor
         output.rewards[i] += penalty
         total += penalty
-    return total / max(1, len(generated))
+    return total / max(1, len(lengths))
+
+
+def response_lengths(output: GeneratorOutput) -> dict[str, int]:
+    """Tokens of each trajectory after its prompt as ``generator.max_generate_length`` bounds
+    them: sampled tokens and the observations between turns (the agent loop's budget, the
+    external-agent backend's room), not just the sampled ones (the loss mask), so a trajectory
+    the limit cut measures ``max_generate_length``. Counted on its last row from the prompt of
+    that row (whole-trajectory rows; a forked row starts a new count) or of the turn that
+    began the count (step-wise rows: its first turn, or its last fork)."""
+    lengths: dict[str, int] = {}
+    start, previous = 0, None
+    for tid, prompt, response, fork in zip(
+        output.trajectory_ids, output.prompt_token_ids, output.response_token_ids, output.forks,
+        strict=True,
+    ):  # fmt: skip
+        if tid != previous or fork or not output.step_wise:
+            start = len(prompt)
+        lengths[tid] = len(prompt) + len(response) - start
+        previous = tid
+    return lengths
 
 
 def mask_truncated(output: GeneratorOutput) -> int:

@@ -224,11 +224,17 @@ def filled_batch(
     return (good + flat)[:need], metrics
 
 
+ROUND_MEANS = (names.RESPONSE_LENGTH, names.TURNS_MEAN, names.TRUNCATION_RATE, names.REWARD)
+"""The rollout metrics (``skyrl.generators.metrics``) that are means over a round's
+trajectories."""
+
+
 def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
     """Rollout metrics of a step's sampling rounds, as of all their samples together: maxima
-    as max, counts and seconds summed, tokens per second as all tokens over all seconds,
-    ``pass@n/<source>`` weighted by the prompts each round drew of the source, the rest
-    averaged (every round samples the same number of prompts)."""
+    as max, the per-trajectory means averaged (every round samples the same number of
+    prompts), tokens per second as all tokens over all seconds, ``pass@n/<source>`` weighted
+    by the prompts each round drew of the source, the rest (seconds, ``env/errors``, the
+    driver's ``Trajectory.counts``, whatever their names) summed."""
     if len(rounds) == 1:
         return dict(rounds[0].metrics)
     seconds = [r.metrics.get(names.GENERATE_SECONDS, 0.0) for r in rounds]
@@ -237,8 +243,8 @@ def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
         values = [r.metrics[key] for r in rounds if key in r.metrics]
         if key.endswith("_max"):
             out[key] = max(values)
-        elif key in (names.ENV_ERRORS, names.GENERATE_SECONDS) or key.startswith("agent/"):
-            out[key] = sum(values)
+        elif key in ROUND_MEANS:
+            out[key] = sum(values) / len(values)
         elif key == names.GENERATE_TOKENS_PER_S:
             tokens = sum(r.metrics.get(key, 0.0) * s for r, s in zip(rounds, seconds, strict=True))
             out[key] = tokens / max(sum(seconds), 1e-9)
@@ -247,7 +253,7 @@ def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
             weights = [len(_prompts_of(r, source)) for r in rounds if key in r.metrics]
             out[key] = sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
         else:
-            out[key] = sum(values) / len(values)
+            out[key] = sum(values)
     return out
 
 
