@@ -182,15 +182,35 @@ def load_value_model(
     packed_attention: str = "per_sequence",
 ) -> ValueModel:
     """The critic: the body of the model at ``path`` with a fresh value head."""
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    body = AutoModel.from_pretrained(
+    body = _load_body(
         path,
+        trust_remote_code,
         dtype=DTYPES[precision],
-        trust_remote_code=trust_remote_code,
         attn_implementation=attention_implementation(packed_attention),
         **IN_MEMORY,
     )
     check_attention(body, path)
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return ValueModel(body, config.hidden_size)
+    return ValueModel(body, body.config.hidden_size)
+
+
+def _load_body(path: str, trust_remote_code: bool, **kwargs) -> PreTrainedModel:
+    """The transformer body of the model at ``path``: its ``AutoModel``; for a model with its
+    own code that maps only a causal LM (an ``auto_map`` without ``AutoModel``, as Qwen-7B's),
+    which ``AutoModel`` refuses, that LM's base model, its LM head dropped."""
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    auto_map = getattr(config, "auto_map", None) or {}
+    if not (
+        trust_remote_code and "AutoModel" not in auto_map and "AutoModelForCausalLM" in auto_map
+    ):
+        return AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    lm = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, **kwargs)
+    body = lm.base_model
+    if body is lm:
+        raise ValueError(
+            f"{path}: the critic needs the transformer body of {type(lm).__name__}, which has "
+            f"no attribute {lm.base_model_prefix!r} (its base_model_prefix) and its auto_map "
+            "no AutoModel"
+        )
+    return cast(PreTrainedModel, body)
