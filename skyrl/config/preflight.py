@@ -225,6 +225,7 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
             _warn_unpublished(manager)
         if ckpt is not None:
             state = _check_checkpoint(ckpt, TRAINER_STATE)
+            _check_critic_saved(cfg, ckpt)
             # its files as saved (a missing rng_rank1.pt is "missing", not another dp_size)
             check_resumable(ckpt, state, t.zero_stage)
             _check_resume_mode(cfg, ckpt, state)
@@ -232,6 +233,19 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
             _check_lora_matches(cfg, ckpt)
         return ckpt
     raise ConfigError("trainer.resume", problem)
+
+
+def _check_critic_saved(cfg: SkyRLConfig, ckpt: Path) -> None:
+    """A run with a critic resumes only a checkpoint that holds one (its workers would fail
+    to load the missing folder, blamed on the model or the ZeRO stage)."""
+    estimator = cfg.algorithm.advantage_estimator
+    require(
+        not cfg.algorithm.uses_critic or (ckpt / "critic").is_dir(),
+        "trainer.resume",
+        f"{ckpt} has no critic (no {ckpt / 'critic'}): it was saved by a run without one, and "
+        f"algorithm.advantage_estimator={estimator} needs one; resume it with the algorithm it "
+        "was saved with, or start this run in another trainer.output_dir",
+    )
 
 
 def _warn_unpublished(manager) -> None:

@@ -74,6 +74,19 @@ def test_a_corrupt_trainer_state_is_refused_naming_the_file(tmp_path, state, fra
     assert str(ckpt / "trainer_state.json") in error.message and fragment in error.message
 
 
+def test_a_checkpoint_without_a_critic_is_refused_when_the_run_needs_one(tmp_path):
+    # a GRPO run's checkpoint resumed with algorithm=ppo: the critic worker failed to load it
+    # ("critic worker failed: AssertionError") and the line blamed model.path or zero_stage
+    ckpt = checkpoint(tmp_path / "run", 1)
+    error = refused(tmp_path / "run", "algorithm=ppo")
+    assert (error.key, error.message) == (
+        "trainer.resume",
+        f"{ckpt} has no critic (no {ckpt / 'critic'}): it was saved by a run without one, and "
+        "algorithm.advantage_estimator=gae needs one; resume it with the algorithm it was "
+        "saved with, or start this run in another trainer.output_dir",
+    )
+
+
 def test_a_checkpoint_without_weights_is_refused(tmp_path):
     ckpt = checkpoint(tmp_path / "run", 4, dp_size=0)
     (ckpt / "policy").rmdir()
