@@ -5,8 +5,10 @@ engine.generate`` for this turn alone (the engine batches whatever requests are
 in flight: no trajectory waits for another's turn), keep the sampled tokens,
 ``env.step`` the decoded text (special tokens kept, all but the stop, when the env's
 tools are native: ``ChatTokens.reply_text``), append the observation tokens, until the env is
-done, ``max_turns`` is reached, or the token budget (``max_generate_length``
-over all turns) runs out. Each env call (its constructor, ``init``, ``step``, ``close``) runs
+done, ``max_turns`` is reached, the token budget (``max_generate_length`` over all turns)
+runs out, or the engine's context does (a reply cut short of its ``max_tokens``: the
+model's context is smaller than ``max_prompt_length + max_generate_length``; the trajectory
+ends ``length``). Each env call (its constructor, ``init``, ``step``, ``close``) runs
 on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises, times out,
 returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a message
 whose content is not a string) or an observation the chat template cannot render ends its
@@ -32,11 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from jinja2.exceptions import TemplateError
-
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import Message, StepResult, TextEnv, messages_problem, step_result_problem
-from skyrl.generators.chat import ChatTokens, NotAppendOnly
+from skyrl.generators.chat import ChatTokens, NotAppendOnly, RefusedObservations
 from skyrl.generators.output import check_prefix
 from skyrl.generators.tool_calls import ToolCallParser, declared_tools
 from skyrl.generators.trajectory import (
@@ -62,6 +62,11 @@ def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
 
 class EnvHangError(RuntimeError):
     """More env calls are still running past their time limit than ``EnvThreads`` allows."""
+
+
+class EnvTimeout(TimeoutError):
+    """An env call ran past its time limit (``EnvThreads``); a ``TimeoutError`` the env raised
+    itself (its socket, its sandbox client) is not one and is reported as raised."""
 
 
 class BadEnvResult(ValueError):
@@ -123,7 +128,7 @@ class EnvThreads:
 
     At most ``max_running`` calls run at once; a call's time limit starts when it gets a
     slot, so time queued does not count against it. A call past its limit is abandoned:
-    its caller gets ``TimeoutError`` and its slot frees, while the thread (which nothing can
+    its caller gets ``EnvTimeout`` and its slot frees, while the thread (which nothing can
     stop; daemon, so it never holds up exit) runs on. ``close`` of an env whose call hangs
     runs on that thread after the call returns; ``close_detached`` closes an env without
     waiting (a cancelled trajectory). More than ``max_stuck`` abandoned calls still running
@@ -148,7 +153,7 @@ class EnvThreads:
         return self._slots
 
     async def run(self, env, fn, *args, timeout_s: float | None, slot: bool = True):
-        """``fn(*args)`` on its own thread: its result or exception; ``TimeoutError`` after
+        """``fn(*args)`` on its own thread: its result or exception; ``EnvTimeout`` after
         ``timeout_s`` seconds running (None: no limit; ``slot=False``: not counted against
         ``max_running``, for toolkit calls that must not wait behind the env's)."""
         if not slot:
@@ -167,7 +172,7 @@ class EnvThreads:
             return await asyncio.wait_for(future, timeout_s)
         except (TimeoutError, asyncio.TimeoutError, asyncio.CancelledError) as exc:  # 3.10: two
             with self.lock:
-                if call.returned:  # it returned as the limit passed: nothing runs on
+                if call.returned:  # it returned (the env's own TimeoutError too): nothing runs on
                     raise
                 call.abandoned, self._hung[id(env)] = True, call
                 self.stuck += 1
@@ -179,7 +184,9 @@ class EnvThreads:
                     f"environment.max_hung_calls={self.max_stuck} may hang): the env's step, "
                     "init or close never returns - fix it or give it its own time limit"
                 ) from None
-            raise
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise EnvTimeout(f"ran past environment.timeout_s={timeout_s:g}") from None
 
     def _work(self, call: _Call, loop, future, fn, args) -> None:
         outcome: tuple[Any, BaseException | None]
@@ -335,7 +342,7 @@ class AgentLoop:
             )
         except EnvHangError:
             raise
-        except Exception as exc:  # TimeoutError included
+        except Exception as exc:  # EnvTimeout included
             self._log_env_error(where, exc)
             return None, exc
         return result, None
@@ -344,8 +351,8 @@ class AgentLoop:
         """One warning per distinct problem: a bad env fails the same way on every trajectory."""
         if isinstance(exc, BadEnvResult):
             what = str(exc)
-        elif isinstance(exc, TimeoutError | asyncio.TimeoutError):
-            what = f"ran past environment.timeout_s={self.settings.env_timeout_s:g}"
+        elif isinstance(exc, EnvTimeout):
+            what = str(exc)
         else:
             what = f"raised {type(exc).__name__}: {exc}"
         message = f"{where}: {what}; its trajectory ends with reward 0 (env_error)"
@@ -411,7 +418,10 @@ class AgentLoop:
             if err is not None:
                 return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
             reward = float(result.reward)
-            if result.done or turn_idx + 1 == s.max_turns:
+            # cut short of its max_tokens: the engine's context (the model's, when smaller than
+            # max_prompt_length + max_generate_length) is full, and refuses a longer prompt
+            context_full = turn.finish_reason == "length" and len(turn.response_ids) < budget
+            if result.done or turn_idx + 1 == s.max_turns or context_full:
                 if turn.finish_reason == "length":  # a cut-off last reply: overlong filtering
                     stop = "length"
                 elif result.done:
@@ -420,8 +430,8 @@ class AgentLoop:
             ended = self.chat.ends_turn(turn.response_ids)
             try:
                 appended = self.chat.observation_ids(result.observations, ended, tools)
-            except (NotAppendOnly, TemplateError):  # the template's (its raise_exception: a
-                raise  # role it refuses), on every trajectory: stop the run
+            except (NotAppendOnly, RefusedObservations):  # the template's, on every
+                raise  # trajectory: stop the run
             except Exception as exc:  # a message the template fails on
                 why = f"{type(exc).__name__}: {exc}"
                 problem = f"the chat template cannot render its observations ({why})"

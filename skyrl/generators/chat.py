@@ -13,6 +13,8 @@ EOS ``<|endoftext|>`` but a ChatML template whose turns end with ``<|im_end|>``.
 
 from __future__ import annotations
 
+from jinja2.exceptions import TemplateError
+
 from skyrl.config.errors import ConfigError
 from skyrl.envs.base import Message
 
@@ -50,6 +52,25 @@ class NotAppendOnly(ConfigError):
 
     def __reduce__(self):  # rebuilt from nothing wherever it is re-raised (pickled)
         return (NotAppendOnly, ())
+
+
+class RefusedObservations(ConfigError):
+    """The chat template raises on the env's observations after a reply (its
+    ``raise_exception``: Gemma-2's and Mistral's "roles must alternate" on a tool message): a
+    setup error, this model with this multi-turn env, on every trajectory that gets there.
+    A ``ConfigError``, so the CLI prints it as one line naming the key."""
+
+    def __init__(self, roles: str, reason: str) -> None:
+        self.roles, self.reason = roles, reason
+        super().__init__(
+            "generator.max_turns",
+            f"the chat template refuses the env's observations after a reply (roles: {roles}): "
+            f"{reason}; use max_turns=1, an env whose observations it renders, or a model whose "
+            "chat template does",
+        )
+
+    def __reduce__(self):  # rebuilt from its arguments wherever it is re-raised (pickled)
+        return (RefusedObservations, (self.roles, self.reason))
 
 
 class ChatTokens:
@@ -126,10 +147,16 @@ class ChatTokens:
         tools: list[dict] | None = None,
     ) -> list[int]:
         """Tokens to append after an assistant turn: the turn end (only its tail when the
-        reply ended, ``ends_turn``), observations, generation prompt."""
+        reply ended, ``ends_turn``), observations, generation prompt. A template that raises
+        on them (``TemplateError``) raises ``RefusedObservations``, one that re-renders the
+        reply ``NotAppendOnly``."""
         # rendered together: a template that prints today's date renders both the same day
         probe = self.render_text(_PROBE, tools=tools)
-        full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
+        try:
+            full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
+        except TemplateError as exc:  # its raise_exception (a role it refuses), on every env
+            roles = ", ".join(dict.fromkeys(str(m.get("role")) for m in observations))
+            raise RefusedObservations(roles, str(exc)) from exc
         if not full.startswith(probe):
             raise NotAppendOnly()
         close = self.assistant_tail if response_ended else self.turn_end

@@ -35,7 +35,7 @@ from skyrl.generators.trajectory import (
 )
 from skyrl.inference.base import InferenceEngine, SamplingParams
 from skyrl.inference.local import run_serving
-from skyrl.registry import import_path
+from skyrl.registry import import_path, unbindable_parameters
 
 DRIVERS: dict[str, DriverFactory] = {"agent_loop": AgentLoop.from_context}
 """Built-in rollout drivers by ``generator.agent`` name."""
@@ -75,15 +75,9 @@ def _not_an_agent(name: str, target: Callable) -> str:
     """Why the coroutine function ``target`` cannot be called as an external agent,
     ``rollout(client, row)`` ("" if it can; a signature Python cannot read is given the
     benefit of the doubt). The harness calls it so in every trajectory, each failing alone."""
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
+    listed = unbindable_parameters(target, 2)
+    if listed is None:
         return ""
-    try:
-        signature.bind(None, None)
-        return ""
-    except TypeError:
-        listed = ", ".join(signature.parameters)
     short = name.rsplit(".", 1)[-1]
     return f"{name} takes ({listed}): an external agent must be `async def {short}(client, row)`"
 
@@ -93,16 +87,10 @@ def _not_a_factory(name: str, target: object) -> str:
     can; a signature Python cannot read is given the benefit of the doubt)."""
     if not callable(target):
         return f"{name} is not callable: name a driver factory or an async external agent"
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
+    listed = unbindable_parameters(target, 1)
+    if listed is None:
         return ""
-    try:
-        signature.bind(None)
-        return ""
-    except TypeError:
-        listed = ", ".join(signature.parameters)
-    if len(signature.parameters) == 2:
+    if len(listed.split(", ")) == 2:
         return (
             f"{name} takes ({listed}): an external agent must be `async def {name.rsplit('.', 1)[-1]}"
             "(client, row)`; a driver factory takes one argument, the DriverContext"
@@ -125,6 +113,7 @@ class Generator:
         started = time.perf_counter()
         trajs = run_serving(self.engine, self.driver.run(rows, n_samples, sampling))
         elapsed = time.perf_counter() - started
+        _check_driver_output(trajs, rows, n_samples)
         out = trajectories_to_output(trajs, self.step_wise)
         out.validate()
         out.metrics = rollout_metrics(trajs, n_samples, elapsed)
@@ -136,6 +125,41 @@ class Generator:
         close = getattr(self.driver, "close", None)
         if close is not None:
             close()
+
+
+def _check_driver_output(trajs: object, rows: list[PromptRow], n_samples: int) -> None:
+    """Raise a ``ConfigError`` for ``generator.agent`` unless the driver returned what
+    ``RolloutDriver.run`` promises (rows of a prompt apart, or missing, fail far from the
+    driver, in the trainer)."""
+    problem = _driver_output_problem(trajs, rows, n_samples)
+    if problem is not None:
+        raise ConfigError(
+            "generator.agent",
+            f"the rollout driver {problem}: RolloutDriver.run returns n_samples Trajectory "
+            "objects per row, in (row, sample) order",
+        )
+
+
+def _driver_output_problem(trajs: object, rows: list[PromptRow], n_samples: int) -> str | None:
+    """What is wrong with ``trajs`` as ``n_samples`` ``Trajectory``s per row in (row, sample)
+    order, or None."""
+    if not isinstance(trajs, list | tuple):
+        return f"returned a {type(trajs).__name__}, not a list of trajectories"
+    if len(trajs) != len(rows) * n_samples:
+        return (
+            f"returned {len(trajs)} trajectories, not {len(rows)} prompts x {n_samples} "
+            f"samples = {len(rows) * n_samples}"
+        )
+    for i, t in enumerate(trajs):
+        want = rows[i // n_samples].uid
+        if not isinstance(t, Trajectory):
+            return f"returned a {type(t).__name__} as trajectory {i}, not a Trajectory"
+        if t.row.uid != want:
+            return (
+                f"returned prompt {t.row.uid!r} as trajectory {i}, where sample "
+                f"{i % n_samples} of {want!r} belongs"
+            )
+    return None
 
 
 def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> GeneratorOutput:
@@ -170,6 +194,7 @@ def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> Generato
                     [(turn.version_dispatched, turn.version_finished)], turn.fork,
                 )  # fmt: skip
             continue
+        _check_chained(t)
         segments = _segments(t.turns)
         for k, segment in enumerate(segments):
             resp, mask, lps = [], [], []
@@ -186,6 +211,27 @@ def trajectories_to_output(trajs: list[Trajectory], step_wise: bool) -> Generato
                 segment[0].prompt_ids, resp, mask, lps, t.reward, t, last, versions, segment[0].fork
             )
     return out
+
+
+def _check_chained(t: Trajectory) -> None:
+    """Raise ``ValueError`` unless each turn that is not a fork was given exactly the previous
+    turn's prompt + response + ``appended_ids``: a whole-trajectory row is built from those
+    pieces, so it is the context the engine saw only then (the built-in loop builds each
+    context so; a driver that records the pieces otherwise would train another sequence)."""
+    for k in range(1, len(t.turns)):
+        prev, turn = t.turns[k - 1], t.turns[k]
+        chain = prev.prompt_ids + prev.response_ids + prev.appended_ids
+        if turn.fork or turn.prompt_ids == chain:
+            continue
+        pairs = zip(chain, turn.prompt_ids, strict=False)
+        at = next(
+            (i for i, (a, b) in enumerate(pairs) if a != b), min(len(chain), len(turn.prompt_ids))
+        )
+        raise ValueError(
+            f"trajectory {t.trajectory_id!r}: turn {k}'s prompt is not turn {k - 1}'s prompt + "
+            f"response + appended_ids (first difference at token {at}); a turn given another "
+            "context must set Turn.fork"
+        )
 
 
 def _segments(turns: list[Turn]) -> list[list[Turn]]:

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-from jinja2.exceptions import TemplateError
 from transformers import AutoTokenizer
 
 from skyrl.data import arithmetic_rows
@@ -628,7 +627,9 @@ def test_a_template_that_refuses_a_role_stops_the_run(tok):
         "{%- for message in messages %}", "{%- for message in messages %}" + refuse, 1
     )
     assert refuse in strict.chat_template  # the template has the loop this edits
-    with pytest.raises(TemplateError, match="roles must alternate"):
+    from skyrl.generators.chat import RefusedObservations  # a ConfigError: one CLI line
+
+    with pytest.raises(RefusedObservations, match="roles must alternate"):
         make(strict, FakeEngine(strict), TwoToolTurns, False).generate(
             ROWS[:1], 1, SamplingParams()
         )
