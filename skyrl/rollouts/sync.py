@@ -126,7 +126,7 @@ class SyncRollouts:
                 break
         metrics = merge_rollout_metrics(rounds)
         if a.dynamic_sampling == "filter":
-            uids, ds_metrics = filled_batch(good, flat, need, len(rounds))
+            uids, ds_metrics = filled_batch(good, flat, need, len(rounds), step)
             picked = ds.keep_groups(GeneratorOutput.concat(generated), uids)
         elif a.dynamic_sampling == "replace":
             judged = set(ds.informative_uids(rounds[0], keep))
@@ -140,8 +140,9 @@ class SyncRollouts:
         out, shaping = shape_rewards(self.cfg, picked)
         kept = ds_metrics.get(names.KEPT_GROUP_FRAC, 1.0)
         if kept < LOW_PASS_RATE_WARNING:
+            verb = "replaced" if a.dynamic_sampling == "replace" else "dropped"
             warnings.warn(
-                f"step {step}: dynamic sampling dropped {1 - kept:.0%} of prompt groups "
+                f"step {step}: dynamic sampling {verb} {1 - kept:.0%} of prompt groups "
                 f"(algorithm.dynamic_filter={a.dynamic_filter} rejected them)",
                 stacklevel=1,
             )
@@ -205,7 +206,7 @@ def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:
 
 
 def filled_batch(
-    good: list[str], flat: list[str], need: int, num_rounds: int
+    good: list[str], flat: list[str], need: int, num_rounds: int, step: int
 ) -> tuple[list[str], dict[str, float]]:
     """The batch's ``need`` group uids from the informative (``good``) and the rejected
     (``flat``) uids of every round, in round order: informative first; when
@@ -213,8 +214,9 @@ def filled_batch(
     optimizer-step count stays fixed."""
     if len(good) < need:
         warnings.warn(
-            f"dynamic sampling: {len(good)} informative groups after {num_rounds} rounds "
-            f"(algorithm.max_sample_batches); topped up with {need - len(good)} flat groups",
+            f"step {step}: dynamic sampling: {len(good)} informative groups after {num_rounds} "
+            f"rounds (algorithm.max_sample_batches); topped up with {need - len(good)} flat "
+            "groups",
             stacklevel=1,
         )
     metrics = {

@@ -130,7 +130,7 @@ def test_reward_shaping_and_dynamic_sampling_metrics_are_documented():
     # 4 tokens, ramp from 4 - 2 = 2: -min((4 - 2) / 2, 1) * 1.0 = -1; one trajectory masked
     assert shaping == {names.OVERLONG_PENALTY_MEAN: -1.0, names.OVERLONG_MASKED: 1.0}
     with pytest.warns(UserWarning, match="topped up"):
-        _, sampling = filled_batch(["a"], ["b"], 2, 3)
+        _, sampling = filled_batch(["a"], ["b"], 2, 3, 1)
     assert sampling == {names.KEPT_GROUP_FRAC: 0.5, names.DYNAMIC_SAMPLING_ROUNDS: 3.0}
     assert undocumented(shaping) == [] and undocumented(sampling) == []
 
