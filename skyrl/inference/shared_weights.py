@@ -188,6 +188,18 @@ def sweep_stale(directory: Path = SHM_DIR) -> list[Path]:
     return [path for path in sorted(directory.glob(f"{PREFIX}*")) if _remove_if_unused(path)]
 
 
+def weight_files(directory: Path = SHM_DIR) -> list[tuple[Path, int]]:
+    """The weight files in ``directory`` and their sizes in bytes: after ``sweep_stale``, those
+    of live runs and other users' (what a user must know of when /dev/shm is short)."""
+    files = []
+    for path in sorted(directory.glob(f"{PREFIX}*")):
+        try:
+            files.append((path, path.lstat().st_size))
+        except OSError:  # gone meanwhile
+            continue
+    return files
+
+
 def _remove_if_unused(path: Path) -> bool:
     try:
         if path.lstat().st_uid != os.getuid():

@@ -23,6 +23,7 @@ import ray
 from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.base import InferenceEngine
+from skyrl.inference.client import EngineDiedError
 from skyrl.inference.shared_weights import (
     SHM_DIR,
     SharedWeights,
@@ -30,9 +31,14 @@ from skyrl.inference.shared_weights import (
     free_bytes,
     layout,
     sweep_stale,
+    weight_files,
 )
 from skyrl.inference.weight_sync import Plan
 from skyrl.workers.group import WorkerGroup
+
+SENDER_GRACE_S = 10.0
+"""How long a broadcast sync whose engines failed waits to learn whether policy rank 0 (the
+sender) failed first, its error then being the cause."""
 
 
 class BroadcastWeightSync:
@@ -49,10 +55,32 @@ class BroadcastWeightSync:
         policy.get(joining)
 
     def sync(self) -> None:
-        """One broadcast of the full weights; the engines load them as they arrive."""
+        """One broadcast of the full weights; the engines load them as they arrive. An engine
+        whose sender died or failed fails too (gloo's "Connection reset by peer", or its
+        timeout): the sender's own error, a dead worker named by role and rank, is the one
+        raised; an engine that died or failed on its own raises its own."""
         sending = self.policy.submit("broadcast_weights", self.plan)
-        self.engine.receive_weights(self.plan)
+        try:
+            self.engine.receive_weights(self.plan)
+        except EngineDiedError:  # its own cause (the sender then fails on the lost peer)
+            raise
+        except Exception:
+            sender_error = self._sender_error(sending)
+            if sender_error is not None:
+                raise sender_error from None
+            raise
         self.policy.get(sending)
+
+    def _sender_error(self, sending: list) -> Exception | None:
+        """What policy rank 0's broadcast raised, or None where it finished, or is still
+        waiting in the broadcast after ``SENDER_GRACE_S`` (the engine failed on its own)."""
+        try:
+            self.policy.get(sending, timeout=SENDER_GRACE_S)
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except Exception as exc:
+            return exc
+        return None
 
 
 class SharedMemoryWeightSync:
@@ -73,12 +101,17 @@ class SharedMemoryWeightSync:
         explicitly it is built anyway: a process on another machine fails at its first sync
         with one line naming the file) or when /dev/shm has no room for the weights (measured
         once the files of this user's dead runs are swept, and again when the file takes its
-        memory: another run may have taken the room meanwhile)."""
+        memory: another run may have taken the room meanwhile), does not exist, or refuses a
+        new file (read-only, or writable by root only)."""
         plan = sync_plan(policy, cfg)
         sweep_stale(SHM_DIR)
-        need, room = layout(plan)[1], free_bytes(SHM_DIR)
+        need = layout(plan)[1]
+        if not SHM_DIR.is_dir():  # not Linux, or a container without one
+            _step_aside(f"{SHM_DIR} does not exist", explicit, room=False)
+            return None
+        room = free_bytes(SHM_DIR)
         if room < need:
-            _no_room(room, need, explicit)
+            _step_aside(_room(room, need), explicit, room=True)
             return None
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         if nodes > 1 and not explicit:
@@ -90,10 +123,13 @@ class SharedMemoryWeightSync:
             return None
         try:
             return cls(policy, cfg, plan)
-        except OSError as exc:  # another run took the room since it was measured
-            if exc.errno != errno.ENOSPC:
-                raise
-        _no_room(free_bytes(SHM_DIR), need, explicit)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:  # a read-only or root-only /dev/shm, say
+                why = f"cannot make the weight file in {SHM_DIR}: {exc.strerror}"
+                _step_aside(why, explicit, room=False)
+                return None
+        # another run took the room since it was measured
+        _step_aside(_room(free_bytes(SHM_DIR), need), explicit, room=True)
         return None
 
     def stage(self) -> SharedWeights:
@@ -111,15 +147,27 @@ class SharedMemoryWeightSync:
         self.weights.release()
 
 
-def _no_room(room: int, need: int, explicit: bool) -> None:
-    """/dev/shm cannot hold the weights: a ``ConfigError`` naming ``trainer.weight_sync`` when
-    shared memory was asked for, else why the object store serves instead, on stdout."""
-    why = f"{SHM_DIR} has {room / 1e6:.0f} MB free, the weights need {need / 1e6:.0f} MB"
+def _room(room: int, need: int) -> str:
+    """The room and the need in MB, or in bytes where both round to the same MB (a refusal
+    of 4 MB for want of 4 MB says nothing); and the weight files of other runs that take
+    room there (live, or another user's that only they may remove)."""
+    free, weights = f"{room / 1e6:.0f} MB", f"{need / 1e6:.0f} MB"
+    if free == weights:
+        free, weights = f"{room:,} bytes", f"{need:,} bytes"
+    why = f"{SHM_DIR} has {free} free, the weights need {weights}"
+    others = [f"{path} ({size / 1e6:.0f} MB)" for path, size in weight_files(SHM_DIR)]
+    return f"{why}; weight files of other skyrl runs there: {', '.join(others)}" if others else why
+
+
+def _step_aside(why: str, explicit: bool, room: bool) -> None:
+    """/dev/shm cannot take the weight file (``why``; ``room``: for want of room): a
+    ``ConfigError`` naming ``trainer.weight_sync`` when shared memory was asked for, else why
+    the object store serves instead, on stdout."""
     if explicit:
+        bigger = ", or give the machine (container) a larger /dev/shm (docker run --shm-size)"
         raise ConfigError(
             "trainer.weight_sync",
-            f"shared_memory: {why}; use object_store, or give the machine (container) "
-            "a larger /dev/shm (docker run --shm-size)",
+            f"shared_memory: {why}; use trainer.weight_sync=object_store{bigger if room else ''}",
         )
     print(f"weight sync: object store ({why})", flush=True)
 
