@@ -175,7 +175,8 @@ class TrainerConfig:
     (buckets through Ray; any cluster), ``broadcast`` (a torch.distributed group from policy
     rank 0 to the engines: NCCL on GPU, gloo on CPU), or ``auto`` (broadcast when policy and
     engines have GPUs of their own, else shared_memory on a one-node Ray cluster, else
-    object_store)."""
+    object_store; object_store too, with a line saying why, when /dev/shm is missing, refuses
+    a new file or has no room for the weights)."""
     lora_sync: str = "adapter"
     """With LoRA (``model.lora.rank`` > 0): ``adapter`` sends only the adapter tensors and the
     engines serve them as a LoRA adapter per policy version; ``merged`` merges the adapters
