@@ -48,9 +48,10 @@ row the built-in loop makes with the same stop string).
 
 Fields the engines cannot honour are refused (a 400 naming them) unless they have their
 default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
-``response_format`` other than text, ``top_logprobs`` or completions ``logprobs`` above 0
-(``logprobs=0`` gives the sampled tokens' own), a non-empty ``logit_bias``, non-zero
-``presence_penalty`` or ``frequency_penalty``. Numbers must be finite (Python's json sends
+``parallel_tool_calls`` false where tools are offered, ``response_format`` other than text,
+``top_logprobs`` or completions ``logprobs`` above 0 (``logprobs=0`` gives the sampled
+tokens' own), a non-empty ``logit_bias``, non-zero ``presence_penalty`` or
+``frequency_penalty``. Numbers must be finite (Python's json sends
 NaN and Infinity).
 
 Engine calls run where the engine's callers must run them: ``EngineBinding``
@@ -239,8 +240,9 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     """A 400 naming a field the endpoint cannot honour, unless it has its default value
     (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
     ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
-    ``logit_bias``, penalties 0, and none of the old ``functions`` (``function_call`` auto or
-    none): ``tools`` declares functions."""
+    ``logit_bias``, penalties 0, ``parallel_tool_calls`` true where tools are offered, and
+    none of the old ``functions`` (``function_call`` auto or none): ``tools`` declares
+    functions."""
 
     def refuse(name: str, allowed: str) -> APIError:
         got = body[name]
@@ -265,6 +267,9 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
         raise refuse("function_call", '"auto" or "none": no call can be forced')
     if body.get("tool_choice") not in (None, "auto", "none"):
         raise refuse("tool_choice", '"auto" or "none": no tool call can be forced')
+    offered = body.get("tools") and body.get("tool_choice") != "none"
+    if offered and body.get("parallel_tool_calls") is False:
+        raise refuse("parallel_tool_calls", "true: a reply may hold several tool calls")
     response_format = body.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
         raise refuse("response_format", '{"type": "text"}: no output format can be forced')
@@ -275,7 +280,8 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
 def _check_flags(body: dict, chat: bool) -> None:
     """A 400 naming a true-or-false field that is neither (nor null): ``"stream": "false"``
     would otherwise be read as true."""
-    names = ("stream", "return_token_ids") + (("logprobs",) if chat else ("echo",))
+    chat_only = ("logprobs", "parallel_tool_calls")
+    names = ("stream", "return_token_ids") + (chat_only if chat else ("echo",))
     for name in names:
         value = body.get(name)
         if value is not None and not isinstance(value, bool):
@@ -687,7 +693,10 @@ class OpenAIBackend:
     async def _chat_stream(response: dict, usage: bool) -> AsyncIterator[str]:
         """The response as server-sent events: per choice its role, its content and tool
         calls in one delta each, then its finish reason; usage last when asked
-        (``stream_options.include_usage``)."""
+        (``stream_options.include_usage``). The choice's logprobs ride on its first delta
+        after the role's (the finish chunk's for an empty reply), and a null content stays
+        null (a reply that is only tool calls): the ``openai`` client's accumulation of the
+        stream rebuilds the whole response's choice."""
         head = {k: response[k] for k in ("id", "created", "model")}
         head["object"] = "chat.completion.chunk"
 
@@ -698,16 +707,18 @@ class OpenAIBackend:
 
         for c in response["choices"]:
             msg = c["message"]
-            yield chunk(c["index"], {"role": "assistant", "content": ""})
+            opening = "" if msg["content"] is not None else None
+            yield chunk(c["index"], {"role": "assistant", "content": opening})
+            logprobs = {"logprobs": c["logprobs"]}  # sent once, on the next chunk
             if msg.get("content"):
-                yield chunk(
-                    c["index"], {"content": msg["content"]}, extra={"logprobs": c["logprobs"]}
-                )
+                yield chunk(c["index"], {"content": msg["content"]}, extra=logprobs)
+                logprobs = {}
             if msg.get("tool_calls"):
                 calls = [{"index": k, **call} for k, call in enumerate(msg["tool_calls"])]
-                yield chunk(c["index"], {"tool_calls": calls})
-            extra = {"token_ids": c["token_ids"]} if "token_ids" in c else None
-            yield chunk(c["index"], {}, c["finish_reason"], extra)
+                yield chunk(c["index"], {"tool_calls": calls}, extra=logprobs)
+                logprobs = {}
+            ids = {"token_ids": c["token_ids"]} if "token_ids" in c else {}
+            yield chunk(c["index"], {}, c["finish_reason"], {**logprobs, **ids})
         if usage:
             yield f"data: {json.dumps({**head, 'choices': [], 'usage': response['usage']})}\n\n"
         yield "data: [DONE]\n\n"

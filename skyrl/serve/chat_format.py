@@ -51,10 +51,12 @@ def _text(content: Any, param: str) -> str:
 
 
 def normalize_messages(messages: Any) -> list[dict]:
-    """OpenAI messages as chat-template messages (``FormatError`` naming the bad field)."""
+    """OpenAI messages as chat-template messages (``FormatError`` naming the bad field; a
+    tool message's ``tool_call_id`` must name a call of the assistant message before it)."""
     if not isinstance(messages, list) or not messages:
         raise FormatError("messages", "must be a non-empty list of messages")
     out = []
+    answered: tuple[int, list] | None = None  # (index, call ids) a tool message here answers
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -76,9 +78,32 @@ def normalize_messages(messages: Any) -> list[dict]:
         if role == "tool" and "tool_call_id" in m:
             if not isinstance(m["tool_call_id"], str):
                 raise FormatError(f"{where}.tool_call_id", "must be a string")
+            _check_answer(m["tool_call_id"], answered, f"{where}.tool_call_id")
             msg["tool_call_id"] = m["tool_call_id"]
+        if role == "assistant":
+            answered = (i, [c["id"] for c in msg["tool_calls"]]) if calls else None
+        elif role != "tool":
+            answered = None
         out.append(msg)
     return out
+
+
+def _check_answer(call_id: str, answered: tuple[int, list] | None, where: str) -> None:
+    """A tool message's ``tool_call_id`` must name a call of the assistant message just before
+    it (tool messages aside), as OpenAI requires: else the template renders a result for a
+    call nobody made."""
+    if answered is None:
+        raise FormatError(
+            where,
+            f"{call_id!r} answers no tool call: no assistant message with tool_calls comes "
+            "just before it (tool messages aside)",
+        )
+    at, ids = answered
+    if call_id not in ids:
+        its = ", ".join(repr(i) for i in ids)
+        raise FormatError(
+            where, f"{call_id!r} answers no tool call of messages[{at}] (its ids: {its})"
+        )
 
 
 def _template_call(call: Any, where: str) -> dict:
