@@ -157,7 +157,9 @@ def test_replace_mode_with_no_informative_group_keeps_none_and_warns():
     """Nothing to copy from: the batch is the flat round unchanged, but the kept fraction is
     informative / generated = 0 / 2 = 0.0 (not 1 - 0 replaced / 2) and the warning fires."""
     source, _ = _source("replace", "reward_variance", [{"a": [0, 0, 0, 0], "b": [1, 1, 1, 1]}])
-    with pytest.warns(UserWarning, match="^step 0: dynamic sampling replaced 100% of prompt groups"):
+    with pytest.warns(
+        UserWarning, match="^step 0: dynamic sampling replaced 100% of prompt groups"
+    ):
         out, metrics = source.collect(step=0)
     assert list(ds.group_rows(out)) == ["a", "b"]
     assert metrics[names.KEPT_GROUP_FRAC] == 0.0
