@@ -574,8 +574,9 @@ def model_text_config(model_dir: str, key: str, trust_remote_code: bool):
 
 
 def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
-    """``model.lora.target_modules`` name linear layers of the model (its config only; a dry
-    run of a model not on disk yet skips this, the run checks it)."""
+    """``model.lora.target_modules`` name linear layers of the model, and a vLLM engine that
+    is to serve the adapters supports LoRA on its architecture (its config only; a dry run of
+    a model not on disk yet skips this, the run checks it)."""
     from skyrl.models.lora import check_target_modules
     from skyrl.models.resolve import locate_model_path
 
@@ -583,8 +584,13 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
     if not lora.enabled:
         return
     model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
-    if model_dir:
-        check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
+    if not model_dir:
+        return
+    check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
+    if cfg.generator.backend == "vllm" and cfg.trainer.lora_sync == "adapter":
+        from skyrl.inference.vllm_engine import check_serves_lora  # imports vllm: only here
+
+        check_serves_lora(model_dir, cfg.model.trust_remote_code)
 
 
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:

@@ -33,8 +33,11 @@ LoRA (``lora``, the fields of a ``LoraConfig``): the engine starts with LoRA ena
 base model until the first update. Each ``update_weights`` / ``receive_weights`` of adapter
 tensors writes one PEFT adapter directory (``skyrl.models.lora.write_adapter_dir``) and adds
 it as a new LoRA adapter, one id per policy version; every request added afterwards names
-it. The two newest adapters stay loaded (a request in flight keeps its own); older ones are
-removed with their directories.
+it. The two newest adapters stay loaded; older ones are removed with their directories,
+but a request in flight keeps its own whatever the updates meanwhile: that adapter's
+directory stays, and vLLM loads it again for the request, until the request ends. A model
+whose vLLM implementation has no LoRA support is refused before vLLM starts
+(``check_serves_lora``).
 
 Weights: ``update_weights`` uses ``collective_rpc("skyrl_reload_weights", ...)`` with the
 tensors by reference, which needs the in-process layout (``load_weights`` does not work
@@ -54,6 +57,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 
+from skyrl.config.errors import ConfigError
 from skyrl.inference.base import (
     Completion,
     SamplingParams,
@@ -126,7 +130,13 @@ class VLLMEngine(LocalEngine):
         self.lora = lora
         self._adapters: list[Any] = []
         """The loaded ``LoRARequest``s, oldest first; new requests use the last."""
+        self._retired: list[Any] = []
+        """``LoRARequest``s removed from ``_adapters`` that requests in flight still name: their
+        directories stay (vLLM loads an adapter again from its directory when it needs it)."""
+        self._request_adapters: dict[str, int] = {}
+        """Request id -> adapter id, for the requests in flight that name an adapter."""
         if lora is not None:
+            check_serves_lora(model_path, trust_remote_code)
             rank = int(lora["rank"])
             kwargs["enable_lora"] = True
             kwargs["max_lora_rank"] = min(r for r in SERVED_LORA_RANKS if r >= rank)
@@ -160,14 +170,17 @@ class VLLMEngine(LocalEngine):
                     for output in engine.step():
                         if output.finished:
                             live.pop(output.request_id).resolve(_completion(output))
+                            self._ended([output.request_id])
         except BaseException as exc:
             for request in live.values():
                 request.fail(exc)
             with contextlib.suppress(Exception):
                 engine.abort_request(list(live))
+                self._ended(list(live))
             raise
         if live:  # the rollout coroutine ended (failed) with these still in vLLM
             engine.abort_request(list(live))
+            self._ended(list(live))
 
     def _add(self, engine, request: Request, live: dict[str, Request]) -> None:
         from vllm.inputs import TokensPrompt
@@ -184,6 +197,15 @@ class VLLMEngine(LocalEngine):
             request.fail(exc)
             return
         live[request_id] = request
+        if adapter is not None:
+            self._request_adapters[request_id] = adapter.lora_int_id
+
+    def _ended(self, request_ids: list[str]) -> None:
+        """Requests no longer in flight: retired adapters none of the others names go."""
+        for request_id in request_ids:
+            self._request_adapters.pop(request_id, None)
+        if self._retired:
+            self._drop_retired()
 
     def update_weights(self, weights: WeightItems) -> None:
         """Reload the given named tensors into the running model (an in-process engine core
@@ -229,7 +251,17 @@ class VLLMEngine(LocalEngine):
         while len(self._adapters) > KEPT_ADAPTERS:
             old = self._adapters.pop(0)
             self.llm.llm_engine.remove_lora(old.lora_int_id)
+            self._retired.append(old)
+        self._drop_retired()
+
+    def _drop_retired(self) -> None:
+        """Delete the retired adapters no request in flight names (from vLLM too: it loaded
+        them again for such requests). A named one stays on disk, where vLLM loads it from."""
+        in_use = set(self._request_adapters.values())
+        for old in [a for a in self._retired if a.lora_int_id not in in_use]:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
+            self._retired.remove(old)
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -299,6 +331,27 @@ class VLLMEngine(LocalEngine):
         gc.collect()
         if self.lora is not None:
             shutil.rmtree(self._adapter_root, ignore_errors=True)
+
+
+def check_serves_lora(model_path: str, trust_remote_code: bool = False) -> None:
+    """vLLM serves LoRA adapters on the model at ``model_path``: its architecture's vLLM
+    implementation supports LoRA (GPT-2's, for one, does not, and vLLM would fail while
+    starting, with a traceback). An architecture vLLM has no implementation of is left to
+    vLLM (its transformers fallback). Raises ``ConfigError`` naming ``generator.backend``."""
+    from transformers import AutoConfig
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_lora
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    registered = [a for a in config.architectures or [] if a in ModelRegistry.models]
+    if not registered or supports_lora(ModelRegistry.models[registered[0]].load_model_cls()):
+        return
+    raise ConfigError(
+        "generator.backend",
+        f"vllm cannot serve a LoRA adapter (model.lora.rank > 0) on {registered[0]}: vLLM has "
+        "no LoRA support for it; use generator=hf, or trainer.lora_sync=merged (the engine "
+        "then gets full weights, adapters merged)",
+    )
 
 
 def cache_memory_kwargs(
