@@ -1,6 +1,6 @@
 """Answer extraction and grading shared by the built-in envs.
 
-Two deliberate departures from letting math-verify decide everything:
+Three deliberate departures from letting math-verify decide everything:
 
 - A gold that is a plain number (GSM8K, the arithmetic task) accepts only a plain number,
   compared exactly. math-verify evaluates what it is given, so ``#### 23 + 5``,
@@ -13,6 +13,12 @@ Two deliberate departures from letting math-verify decide everything:
   arithmetic runs in C calls that hold the GIL, so the caller's own time limit could never
   fire. The bounds are on numbers and terms, not on every sympy algorithm: an answer within
   them can still take ~1 s of simplification (Python code, which lets that limit fire).
+- A gold that is a word or phrase (letters and spaces with a run of two letters: ``yes``,
+  ``\\text{even}``, ``no solution``) accepts only the same words, ignoring case, ``\\text{}``
+  and a trailing ``.``. math-verify reads bare letters as a product of variables and
+  ``e``, ``i``, ``pi`` as constants, so ``sey`` matched ``yes`` and ``on`` matched ``no``,
+  while ``true`` missed ``\\text{true}``. A product written as bare letters (``xy``) is then
+  read as a word too: ``yx`` does not match it.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ _HEADING = re.compile(r"[A-Z][a-z]+(?![A-Za-z])")
 ``Explanation``), unlike an answer (``42``, ``\\frac{1}{2}``, ``x = 3``, ``(1,2)``)."""
 _BRACE = re.compile(r"\\boxed\{|[{}]")
 _BOLD = re.compile(r"\*\*((?:(?!\*\*).)+)\*\*", re.DOTALL)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
 _GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
 """How LaTeX writes a thousands separator (MATH's answers use ``10,\\!000``); read as ``,``."""
-_WRAPPER = re.compile(r"\\(?:boxed|text|textbf|mathrm)\{(.*)\}", re.DOTALL)
+_WRAPPER = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\{(.*)\}", re.DOTALL)
+_WORDS = re.compile(r"(?=.*[a-z]{2})[a-z]+(?: [a-z]+)*")
+"""A word or phrase, lowercased (``no solution``); not single letters (``x y``, a choice ``a``)."""
 
 MAX_ANSWER_CHARS = 300
 """A longer answer to a non-numeric gold scores 0 unparsed."""
@@ -72,6 +79,20 @@ def _boxes(text: str) -> list[tuple[int, str]]:
     return found
 
 
+def last_answer_tag(text: str) -> str | None:
+    """The content of the last ``<answer>..</answer>`` (each tag closed by the next close), if
+    any. Read in one pass: a reply of many unclosed tags is not rescanned from each, as a
+    regular expression's search would."""
+    content, start = None, text.find("<answer>")
+    while start != -1:
+        end = text.find("</answer>", start + len("<answer>"))
+        if end == -1:
+            break
+        content = text[start + len("<answer>") : end]
+        start = text.find("<answer>", end + len("</answer>"))
+    return content
+
+
 def _unbold(text: str) -> str:
     """``text`` without markdown bold around all of it (``**42**`` is ``42``)."""
     match = _BOLD.fullmatch(text.strip())
@@ -90,9 +111,9 @@ def extract_answer(text: str) -> str | None:
     as before. Markdown bold around an answer (``**42**``) is dropped, and after ``####`` a
     trailing ``.`` and thousands separators (``1,234``) too.
     """
-    tags = _ANSWER_TAG.findall(text)
-    if tags:
-        return _unbold(tags[-1])
+    tag = last_answer_tag(text)
+    if tag is not None:
+        return _unbold(tag)
     markers = [(start, _unbold(content)) for start, content in _boxes(text)]
     headings: list[tuple[int, str]] = []
     for match in _HASH.finditer(text):
@@ -109,8 +130,8 @@ def plain_number(text: str) -> Decimal | None:
 
     ``$``, thousands separators (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``,
     ``1\\,000``: between groups of three digits only), a trailing ``.`` and
-    ``\\boxed{}``/``\\text{}`` wrappers are ignored; anything else (an operator, a unit, a
-    fraction, an exponent) gives ``None``.
+    ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers are ignored; anything else (an
+    operator, a unit, a fraction, an exponent) gives ``None``.
     """
     s = text.replace("\\$", "").replace("$", "").replace("\u2212", "-")
     for separator in _LATEX_THOUSANDS:
@@ -121,6 +142,16 @@ def plain_number(text: str) -> Decimal | None:
     if _GROUPED_NUMBER.fullmatch(s):
         s = s.replace(",", "")
     return Decimal(s) if _PLAIN_NUMBER.fullmatch(s) else None
+
+
+def _words(text: str) -> str | None:
+    """``text`` as lowercase words with single spaces, when it is a word or phrase (see
+    ``_WORDS``) once ``\\text{}``-like wrappers and a trailing ``.`` are dropped; else None."""
+    s = text.strip().removesuffix(".").strip()
+    while match := _WRAPPER.fullmatch(s):
+        s = match.group(1).strip().removesuffix(".").strip()
+    s = " ".join(s.lower().split())
+    return s if _WORDS.fullmatch(s) else None
 
 
 def _power_cost(expr, var_bits: dict) -> tuple[float, float]:
@@ -186,16 +217,36 @@ def _cost(expr, var_bits: dict) -> tuple[float, float]:
     return bits or 2, terms
 
 
+def _parse_unevaluated(predicted: str, timeout: int | None) -> list:
+    """math-verify's parse of ``predicted`` with sympy's evaluation off, kept out of its caches.
+
+    math-verify caches parsed LaTeX and expressions keyed on the text alone, so an unevaluated
+    tree left there was read back by the grading parse of the same text, the answer's or a
+    later gold's (``even`` then missed ``\\text{even}``, and a pair's grade depended on what
+    was graded before it); and a tree cached evaluated would be read here."""
+    import sympy
+    from math_verify import parse, parser
+
+    def forget() -> None:
+        parser.parse_latex_cached.cache_clear()
+        parser.parse_expr_cached.cache_clear()
+
+    forget()
+    try:
+        with sympy.evaluate(False):  # thread-local: other threads keep evaluating
+            return parse(f"${predicted}$", parsing_timeout=timeout)
+    finally:
+        forget()
+
+
 def _too_costly(predicted: str, timeout: int | None) -> bool:
     """Whether grading ``predicted`` could build a huge number or expansion (or is too long)."""
     import sympy
-    from math_verify import parse
 
     if len(predicted) > MAX_ANSWER_CHARS or _COMPUTED_WHILE_PARSING.search(predicted):
         return True
     try:
-        with sympy.evaluate(False):  # thread-local: other threads keep evaluating
-            parsed = parse(f"${predicted}$", parsing_timeout=timeout)
+        parsed = _parse_unevaluated(predicted, timeout)
         if not parsed:  # unparsed here, so no bound on what the evaluating parse would do
             return True
         trees = []
@@ -217,8 +268,9 @@ def math_equal(predicted: str, gold: str) -> bool:
     """Whether ``predicted`` is the answer ``gold``.
 
     A plain-number gold needs a plain number of the same value (see :func:`plain_number`).
-    Otherwise equal strings match, and else math-verify decides (numbers, fractions,
-    LaTeX) unless :func:`_too_costly` refuses the answer.
+    Otherwise equal strings match, a word gold needs the same words (see the module's
+    docstring), and else math-verify decides (numbers, fractions, LaTeX) unless
+    :func:`_too_costly` refuses the answer.
 
     math-verify's own timeouts use ``signal.alarm``, which only works in the main
     thread (elsewhere it raises, which a blanket ``except`` would turn into a silent
@@ -230,6 +282,9 @@ def math_equal(predicted: str, gold: str) -> bool:
         return plain_number(predicted) == gold_number
     if predicted.strip() == gold.strip():
         return True
+    gold_words = _words(gold)
+    if gold_words is not None:
+        return _words(predicted) == gold_words
     from math_verify import parse, verify
 
     timeout = 5 if threading.current_thread() is threading.main_thread() else None

@@ -24,14 +24,13 @@ come back as timeouts instead of the step being cancelled (reward 0, an env erro
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
 from skyrl.config.environment import tool_deadline_problem
 from skyrl.config.errors import ConfigError
 from skyrl.envs.base import StepResult, TextEnv, register_env
-from skyrl.envs.grading import grade
+from skyrl.envs.grading import grade, last_answer_tag
 from skyrl.envs.tools import calculator, run_python
 
 SYSTEM_PROMPT = (
@@ -49,8 +48,6 @@ STEP_MARGIN_S = 1.0
 """Time a step keeps back from its limit (at most a tenth of it) after its tool calls' deadline,
 to start and stop the last call's process and return before the generator cancels the step."""
 
-_CALL = re.compile(r"<(calculator|python)>(.*?)</\1>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 
 TOOLS = [
     {
@@ -149,7 +146,7 @@ class ToolEnv(TextEnv):
         return run_python(arg, timeout_s, self.tool_memory_bytes)
 
     def step(self, action_text: str) -> StepResult:
-        if not _ANSWER.search(action_text):  # a mention of the tag is not an answer
+        if last_answer_tag(action_text) is None:  # a mention of the tag is not an answer
             calls = self._calls(action_text, _CallClock(self.step_timeout_s))
             if calls:
                 self.tool_calls += len(calls)
@@ -161,8 +158,8 @@ class ToolEnv(TextEnv):
     def _calls(self, text: str, clock: _CallClock) -> list[tuple[str, str]]:
         """``(tool, output)`` of each call in the reply: every native call, or the first tag."""
         if self.parse is None:
-            tag = _CALL.search(text)
-            return [(tag.group(1), self._run_by(clock, tag.group(1), tag.group(2)))] if tag else []
+            tag = _first_tag_call(text)
+            return [(tag[0], self._run_by(clock, *tag))] if tag else []
         out = []
         for call in self.parse(text):
             name, args = call["name"], call["arguments"]
@@ -181,6 +178,19 @@ class ToolEnv(TextEnv):
             budget_s = round(clock.budget_s, 2)
             return f"error: not run: this turn's tool calls used up their {budget_s:g} s"
         return self.run_tool(tool, arg, min(self.tool_timeout_s, left_s))
+
+
+def _first_tag_call(text: str) -> tuple[str, str] | None:
+    """``(tool, argument)`` of the first ``<calculator>..</calculator>`` or ``<python>..</python>``
+    that is closed (up to its first close), if any. Read in one pass: a reply of many unclosed
+    tags is not rescanned from each, as a regular expression's search would."""
+    calls = []
+    for tool in _ARGUMENT:
+        start = text.find(f"<{tool}>")  # a later open closes only if this one does
+        end = text.find(f"</{tool}>", start + len(f"<{tool}>")) if start != -1 else -1
+        if end != -1:
+            calls.append((start, tool, text[start + len(f"<{tool}>") : end]))
+    return min(calls)[1:] if calls else None
 
 
 class _CallClock:

@@ -135,6 +135,17 @@ def _decimal_places(denominator: int) -> int | None:
     return places if rest == 1 and places <= MAX_DECIMALS else None
 
 
+def _unsupported(node: ast.AST, source: str) -> str:
+    """What the calculator cannot evaluate, as written (not as an AST dump), and what it can."""
+    written = ast.get_source_segment(source, node) or ast.unparse(node)
+    if len(written) > 60:
+        written = written[:57] + "..."
+    hint = (
+        " (^ is not a power: write **)" if isinstance(getattr(node, "op", None), ast.BitXor) else ""
+    )
+    return f"unsupported: {written}{hint}; the calculator takes numbers, + - * / // % ** and ( )"
+
+
 def calculator(expression: str) -> str:
     """Evaluate + - * / // % ** on numbers, exactly (fractions; a power whose exponent is not
     a whole number is a float); errors come back as text. How results print: ``MAX_DECIMALS``."""
@@ -147,7 +158,7 @@ def calculator(expression: str) -> str:
             return _apply(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.operand))
-        raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
+        raise ValueError(_unsupported(node, source))
 
     try:  # the model sees the error and may retry
         return _format(ev(ast.parse(source, mode="eval").body))
