@@ -23,12 +23,14 @@ pending asyncio tasks.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import math
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -127,11 +129,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     try:
         result = run(cfg)
     except ConfigError as exc:
-        _fail(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
+        fail_job(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
     except ModelNotFoundError as exc:  # a config value naming nothing: its key, then what was tried
-        _fail(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
+        fail_job(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
     except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
-        _fail(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
+        fail_job(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM: the run cleaned up
         signum = _signal_of(exc)
         raise Interrupted(signum, interrupted_line(Path(_output_dir(cfg)), signum)) from None
@@ -141,8 +143,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     return None if math.isnan(objective) else objective
 
 
-def _fail(line: str, exit_code: int, multirun: bool, cause: Exception) -> NoReturn:
-    """End a single run with ``line`` on stderr and ``exit_code``; fail a sweep job with both."""
+def fail_job(line: str, exit_code: int, multirun: bool, cause: Exception) -> NoReturn:
+    """End a single run with ``line`` on stderr and ``exit_code``; fail a sweep job with both
+    (``skyrl-train`` and ``skyrl-eval`` alike)."""
     if multirun:
         raise JobFailed(line, exit_code) from cause
     print(line, file=sys.stderr)
@@ -173,16 +176,26 @@ def check_command_line() -> None:
     """Compose and validate ``sys.argv`` once; a problem is one line on stderr and exit 2
     (``skyrl-train`` and ``skyrl-eval`` alike)."""
     register_configs()
-    problem = hydra_flags_problem(sys.argv[1:]) or precheck_command_line(sys.argv[1:])
+    argv = sys.argv[1:]
+    problem = hydra_flags_problem(argv) or precheck_command_line(with_config_dir(argv))
     if problem is not None:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
 
 
 def hydra_flags_problem(argv: list[str]) -> str | None:
-    """The one-line error for Hydra's own flags given together where Hydra refuses them (it
-    raises a ``ValueError``, printed as a traceback), or None."""
-    args, _ = get_args_parser().parse_known_args(argv)
+    """The one-line error for Hydra's own flags where Hydra refuses them, or None: a flag it
+    does not know or a value it does not take, an override past the flag that ended the
+    overrides (argparse printed its usage block, then a line), flags it takes one at a time
+    (a ``ValueError``, printed as a traceback), a ``--config-dir`` that is no directory."""
+    parser = get_args_parser()
+    parser.exit_on_error = False  # an ArgumentError is raised instead of the usage block
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        return f"error: {exc.argument_name}: {exc.message}"
+    if unknown:
+        return _unknown_argument_line(unknown[0])
     commands = [
         flag
         for flag, given in (
@@ -201,7 +214,47 @@ def hydra_flags_problem(argv: list[str]) -> str | None:
         return line
     if args.resolve and args.cfg is None and not args.help:
         return "error: --resolve: only with --cfg (it resolves the config --cfg prints)"
+    if args.config_dir is not None and not os.path.isdir(args.config_dir):
+        return f"error: --config-dir: {os.path.abspath(args.config_dir)}: no such directory"
     return None
+
+
+def _unknown_argument_line(argument: str) -> str:
+    """The line for the first argument Hydra's parser leaves over: a flag it does not know, or
+    an override that is not in the one unbroken run of overrides argparse takes."""
+    if argument.startswith("-"):
+        return f"error: {argument}: no such flag (--help lists the command's, --hydra-help Hydra's)"
+    return (
+        f"error: {argument}: an override after a flag that follows other overrides; give "
+        "Hydra's flags (-m, --cfg job, ...) before or after all the overrides"
+    )
+
+
+def with_config_dir(argv: list[str]) -> list[str]:
+    """``argv`` as the command-line check composes it: ``--config-dir DIR`` (skyrl's configs
+    plus the user's own, such as ``DIR/experiment/mine.yaml``) becomes the override
+    ``hydra.searchpath=[file://DIR]``, which puts DIR where Hydra's flag puts it (after
+    skyrl's configs, before the schemas). The check skips a command line with the flag itself,
+    and a typo then ended in Hydra's several lines and exit 1. Left as it is: no
+    ``--config-dir``, with ``--config-path`` (a config tree that is not skyrl's), a flag for
+    which nothing is composed (``--info``), the user's own ``hydra.searchpath``, or a DIR that
+    needs quoting."""
+    args, _ = get_args_parser().parse_known_args(argv)
+    config_dir = args.config_dir
+    if (
+        config_dir is None
+        or args.config_path is not None
+        or args.hydra_help
+        or args.info
+        or args.shell_completion  # the check composes nothing for these
+        or any(o.lstrip("+").startswith("hydra.searchpath") for o in args.overrides)
+        or any(c in config_dir for c in "'\\")
+    ):
+        return argv
+    flags = ["-m"] if args.multirun else []
+    flags += ["--config-name", args.config_name] if args.config_name else []
+    search_path = f"hydra.searchpath=['file://{os.path.abspath(config_dir)}']"
+    return [*flags, *args.overrides, search_path]
 
 
 def interrupted_line(output_dir: Path, signum: int) -> str:
@@ -237,7 +290,7 @@ def main() -> None:
         if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
             _hydra_main()
         else:
-            _run_sweep()
+            run_sweep(_hydra_main)
     except KeyboardInterrupt as exc:
         # outside a job (composing, between a sweep's jobs) there is no run to name
         done = exc if isinstance(exc, Interrupted) else Interrupted(_signal_of(exc))
@@ -278,17 +331,18 @@ def _exit_now(exit_code: int) -> NoReturn:
     os._exit(exit_code)
 
 
-def _run_sweep() -> None:
-    """Hydra's main for a multirun, where a job's ``JobFailed`` that ends the sweep prints as
-    its one line and exits with its code. Hydra would print any exception with a hint to set
-    HYDRA_FULL_ERROR; with it set, Hydra raises instead, and whatever else ends the sweep goes
-    back to Hydra's reporter. A user's own HYDRA_FULL_ERROR is left alone."""
+def run_sweep(hydra_main: Callable[[], object]) -> None:
+    """``hydra_main`` (a ``@hydra.main`` function) for a multirun, where a job's ``JobFailed``
+    that ends the sweep prints as its one line and exits with its code. Hydra would print any
+    exception with a hint to set HYDRA_FULL_ERROR; with it set, Hydra raises instead, and
+    whatever else ends the sweep goes back to Hydra's reporter. A user's own
+    HYDRA_FULL_ERROR is left alone."""
     if "HYDRA_FULL_ERROR" in os.environ:
-        _hydra_main()
+        hydra_main()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        _hydra_main()
+        hydra_main()
     except JobFailed as exc:
         print(exc, file=sys.stderr)
         sys.exit(exc.exit_code)

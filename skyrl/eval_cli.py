@@ -446,33 +446,40 @@ def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
+    """One eval, ended by a problem with one line and an exit code; a sweep job fails with
+    both instead, as ``skyrl-train``'s (recorded in the sweep summary)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    from skyrl.cli import EXIT_CONFIG_ERROR, EXIT_RUN_FAILED
+    from skyrl.cli import EXIT_CONFIG_ERROR, EXIT_RUN_FAILED, fail_job
     from skyrl.config.cli_errors import one_line_error
     from skyrl.inference.client import EngineDiedError
 
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         evaluate(cfg, HydraConfig.get().runtime.output_dir)
     except ConfigError as exc:
-        print(one_line_error(exc), file=sys.stderr)
-        sys.exit(EXIT_CONFIG_ERROR)
+        fail_job(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
     except EngineDiedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_RUN_FAILED)
+        fail_job(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
 
 
 def _check_command_line() -> None:
-    """Compose and validate ``sys.argv`` once, as ``skyrl-train`` does (one line, exit 2),
-    except that ``data.source=files`` needs no training files: a command line failing only
-    on that rule is checked again with ``data.train_files`` set to the eval files."""
-    from skyrl.cli import EXIT_CONFIG_ERROR
+    """Compose and validate ``sys.argv`` once, as ``skyrl-train`` does (one line, exit 2; its
+    Hydra flags too), except that ``data.source=files`` needs no training files: a command
+    line failing only on that rule is checked again with ``data.train_files`` set to the eval
+    files."""
+    from skyrl.cli import EXIT_CONFIG_ERROR, hydra_flags_problem, with_config_dir
     from skyrl.config import register_configs
     from skyrl.config.cli_errors import one_line_error
     from skyrl.config.precheck import command_line_problem
 
     register_configs()
-    argv = sys.argv[1:]
+    flags = hydra_flags_problem(sys.argv[1:])
+    if flags is not None:
+        print(flags, file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    argv = with_config_dir(sys.argv[1:])
     problem = command_line_problem(argv)
     if _is_train_files_rule(problem):
         problem = command_line_problem([*argv, "data.train_files=${data.eval_files}"])
@@ -528,13 +535,21 @@ EVAL_EXAMPLES = (
 
 
 def main() -> None:
-    """Console script: check the command line (as ``skyrl-train`` does), then evaluate."""
+    """Console script: check the command line (as ``skyrl-train`` does), then evaluate (each
+    job of a sweep, ``-m``, as ``skyrl-train`` runs them)."""
+    from hydra._internal.utils import get_args_parser
+
+    from skyrl.cli import run_sweep
+
     if wants_help(sys.argv[1:]):
         print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES))
         return
     _check_command_line()
     sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
-    _hydra_main()
+    if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+        run_sweep(_hydra_main)
+    else:
+        _hydra_main()
 
 
 if __name__ == "__main__":

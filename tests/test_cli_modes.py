@@ -48,11 +48,37 @@ def one_line(result: subprocess.CompletedProcess) -> str:
             ["--resolve", "experiment=smoke"],
             "error: --resolve: only with --cfg (it resolves the config --cfg prints)",
         ),
+        # before, these three: argparse's 7-line usage block, then its error line
+        # ("unrecognized arguments: trainer.seed=1,2", overrides that are fine where they are)
+        (
+            ["experiment=smoke", "-m", "trainer.seed=1,2"],
+            "error: trainer.seed=1,2: an override after a flag that follows other overrides; "
+            "give Hydra's flags (-m, --cfg job, ...) before or after all the overrides",
+        ),
+        (
+            ["--bogus", "experiment=smoke"],
+            "error: --bogus: no such flag (--help lists the command's, --hydra-help Hydra's)",
+        ),
+        (
+            ["--cfg", "jobb"],
+            "error: --cfg/-c: invalid choice: 'jobb' (choose from 'job', 'hydra', 'all')",
+        ),
     ],
 )
-def test_flags_hydra_refuses_together_are_one_line(tmp_path, args, expected):
-    assert one_line(run(tmp_path, "skyrl-train", *args)) == expected
+@pytest.mark.parametrize("command", ["skyrl-train", "skyrl-eval"])
+def test_flags_hydra_refuses_together_are_one_line(tmp_path, command, args, expected):
+    # skyrl-eval before: the same tracebacks (its command-line check left the flags to Hydra)
+    assert one_line(run(tmp_path, command, *args)) == expected
     assert not (tmp_path / "outputs").exists()
+
+
+def test_skyrl_serve_names_a_misplaced_override(tmp_path):
+    # before: argparse's usage block, then "unrecognized arguments: serve.port=8001"
+    line = one_line(run(tmp_path, "skyrl-serve", "generator=hf", "--cfg", "job", "serve.port=8001"))
+    assert line == (
+        "error: serve.port=8001: an override after a flag that follows other overrides; give "
+        "Hydra's flags (-m, --cfg job, ...) before or after all the overrides"
+    )
 
 
 def test_skyrl_serve_refuses_a_sweep(tmp_path):
@@ -63,3 +89,55 @@ def test_skyrl_serve_refuses_a_sweep(tmp_path):
         "would serve its jobs one after another; start one skyrl-serve per config"
     )
     assert not (tmp_path / "outputs").exists()
+
+
+def _own_experiment(tmp_path: Path) -> Path:
+    """A config dir holding ``experiment=mine`` (the tiny model, RLOO)."""
+    experiment = tmp_path / "myconf" / "experiment" / "mine.yaml"
+    experiment.parent.mkdir(parents=True)
+    experiment.write_text(
+        "# @package _global_\ndefaults:\n  - override /algorithm: rloo\n"
+        "model:\n  path: skyrl-tiny\n"
+    )
+    return experiment.parent.parent
+
+
+def test_a_typo_with_config_dir_is_one_line(tmp_path):
+    # before: Hydra's "Could not override 'trainer.trian_batch_size'." with its "Key
+    # 'trian_batch_size' not in 'TrainerConfig'" block and the HYDRA_FULL_ERROR hint, exit 1:
+    # the command-line check skipped any command line with --config-dir
+    conf = _own_experiment(tmp_path)
+    line = one_line(
+        run(
+            tmp_path,
+            "skyrl-train",
+            f"--config-dir={conf}",
+            "experiment=mine",
+            "trainer.trian_batch_size=3",
+        )
+    )
+    assert line == "error: trainer.trian_batch_size: unknown key (did you mean 'train_batch_size'?)"
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_an_experiment_in_config_dir_runs(tmp_path):
+    conf = _own_experiment(tmp_path)
+    result = run(
+        tmp_path,
+        "skyrl-train",
+        "--config-dir",
+        str(conf),
+        "experiment=mine",
+        "trainer.dry_run=true",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    [resolved] = (tmp_path / "outputs").glob("*/*/resolved_config.yaml")
+    assert "advantage_estimator: rloo" in resolved.read_text()
+
+
+@pytest.mark.parametrize("command", ["skyrl-train", "skyrl-eval"])
+def test_a_missing_config_dir_is_one_line(tmp_path, command):
+    # before: "Additional config directory '<dir>' not found", a blank line and the
+    # HYDRA_FULL_ERROR hint, exit 1
+    line = one_line(run(tmp_path, command, "--config-dir", "nope", "trainer.dry_run=true"))
+    assert line == f"error: --config-dir: {tmp_path / 'nope'}: no such directory"

@@ -295,3 +295,26 @@ def test_optuna_preset_runs_two_trials(tmp_path):
     rows = read_csv(tmp_path / "sweep" / "summary.csv")
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(1e-6 <= float(r["trainer.policy_optimizer.lr"]) <= 1e-3 for r in rows)
+
+
+def test_an_eval_sweep_lists_its_failed_jobs(tmp_path):
+    """``skyrl-eval -m``: a job that fails as a single eval would (exit 2, its one line) is
+    recorded like a ``skyrl-train`` job's. Before: the job called ``sys.exit(2)``, which ended
+    the sweep with no ``job_return.json`` and no row; job 1 never ran, and with job 0 failing
+    there was no summary at all."""
+    (tmp_path / "file").write_text("")
+    result = subprocess.run(
+        [str(Path(SKYRL_TRAIN).with_name("skyrl-eval")), "-m", "hydra.sweep.dir=sweep",
+         "model.path=skyrl-tiny", "generator=hf",
+         "eval.output_file=file/a.json,file/b.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    line = "error: eval.output_file: file/{}.json: file is a file, not a directory"
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == line.format("a")
+    assert "Traceback" not in result.stderr + result.stdout
+    rows = read_csv(tmp_path / "sweep" / "summary.csv")
+    assert [(r["job"], r["status"], r["error"]) for r in rows] == [
+        ("0", "failed", line.format("a")),
+        ("1", "failed", line.format("b")),
+    ]

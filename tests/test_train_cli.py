@@ -70,6 +70,35 @@ def test_bad_input_is_one_line(tmp_path, override, expected):
     assert not (tmp_path / "outputs").exists(), "a rejected command must not create a run dir"
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # before: "(did you mean 'share_prompts'?)", a trainer key that has nothing to do with it
+        (
+            ["trainer.max_prompt_length=64"],
+            "error: trainer.max_prompt_length: unknown key (did you mean "
+            "'generator.max_prompt_length'?)",
+        ),
+        # before: "error: generator.lr: unknown key", no hint; the group's own places first
+        (
+            ["++generator.lr=1e-5"],
+            "error: generator.lr: unknown key (did you mean 'trainer.policy_optimizer.lr' or "
+            "'trainer.critic_optimizer.lr'?)",
+        ),
+        # before: "error: generator.gpu_memory_utilization: unknown key", a key of the other option
+        (
+            ["generator=hf", "generator.gpu_memory_utilization=0.5"],
+            "error: generator.gpu_memory_utilization: unknown key (generator=vllm has it, not "
+            "generator=hf)",
+        ),
+    ],
+)
+def test_a_key_in_the_wrong_place_names_where_it_is(tmp_path, args, expected):
+    result = run_cli(tmp_path, "experiment=smoke", "trainer.dry_run=true", *args)
+    assert (result.returncode, result.stderr.strip()) == (2, expected)
+    assert not (tmp_path / "outputs").exists()
+
+
 @pytest.mark.parametrize(("key", "module"), [("model.path", False), ("model.tokenizer_path", True)])
 def test_unresolvable_model_is_an_error_not_a_traceback(tmp_path, key, module):
     result = run_cli(

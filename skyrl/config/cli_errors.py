@@ -8,7 +8,6 @@ too; ``is_bad_input`` tells the two apart (the command-line fuzz test relies on 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from skyrl.config.errors import ConfigError, did_you_mean
+from skyrl.config.structure import unknown_key_hint
 
 BAD_INPUT_ERRORS = (
     ConfigError,
@@ -111,9 +111,9 @@ def _raised_in_skyrl(exc: BaseException) -> bool:
 def _omegaconf_error(exc: OmegaConfBaseException) -> str:
     key = exc.full_key or ""  # one_line_error only calls this when it is set
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
-        parent, _, leaf = key.rpartition(".")
+        parent = key.rpartition(".")[0]
         object_type = getattr(exc, "object_type", None)
-        hint = did_you_mean(leaf, _field_names(object_type))
+        hint = unknown_key_hint(key, object_type)
         if object_type is dict and parent:  # a free-form mapping: new keys take a +
             hint = f" ({parent} is a free-form mapping: add a key with +{key}=...)"
         return f"error: {key}: unknown key{hint}"
@@ -128,12 +128,6 @@ def _missing_option(exc: MissingConfigException) -> str:
         hint = did_you_mean(name, options)
         return f"error: {group}={name}: no such option in group '{group}'{hint}; available: {', '.join(options)}"
     return f"error: {_first_line(str(exc))}"
-
-
-def _field_names(object_type: object) -> list[str]:
-    if isinstance(object_type, type) and dataclasses.is_dataclass(object_type):
-        return [f.name for f in dataclasses.fields(object_type)]
-    return []
 
 
 def _first_line(text: str) -> str:

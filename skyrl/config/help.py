@@ -86,8 +86,16 @@ def command_help(command: str, summary: str, examples: Sequence[tuple[str, str]]
 
 
 def wants_help(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for ``-h`` / ``--help`` (Hydra's parser reads it)."""
+    """Whether the command line asks for ``-h`` / ``--help`` (Hydra's parser reads it). Not when
+    a flag has a value Hydra's parser refuses: the command-line check names it in one line."""
+    import argparse
+
     from hydra._internal.utils import get_args_parser
 
-    args, _ = get_args_parser().parse_known_args(list(argv))
+    parser = get_args_parser()
+    parser.exit_on_error = False  # argparse's usage block and exit 2 otherwise
+    try:
+        args, _ = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return False
     return bool(args.help)

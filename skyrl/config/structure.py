@@ -19,12 +19,17 @@ are the user's own and pass; so does the root's ``hydra`` node, which belongs to
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from skyrl.config.errors import ConfigError, did_you_mean, require
 
 HYDRA_KEY = "hydra"
+MAX_PLACES_NAMED = 3
+"""Most other places of an unknown key's name that its hint lists."""
 
 
 def check_structure(node: DictConfig, path: str = "") -> None:
@@ -45,12 +50,79 @@ def check_structure(node: DictConfig, path: str = "") -> None:
         if not path and key == HYDRA_KEY:
             continue
         if fields is not None and key not in fields:
-            raise ConfigError(key_path, f"unknown key{did_you_mean(str(key), fields)}")
+            raise ConfigError(key_path, f"unknown key{unknown_key_hint(key_path, schema)}")
         child = node._get_node(key)
         if isinstance(child, (DictConfig, ListConfig)) and child._is_interpolation():
             _check_interpolated_container(node, str(key), key_path)
         elif isinstance(child, DictConfig) and not (child._is_missing() or child._is_none()):
             check_structure(child, key_path)
+
+
+def unknown_key_hint(key_path: str, schema: object) -> str:
+    """What follows ``unknown key`` for ``key_path`` under a node of ``schema`` (``""`` if
+    nothing helps): the group option that has the key (``generator.gpu_memory_utilization``
+    with ``generator=hf``: ``(generator=vllm has it, not generator=hf)``), else the key's
+    name where the schema has it (``trainer.max_prompt_length``: ``(did you mean
+    'generator.max_prompt_length'?)``), else the closest field of ``schema``."""
+    from skyrl.config.root import GROUP_SCHEMAS
+
+    parent, _, name = key_path.rpartition(".")
+    options = GROUP_SCHEMAS.get(parent, {})
+    having = [o for o, kind in options.items() if kind is not schema and name in _fields(kind)]
+    current = [o for o, kind in options.items() if kind is schema]
+    if having and current:
+        names = " or ".join(f"{parent}={_option(o)}" for o in having)
+        return f" ({names} has it, not {parent}={_option(current[0])})"
+    group = key_path.partition(".")[0]
+    places = [p for p in _schema_keys().get(name, []) if p != key_path]
+    places = sorted(places, key=lambda p: p.partition(".")[0] != group)[:MAX_PLACES_NAMED]
+    if places:
+        return f" (did you mean {' or '.join(repr(p) for p in places)}?)"
+    return did_you_mean(name, _fields(schema))
+
+
+def _option(schema_name: str) -> str:
+    """The group option a schema backs: ``hf_schema`` -> ``hf``."""
+    return schema_name.removesuffix("_schema")
+
+
+def _fields(schema: object) -> list[str]:
+    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
+        return [f.name for f in dataclasses.fields(schema)]
+    return []
+
+
+@functools.cache
+def _schema_keys() -> dict[str, list[str]]:
+    """Every key path of the root schema (each group's option schemas too), by its last name,
+    shallowest first."""
+    from skyrl.config.root import GROUP_SCHEMAS, SkyRLConfig
+
+    found: dict[str, list[str]] = {}
+
+    def walk(schema: type, path: str) -> None:
+        hints = typing.get_type_hints(schema)
+        for f in dataclasses.fields(schema):
+            key_path = _join(path, f.name)
+            found.setdefault(f.name, []).append(key_path)
+            kinds = GROUP_SCHEMAS.get(key_path, {}).values() or [_dataclass_in(hints[f.name])]
+            for kind in dict.fromkeys(k for k in kinds if k is not None):
+                walk(kind, key_path)
+
+    walk(SkyRLConfig, "")
+    return {
+        name: sorted(dict.fromkeys(paths), key=lambda p: p.count("."))
+        for name, paths in found.items()
+    }
+
+
+def _dataclass_in(hint: object) -> type | None:
+    """The dataclass a field's type names (``OptimizerConfig``, ``SamplingConfig | None``)."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return next(filter(None, map(_dataclass_in, typing.get_args(hint))), None)
+    return None
 
 
 def _check_interpolated_container(node: DictConfig, key: str, key_path: str) -> None:

@@ -143,14 +143,17 @@ def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then serve."""
     from hydra._internal.utils import get_args_parser
 
-    from skyrl.cli import EXIT_CONFIG_ERROR, check_command_line
+    from skyrl.cli import EXIT_CONFIG_ERROR, check_command_line, hydra_flags_problem
     from skyrl.config.help import command_help, wants_help
 
     if wants_help(sys.argv[1:]):
         print(command_help("skyrl-serve", SERVE_SUMMARY, SERVE_EXAMPLES))
         return
-    if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
-        print(NO_SWEEP, file=sys.stderr)
+    problem = hydra_flags_problem(sys.argv[1:])  # first: the parse below would print usage
+    if problem is None and get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+        problem = NO_SWEEP
+    if problem is not None:
+        print(problem, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
     signal.signal(signal.SIGTERM, _interrupt)  # until serve() listens: as Ctrl-C
     try:

@@ -32,6 +32,12 @@ def _validate(*overrides: str):
             "generator.sampling.temprature",
             "unknown key (did you mean 'temperature'?)",
         ),
+        # before: "unknown key (did you mean 'share_prompts'?)"
+        (
+            "++trainer.max_prompt_length=64",
+            "trainer.max_prompt_length",
+            "unknown key (did you mean 'generator.max_prompt_length'?)",
+        ),
         (
             "~model",
             "model",
