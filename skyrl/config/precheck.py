@@ -46,10 +46,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 from skyrl.config.cli_errors import one_line_error
-from skyrl.config.errors import ConfigError, require_dir
+from skyrl.config.errors import ConfigError, require, require_dir
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate
 
@@ -132,6 +132,8 @@ def _check_sweep(config_name: str, overrides: list[str]) -> None:
     _require_static_dir(hydra_cfg, "sweep")
     _refuse_earlier_jobs(composed)
     target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
+    if needs_objective(target):
+        _check_search_settings(hydra_cfg.sweeper)
     params = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
     lines = [f"{k}={v}" for k, v in params.items()] + overrides  # a later line wins, as in Hydra
     basic = target == BASIC_SWEEPER
@@ -144,6 +146,24 @@ def _check_sweep(config_name: str, overrides: list[str]) -> None:
     )
     checked = _check_jobs(jobs)
     _check_output_dirs(jobs, checked, OmegaConf.select(hydra_cfg, "sweeper.n_trials", default=None))
+
+
+def _check_search_settings(sweeper: DictConfig) -> None:
+    """The Optuna sweeper's trial count and direction are ones Optuna takes (it refused them
+    once the sweep had started, with a traceback)."""
+    n_trials = sweeper.get("n_trials")
+    require(
+        isinstance(n_trials, int) and not isinstance(n_trials, bool) and n_trials >= 1,
+        "hydra.sweeper.n_trials",
+        f"must be >= 1, got {n_trials!r}",
+    )
+    direction = sweeper.get("direction")
+    directions = list(direction) if isinstance(direction, ListConfig) else [direction]
+    require(
+        all(d in ("minimize", "maximize") for d in directions),
+        "hydra.sweeper.direction",
+        f"must be minimize or maximize (the final eval/pass@1: maximize), got {direction!r}",
+    )
 
 
 class _JobDir(NamedTuple):

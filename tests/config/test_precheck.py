@@ -78,6 +78,23 @@ def test_an_optuna_search_space_passes(overrides):
     assert command_line_problem([*OPTUNA, *overrides]) is None
 
 
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        # Optuna's own refusals came after the sweep started: "No trials are completed yet",
+        # "Please set either 'minimize' or 'maximize'", as tracebacks
+        ("hydra.sweeper.n_trials=0", "error: hydra.sweeper.n_trials: must be >= 1, got 0"),
+        (
+            "hydra.sweeper.direction=maximise",
+            "error: hydra.sweeper.direction: must be minimize or maximize (the final "
+            "eval/pass@1: maximize), got 'maximise'",
+        ),
+    ],
+)
+def test_optuna_settings_optuna_refuses_are_one_line(override, line):
+    assert precheck_command_line([*OPTUNA, override]) == line
+
+
 def test_an_interval_is_checked_at_its_bounds():
     argv = [*OPTUNA, "trainer.policy_optimizer.lr=interval(-1e-3,1e-3)"]
     assert precheck_command_line(argv) == (
