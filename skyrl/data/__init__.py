@@ -19,6 +19,8 @@ from skyrl.data.prompts import (
 def load_prompts(data_cfg, env_cfg=None, split: str = "train") -> list[PromptRow]:
     """The ``train`` or ``eval`` prompts a ``DataConfig`` describes, as they are (a run loads
     them through ``load_checked_prompts``, which also applies ``data.overlong_prompts``)."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     train = split == "train"
     if data_cfg.source == "files":
         files = data_cfg.train_files if train else data_cfg.eval_files

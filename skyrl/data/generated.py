@@ -182,16 +182,14 @@ def reasoning_gym_rows(
     questions skipped, at most ``HELD_OUT_DRAWS_PER_PROMPT`` x ``num_prompts`` drawn; short
     of ``num_prompts``, each is repeated (every one once before any twice), with a warning.
     """
-    import reasoning_gym
-
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if split == "train":
-        entries = list(reasoning_gym.create_dataset(dataset, size=num_prompts, seed=seed))
+        entries = list(_create_dataset(dataset, num_prompts, seed))
     elif num_train_prompts is None:
         raise TypeError("reasoning_gym_rows(split='eval') needs num_train_prompts")
     else:
-        train = reasoning_gym.create_dataset(dataset, size=num_train_prompts, seed=seed)
+        train = _create_dataset(dataset, num_train_prompts, seed)
         entries = _held_out_entries(dataset, num_prompts, seed, {e["question"] for e in train})
     rows = [
         PromptRow(
@@ -204,13 +202,24 @@ def reasoning_gym_rows(
     return assign_uids(rows, prefix=f"{dataset}-{split}")
 
 
+def _create_dataset(dataset: str, size: int, seed: int):
+    """``reasoning_gym.create_dataset`` with its default config; a ``ValueError`` for a name
+    not registered, and for a dataset that refuses its default config (``composite`` lists
+    no datasets): reasoning-gym checks configs with ``assert``."""
+    import reasoning_gym
+
+    try:
+        return reasoning_gym.create_dataset(dataset, size=size, seed=seed)
+    except AssertionError as exc:
+        problem = f"dataset {dataset!r} cannot be generated from its default config: {exc}"
+    raise ValueError(problem)  # outside the handler: no exception context
+
+
 def _held_out_entries(
     dataset: str, num_prompts: int, seed: int, train_questions: set[str]
 ) -> list[dict]:
     """``num_prompts`` eval entries of distinct questions outside ``train_questions``, see
     ``reasoning_gym_rows``."""
-    import reasoning_gym
-
     if num_prompts == 0:
         return []
     held_out: dict[str, dict] = {}
@@ -219,7 +228,7 @@ def _held_out_entries(
     for start in range(0, max_draws, num_prompts):
         # most generators seed entry i with seed + i, so each chunk continues the last; the
         # first chunk is the whole eval set when none of it is a train or repeated question
-        chunk = reasoning_gym.create_dataset(dataset, size=num_prompts, seed=eval_seed + start)
+        chunk = _create_dataset(dataset, num_prompts, eval_seed + start)
         for entry in chunk:
             if entry["question"] not in train_questions:
                 held_out.setdefault(entry["question"], entry)

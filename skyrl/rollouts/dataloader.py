@@ -4,7 +4,8 @@ The loader's whole state is ``(epoch, cursor)``; it goes into every checkpoint,
 so a resumed run draws exactly the prompts the uninterrupted run would have. With it goes
 what the order was drawn over (the number of prompts, a digest of them, the seed): a run
 resumed over other prompts or another ``trainer.seed`` is warned, in one line, that the rest
-of the epoch comes from another order (allowed: a curriculum changes its prompts on purpose).
+of the epoch comes from another order (allowed: a curriculum changes its prompts on purpose;
+resumed at an epoch's end, the next epoch simply starts over the new prompts, unwarned).
 Each batch holds independent deep copies of the rows, so an env or rollout
 function that mutates a row cannot leak state into a later epoch.
 """
@@ -71,7 +72,9 @@ class PromptLoader:
         self.epoch, self.cursor, self._drawn = state["epoch"], state["cursor"], state["drawn"]
         self._order = self._shuffled(self.epoch)
         saved, now = state.get("order_of"), self._order_of()
-        if saved is not None and saved != now:  # checkpoints before the record pass
+        # at an epoch's end the next draw starts a new epoch: nothing is left to repeat or skip
+        continues = 0 < self.cursor and self.cursor + self.batch_size <= len(self._order)
+        if continues and saved is not None and saved != now:  # None: saved before the record
             differ = (
                 "other prompts"
                 if (saved["prompts"], saved["seed"]) == (now["prompts"], now["seed"])

@@ -305,6 +305,21 @@ def test_reasoning_gym_needs_a_known_dataset(tok):
     )
 
 
+def test_reasoning_gym_dataset_refusing_its_default_config_names_the_key(tok):
+    """``composite`` is registered but its default config lists no datasets: reasoning-gym
+    refuses it with a bare ``assert``, which was an AssertionError traceback."""
+    cfg = cfg_for(
+        "data=reasoning_gym", "environment=reasoning_gym", "environment.dataset=composite"
+    )
+    with pytest.raises(ConfigError) as err:
+        check_prompts(cfg, "train", tok)
+    assert (err.value.key, err.value.message) == (
+        "environment.dataset",
+        "reasoning-gym: dataset 'composite' cannot be generated from its default config: "
+        "Must specify at least one dataset",
+    )
+
+
 def test_reasoning_gym_file_rows_need_an_entry(tmp_path, tok):
     """The env scores against ``extras["entry"]``: a file row without one is refused at load
     (each step used to raise KeyError, an env error and reward 0); generated rows carry it."""

@@ -233,3 +233,19 @@ def test_non_mapping_extra_info_is_kept(tmp_path):
     """extras hold every other column: an ``extra_info`` that is not an object stays as is."""
     write_jsonl(tmp_path / "e.jsonl", [{"prompt": "p", "extra_info": "note"}])
     assert load_prompt_file(tmp_path / "e.jsonl")[0].extras == {"extra_info": "note"}
+
+
+@pytest.mark.parametrize("split", ["Train", "test", "validation"])
+def test_load_prompts_refuses_an_unknown_split(tmp_path, split):
+    """Any split but ``train`` read the eval files: ``split="Train"`` gave the eval rows."""
+    write_jsonl(tmp_path / "t.jsonl", [{"prompt": "train q"}])
+    write_jsonl(tmp_path / "e.jsonl", [{"prompt": "eval q"}])
+    cfg = DataConfig(
+        source="files",
+        train_files=[str(tmp_path / "t.jsonl")],
+        eval_files=[str(tmp_path / "e.jsonl")],
+    )
+    with pytest.raises(ValueError) as err:
+        load_prompts(cfg, split=split)
+    assert str(err.value) == f"split must be 'train' or 'eval', got {split!r}"
+    assert [r.prompt for r in load_prompts(cfg, split="eval")] == ["eval q"]

@@ -81,3 +81,27 @@ def test_resuming_over_the_same_prompts_says_nothing(capsys):
     legacy = {k: saved[k] for k in ("epoch", "cursor", "drawn")}  # saved before the record
     PromptLoader(_rows(9), batch_size=2, seed=5).load_state_dict(legacy)
     assert capsys.readouterr().err == ""
+
+
+def test_resuming_at_the_end_of_an_epoch_over_other_prompts_says_nothing(capsys):
+    # 8 rows, batches of 2: after 4 batches the epoch is used up (cursor 8), so the next
+    # draw starts epoch 1 whatever the prompts; nothing of epoch 0 is left to repeat or skip.
+    # A curriculum stage resumed over the next stage's prompts is this case; it used to say
+    # "prompts may repeat or be skipped until epoch 1 ends".
+    saved_loader = PromptLoader(_rows(8), batch_size=2, seed=5)
+    for _ in range(4):
+        saved_loader.next_batch("s")
+    saved = saved_loader.state_dict()
+    other = [PromptRow(f"stage2 q{i}", "src") for i in range(8)]
+    resumed = PromptLoader(other, batch_size=2, seed=5)
+    resumed.load_state_dict(saved)
+    assert capsys.readouterr().err == ""
+    resumed.next_batch("s")
+    assert (resumed.epoch, resumed.cursor) == (1, 2)
+    # 9 prompts: 8 + 2 > 9, a new epoch too; 10 prompts: 8 + 2 <= 10, epoch 0 goes on over
+    # another order (prompts 8 and 9 of a new shuffle of 10): that one warns
+    PromptLoader(_rows(9), batch_size=2, seed=5).load_state_dict(saved)
+    assert capsys.readouterr().err == ""
+    PromptLoader(_rows(10), batch_size=2, seed=5).load_state_dict(saved)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "8 prompts (seed 5); this run has 10 prompts (seed 5)" in line
