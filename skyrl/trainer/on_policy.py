@@ -5,14 +5,18 @@ one policy mini-batch per step and one update epoch, the only optimizer step of 
 after the training forward, so that forward sees exactly the weights ``pi_old`` is defined
 by: its logprobs, detached, ARE the old logprobs, and the no-grad forward that computes them
 separately is redundant. The ratio ``pi / pi_old`` is then exactly 1 (its gradient is that of
-``pi``), and the update equals the two-pass path's (``tests/workers/test_on_policy.py``).
+``pi``), and the update equals the two-pass path's (``tests/workers/test_training_logprobs.py``).
 
 It holds only when nothing else needs the old logprobs before training and both forwards
 compute the same thing:
 - one mini-batch per step (``train_batch_size == policy_mini_batch_size``) and one epoch;
-- no critic (its mini-batches and its warm-up steps change when the policy trains);
+- no critic: a cautious rule (the critic's updates leave the policy's weights alone), but
+  on its warm-up steps (``trainer.critic_only_steps``) the policy does not train, so no
+  training forward would give the old logprobs that ``rollout/logprob_abs_diff`` reads;
 - no KL in the reward (it is computed from the old logprobs before the advantages);
-- no dropout in the policy's training forward (checked on the workers: ``active_dropout``).
+- no dropout in the policy's training forward: ``model.lora.dropout`` is read from the config;
+  the model's own dropout (its layers, its config's ``*dropout*`` fields) only once the workers
+  have loaded it (``active_dropout``), so the run plan, from the config alone, says so.
 
 ``trainer.reuse_training_logprobs=false`` always runs the separate forward.
 """
@@ -37,11 +41,20 @@ def separate_forward_reason(cfg: SkyRLConfig) -> str | None:
         return "a critic"
     if a.use_kl_in_reward:
         return "algorithm.use_kl_in_reward"
+    lora = cfg.model.lora
+    if lora.enabled and lora.dropout > 0:
+        return f"dropout in the policy's training forward: model.lora.dropout={lora.dropout:g}"
     return None
 
 
-def describe(reason: str | None) -> str:
-    """For the run plan and the start-up log."""
-    if reason is None:
-        return "the training forward's own (on-policy step: no separate forward)"
-    return f"a separate forward ({reason})"
+def describe(reason: str | None, model_checked: bool = True) -> str:
+    """For the start-up log (after the workers' dropout check) and the run plan
+    (``model_checked=False``: from the config alone, before any model is loaded)."""
+    if reason is not None:
+        return f"a separate forward ({reason})"
+    if not model_checked:
+        return (
+            "the training forward's own (on-policy step: no separate forward), unless the "
+            "model has dropout (checked at start)"
+        )
+    return "the training forward's own (on-policy step: no separate forward)"

@@ -29,6 +29,10 @@ def _config(*overrides: str):
         (ONE_MINI_BATCH + ["algorithm=ppo", "trainer.critic_mini_batch_size=4"], "a critic"),
         (ONE_MINI_BATCH + ["algorithm.use_kl_in_reward=true"], "use_kl_in_reward"),
         (ONE_MINI_BATCH + ["trainer.reuse_training_logprobs=false"], "reuse_training_logprobs"),
+        # LoRA's adapter dropout is a config key: known without loading the model
+        (ONE_MINI_BATCH + ["model.lora.rank=8", "model.lora.dropout=0.05"], "lora.dropout=0.05"),
+        (ONE_MINI_BATCH + ["model.lora.rank=8"], None),  # dropout 0: PEFT's Identity
+        (ONE_MINI_BATCH + ["model.lora.dropout=0.05"], None),  # rank 0: no adapters at all
     ],
 )
 def test_separate_forward_only_where_the_step_is_not_exactly_on_policy(overrides, reason):
@@ -41,6 +45,19 @@ def test_separate_forward_only_where_the_step_is_not_exactly_on_policy(overrides
 
 def test_the_plan_says_where_the_old_logprobs_come_from():
     plan = format_plan(make_plan(_config(*ONE_MINI_BATCH)))
-    assert f"old logprobs            {describe(None)}" in plan
+    # the plan cannot see the model's own dropout (GPT-2's layers: p=0.1), the start-up check
+    # can: the plan says the skip depends on it, the start-up log says what was decided
+    assert (
+        "old logprobs            the training forward's own (on-policy step: no separate "
+        "forward), unless the model has dropout (checked at start)"
+    ) in plan
+    assert describe(None) == "the training forward's own (on-policy step: no separate forward)"
+    lora = format_plan(
+        make_plan(_config(*ONE_MINI_BATCH, "model.lora.rank=8", "model.lora.dropout=0.05"))
+    )
+    assert (
+        "old logprobs            a separate forward (dropout in the policy's training forward: "
+        "model.lora.dropout=0.05)"
+    ) in lora
     main_job = format_plan(make_plan(_config()))  # 8 prompts in mini-batches of 4
     assert "a separate forward (2 policy mini-batches per step)" in main_job
