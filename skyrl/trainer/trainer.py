@@ -514,7 +514,7 @@ class RLTrainer:
             changed = group.run("load_checkpoint", str(ckpt))[0]
         except WorkerDiedError:  # a dead worker: its own one-line error says it
             raise
-        except RuntimeError as exc:  # the group's "<role> worker failed: <Type>: <line>"
+        except RuntimeError as exc:  # the group's "<role> worker rank <r> failed: <Type>: <line>"
             reason = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise ConfigError(
                 "trainer.resume",

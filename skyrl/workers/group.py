@@ -3,7 +3,8 @@
 The group is the only place that talks to Ray for training: it starts the
 actors (one bundle per rank; the reference can share the policy's bundles),
 runs a call on every rank with that rank's staged chunk, and turns a dead
-actor into one error that names the role and the rank.
+actor, or an exception a rank raised, into one error line that names the role
+and the rank.
 
 The policy workers get the driver's policy loss and KL estimator as functions, pickled here
 (``driver_parts``): the workers' own registries hold only what they import.
@@ -14,13 +15,14 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 import ray
 import torch
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -34,6 +36,16 @@ from skyrl.workers.worker import TrainingWorker
 
 START_ATTEMPTS = 3
 """Starts of a group whose rendezvous port another process took first (``find_free_port``)."""
+
+PLACEMENT_TIMEOUT_S = 120.0
+"""How long a group waits for Ray to place its ranks' bundles before it gives up."""
+
+DEATH_WAIT_S = 30.0
+"""Longest wait, once a call failed, for the ranks still running: Ray reports a killed rank
+some seconds after the peers it cut off in a collective failed (``WorkerGroup._explain``)."""
+
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
+"""gloo's error in a collective whose peer process ended (``_lost_a_peer``)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -63,7 +75,7 @@ class WorkerGroup:
             self.pg: PlacementGroup = placement_group(
                 [dict(bundle) for _ in range(t.dp_size)], strategy="PACK"
             )
-            ray.get(self.pg.ready(), timeout=120)
+            self._wait_for_placement(bundle)
             # The owner of the bundles takes half of each when a colocated role will join it.
             share = 0.5 if t.colocate_policy_ref and role == "policy" else 1.0
         else:
@@ -100,9 +112,29 @@ class WorkerGroup:
                         remove_placement_group(self.pg)
                     raise
 
+    def _wait_for_placement(self, bundle: dict[str, float]) -> None:
+        """Wait for Ray to place the ranks' bundles; bundles that do not fit within
+        ``PLACEMENT_TIMEOUT_S`` (more GPUs than the machine has, say) are a ``ConfigError``
+        saying what Ray has, and the pending placement group is removed: left, it would take
+        the resources once they free up."""
+        try:
+            ray.get(self.pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except GetTimeoutError:
+            remove_placement_group(self.pg)
+            raise ConfigError(
+                "trainer.dp_size",
+                f"{self.dp_size} {self.role} workers of {_cpus_and_gpus(bundle)} each "
+                "(trainer.num_cpus_per_worker, trainer.num_gpus_per_worker) found no room in "
+                f"Ray within {PLACEMENT_TIMEOUT_S:g} s: it has "
+                f"{_cpus_and_gpus(ray.cluster_resources())}, "
+                f"{_cpus_and_gpus(ray.available_resources())} of them free",
+            ) from None
+
     def get(self, refs: Sequence[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
-        """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank.
-        A rank that dies inside a collective makes its peers fail too; the dead one is named."""
+        """``ray.get`` that reports a dead actor as ``WorkerDiedError`` naming role and rank, and
+        an exception a rank raised as a ``RuntimeError`` naming role, rank and cause
+        (``_explain``). A rank that dies inside a collective makes its peers fail too; the dead
+        one is named."""
         refs = list(refs)
         try:
             return ray.get(refs, timeout=timeout)
@@ -111,22 +143,56 @@ class WorkerGroup:
             raise error from (None if isinstance(error, WorkerDiedError) else first)
 
     def _explain(self, refs: list[ray.ObjectRef], first: Exception) -> Exception:
-        for ref in refs:
-            try:
-                ray.get(ref, timeout=30)
-            except RayActorError as exc:
-                rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
-                if getattr(exc, "actor_init_failed", False):  # the cause is the last line
+        """The error of a failed call: a rank that died (``WorkerDiedError``), else the lowest
+        rank that raised, in one line naming it and its cause. The ranks still running are
+        waited for together, ``DEATH_WAIT_S`` at most, because Ray notices a death some seconds
+        after its peers fail: a rank's own exception ends the wait at once (its peers may be
+        blocked in a collective until ``trainer.collective_timeout_min``), a collective cut
+        short by a peer that ended (``_lost_a_peer``) does not."""
+        deadline = time.monotonic() + DEATH_WAIT_S
+        raised: dict[int | None, tuple[bool, BaseException]] = {}  # rank: (lost a peer, cause)
+        pending = list(refs)
+        while pending:
+            # the first result to come, then every other one already there
+            ready, pending = ray.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            if pending:
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready += more
+            for ref in ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except RayActorError as exc:
+                    rank = self._rank_of.get(getattr(exc, "actor_id", None) or "", "?")
+                    if getattr(exc, "actor_init_failed", False):  # the cause is the last line
+                        return WorkerDiedError(
+                            f"{self.role} worker rank {rank} failed to start: {_last_line(exc)}"
+                        )
                     return WorkerDiedError(
-                        f"{self.role} worker rank {rank} failed to start: {_last_line(exc)}"
+                        f"{self.role} worker rank {rank} died: {_first_line(exc)}"
                     )
-                return WorkerDiedError(f"{self.role} worker rank {rank} died: {_first_line(exc)}")
-            except Exception:
-                continue
-        cause = getattr(first, "cause", None) or first
-        return RuntimeError(
-            f"{self.role} worker failed: {exception_line(cause)}"
-        )  # KeyError: 'clip'
+                except Exception as exc:
+                    cause = getattr(exc, "cause", None) or exc
+                    raised[self._ref_rank(ref)] = (_lost_a_peer(cause), cause)
+            if any(not lost for lost, _ in raised.values()):
+                break
+        if not raised:
+            cause = getattr(first, "cause", None) or first
+            return RuntimeError(f"{self.role} worker failed: {exception_line(cause)}")
+        # a rank's own error before a lost peer, then the lowest rank (an unknown one last)
+        culprit, (_, cause) = min(
+            raised.items(), key=lambda item: (item[1][0], item[0] is None, item[0] or 0)
+        )
+        shown = "?" if culprit is None else culprit
+        return RuntimeError(f"{self.role} worker rank {shown} failed: {exception_line(cause)}")
+
+    def _ref_rank(self, ref: ray.ObjectRef) -> int | None:
+        """The rank whose call ``ref`` is the result of (None if not one of this group's)."""
+        try:
+            return self._rank_of.get(ref.task_id().actor_id().hex())
+        except Exception:  # not an actor task's ref
+            return None
 
     def run(self, method: str, *args: Any) -> list[Any]:
         """Call ``method(*args)`` on every rank with the same arguments."""
@@ -252,6 +318,17 @@ def place_rows(out: torch.Tensor, values: torch.Tensor, source_rows: Sequence[in
     rows = torch.as_tensor(source_rows, dtype=torch.long)
     real = rows >= 0
     out[rows[real]] = values[real].to(out.dtype)
+
+
+def _cpus_and_gpus(resources: Mapping[str, float]) -> str:
+    return f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs"
+
+
+def _lost_a_peer(cause: BaseException) -> bool:
+    """A collective that failed because another rank ended (gloo's reset, a torch.distributed
+    error such as NCCL's): the cause is that rank, not this one."""
+    dist_error = getattr(torch.distributed, "DistError", ())
+    return isinstance(cause, dist_error) or any(text in str(cause) for text in PEER_LOST)
 
 
 def _first_line(exc: BaseException) -> str:

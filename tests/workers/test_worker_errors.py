@@ -21,9 +21,9 @@ pytestmark = pytest.mark.slow
 def test_failures_name_the_role_and_the_rank(ray_cluster, tiny_model_path, tmp_path):
     group = WorkerGroup("policy", make_config(tiny_model_path), total_optimizer_steps=1)
     try:
-        # An exception inside a method: the worker lives on, the error names the role.
+        # An exception inside a method: the worker lives on, the error names the role and rank.
         # its type stays in the line: a bare KeyError would print as just the key
-        with pytest.raises(RuntimeError, match=r"^policy worker failed: \w*Error\b"):
+        with pytest.raises(RuntimeError, match=r"^policy worker rank [01] failed: \w*Error\b"):
             group.run("load_checkpoint", str(tmp_path / "missing"))
         assert group.run("global_steps") == [0, 0]
 
