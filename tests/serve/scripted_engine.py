@@ -60,3 +60,16 @@ class ScriptedEngine(LocalEngine):
 
     def shutdown(self) -> None:
         pass
+
+
+CALC = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+    },
+}
+"""A calculator tool as an OpenAI request declares it (the tool-call tests' ``tools``)."""
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
+"""A hermes-format call of ``CALC`` for the engine to ``SAY:``."""

@@ -10,17 +10,8 @@ import httpx
 import openai
 import pytest
 from conftest import endpoint
-from scripted_engine import ScriptedEngine
+from scripted_engine import CALC, CALL, ScriptedEngine
 
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-    },
-}
-CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
 ASK = [{"role": "user", "content": f"SAY:{CALL}"}]
 
 
