@@ -7,27 +7,15 @@ changed trained on at the old lr, while its ``config.yaml`` named the new one.""
 from __future__ import annotations
 
 import pytest
-from worker_helpers import LENGTHS, LR, MAX_SEQ_LEN, make_batch, make_config
+from worker_helpers import LENGTHS, LR, make_batch, make_config, one_mini_batch_chunks
 
-from skyrl.algorithms.reductions import compute_loss_weights
-from skyrl.batch import compute_prompt_mini_batch_boundaries
-from skyrl.dispatch import MeshDispatch
 from skyrl.workers.group import WorkerGroup
 
 pytestmark = pytest.mark.slow
 
 
 def one_step(group: WorkerGroup, batch):
-    uids = batch.metadata["uids"]
-    (chunks,) = MeshDispatch.stage_chunks(
-        2,
-        batch,
-        compute_prompt_mini_batch_boundaries(uids, 2, 2),
-        loss_weights_fn=lambda mb: compute_loss_weights(
-            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
-        ),
-    )
-    return group.train_mini_batch(chunks)
+    return group.train_mini_batch(one_mini_batch_chunks(batch))
 
 
 def test_a_resume_applies_the_configs_optimizer_settings(ray_cluster, tiny_model_path, tmp_path):

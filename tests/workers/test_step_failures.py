@@ -9,12 +9,9 @@ import signal
 import time
 
 import pytest
-from worker_helpers import LENGTHS, MAX_SEQ_LEN, make_batch, make_config
+from worker_helpers import LENGTHS, make_batch, make_config, one_mini_batch_chunks
 
 import skyrl.workers.group as group_module
-from skyrl.algorithms.reductions import compute_loss_weights
-from skyrl.batch import compute_prompt_mini_batch_boundaries
-from skyrl.dispatch import MeshDispatch
 from skyrl.workers.group import WorkerDiedError, WorkerGroup
 
 pytestmark = pytest.mark.slow
@@ -22,17 +19,7 @@ pytestmark = pytest.mark.slow
 
 def _chunks(model_path: str) -> list:
     """One mini-batch of 2 prompts x 2 samples, staged for 2 ranks."""
-    batch = make_batch(model_path, ["a", "a", "b", "b"], LENGTHS)
-    bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], 2, 2)
-    ((chunks),) = MeshDispatch.stage_chunks(
-        2,
-        batch,
-        bounds,
-        loss_weights_fn=lambda mb: compute_loss_weights(
-            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
-        ),
-    )
-    return list(chunks)
+    return one_mini_batch_chunks(make_batch(model_path, ["a", "a", "b", "b"], LENGTHS))
 
 
 def test_a_rank_raising_mid_step_is_one_line_naming_role_rank_and_cause(

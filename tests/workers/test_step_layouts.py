@@ -13,12 +13,11 @@ from worker_helpers import (
     assert_weights_close,
     make_batch,
     make_config,
+    one_mini_batch_chunks,
     row_logprobs,
 )
 
 from skyrl.algorithms.reductions import compute_loss_weights
-from skyrl.batch import compute_prompt_mini_batch_boundaries
-from skyrl.dispatch import MeshDispatch
 from skyrl.workers.group import WorkerGroup
 
 pytestmark = pytest.mark.slow
@@ -68,15 +67,7 @@ def test_clipped_step_and_grad_norm_match_torch(
              for a in group.actors]
         )  # fmt: skip
         assert checkpointing == [gradient_checkpointing] * 2
-        bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], 2, 2)
-        ((chunks),) = MeshDispatch.stage_chunks(
-            2,
-            batch,
-            bounds,
-            loss_weights_fn=lambda mb: compute_loss_weights(
-                "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
-            ),
-        )
+        chunks = one_mini_batch_chunks(batch)
         stats = group.train_mini_batch(chunks)
         norm, expected = clipped_torch_step(tiny_model_path, batch)
         assert norm > MAX_GRAD_NORM  # so the clipping did act

@@ -12,9 +12,11 @@ import torch
 from hydra import compose, initialize_config_module
 from transformers import AutoModelForCausalLM
 
-from skyrl.batch import TrainingInputBatch
+from skyrl.algorithms.reductions import compute_loss_weights
+from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config import register_configs
 from skyrl.config.validate import validate
+from skyrl.dispatch import MeshDispatch
 
 LR = 0.05
 MAX_SEQ_LEN = 16  # max_prompt_length 4 + max_generate_length 12
@@ -93,3 +95,19 @@ def run_script(script: str, *args: str) -> dict:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def one_mini_batch_chunks(batch: TrainingInputBatch) -> list:
+    """``batch`` as one mini-batch of all its prompts, staged for 2 ranks with ``token_mean``
+    loss weights: the chunks ``WorkerGroup.train_mini_batch`` takes."""
+    prompts = len(set(batch.metadata["uids"]))
+    bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], prompts, prompts)
+    (chunks,) = MeshDispatch.stage_chunks(
+        2,
+        batch,
+        bounds,
+        loss_weights_fn=lambda mb: compute_loss_weights(
+            "token_mean", mb.loss_mask, mb.metadata["uids"], MAX_SEQ_LEN
+        ),
+    )
+    return list(chunks)
