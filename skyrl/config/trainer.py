@@ -93,7 +93,8 @@ class TrainerConfig:
     train_batch_size / policy_mini_batch_size * update_epochs_per_batch."""
     reuse_training_logprobs: bool = True
     """Skip the old-policy logprob forward when a step is exactly on-policy (one policy
-    mini-batch, one update epoch, no critic, no KL in the reward, no dropout in the policy):
+    mini-batch, one update epoch, a step the policy trains on (not one of a critic's
+    ``critic_only_steps``), no KL in the reward, no dropout in the policy):
     the training forward's own logprobs, detached, are then the old logprobs, and the PPO
     ratio is exactly 1 (``skyrl.trainer.on_policy``). False always runs the separate forward."""
     micro_batch_max_tokens: int | None = None

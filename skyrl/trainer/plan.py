@@ -75,7 +75,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         micro_batch_max_tokens=micro_batch_tokens(cfg),
         gpu_grows_budget=t.num_gpus_per_worker > 0 and t.micro_batch_max_tokens is None,
         max_seq_len=g.max_seq_len,
-        old_logprobs=describe(separate_forward_reason(cfg), model_checked=False),
+        old_logprobs=describe(cfg, separate_forward_reason(cfg), model_checked=False),
         total_steps=known_total_steps(cfg),
         dp_size=t.dp_size,
         roles=roles,

@@ -45,7 +45,7 @@ from skyrl.trainer.checkpoint import (
     resolve_resume,
     write_export_record,
 )
-from skyrl.trainer.on_policy import describe, separate_forward_reason
+from skyrl.trainer.on_policy import describe, reuses_on_step, separate_forward_reason
 from skyrl.trainer.plan import has_reference_workers, make_plan, optimizer_steps
 from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
@@ -191,7 +191,7 @@ class RLTrainer:
                 assert self._loading is not None
                 raise self._sync_timed_out(self._loading[1], str(exc)) from None
         with timer("forward"):
-            batch = self.add_logprobs_and_values(batch)
+            batch = self.add_logprobs_and_values(batch, step)
         batch, adv_metrics = self.add_advantages(batch)
         metrics.update(adv_metrics)
         with timer("train"):
@@ -231,16 +231,17 @@ class RLTrainer:
 
     # -- logprobs, advantages, training ------------------------------------------------
 
-    def add_logprobs_and_values(self, batch: TrainingInputBatch) -> TrainingInputBatch:
+    def add_logprobs_and_values(self, batch: TrainingInputBatch, step: int) -> TrainingInputBatch:
         """Old policy logprobs, reference logprobs and critic values via the workers' forward
         (old logprobs only where the step is not exactly on-policy: ``skyrl.trainer.on_policy``)."""
         needs_ref = self.cfg.algorithm.uses_reference
-        if self.reuse_training_logprobs and not needs_ref:
+        reuse = reuses_on_step(self.cfg, self.reuse_training_logprobs, step)
+        if reuse and not needs_ref and self.critic is None:
             return batch  # nothing to compute before training
         staged = self._stage(batch, self.cfg.trainer.policy_mini_batch_size, loss_weights=False)
         mask = batch.loss_mask
         fields = {}
-        if not self.reuse_training_logprobs:
+        if not reuse:
             fields["old_logprobs"] = self.policy.forward(staged, len(batch)) * mask
         if self.reference is not None:
             fields["ref_logprobs"] = self.reference.forward(staged, len(batch)) * mask
@@ -293,7 +294,7 @@ class RLTrainer:
         the batch, with its old logprobs from the training forward on an on-policy step."""
         t = self.cfg.trainer
         from_training = None
-        if self.reuse_training_logprobs:
+        if reuses_on_step(self.cfg, self.reuse_training_logprobs, step):
             metadata = {**batch.metadata, OLD_LOGPROBS_FROM_TRAINING: True}
             batch = TrainingInputBatch(batch.tensors, metadata)
             from_training = torch.zeros_like(batch.loss_mask)
@@ -650,7 +651,7 @@ class RLTrainer:
             dropout = self.policy.run("active_dropout")[0]
             if dropout:
                 reason = f"dropout in the policy's training forward: {', '.join(dropout[:3])}"
-        print(f"old logprobs: {describe(reason)}", flush=True)
+        print(f"old logprobs: {describe(self.cfg, reason)}", flush=True)
         return reason is None
 
     def _multi_row(self, batch: TrainingInputBatch) -> bool:

@@ -231,7 +231,7 @@ class TrainingWorker:
         started = time.perf_counter()
         self.engine.train()
         micro = self._micro_batches(chunk)
-        on_policy = bool(chunk.metadata.get(OLD_LOGPROBS_FROM_TRAINING))
+        on_policy = self.role == "policy" and bool(chunk.metadata.get(OLD_LOGPROBS_FROM_TRAINING))
         sums = LossSums()
         finite = True
         outputs = []

@@ -179,7 +179,7 @@ def test_a_trainer_step_writes_documented_names_only():
     tr.rollouts = NS(
         next_batch=lambda step: (trainer_batch(), {}), has_eval=lambda: True, evaluate=dict
     )
-    tr.add_logprobs_and_values = lambda batch: batch
+    tr.add_logprobs_and_values = lambda batch, step: batch
     tr.sync_weights = lambda version: None
     tr.save_checkpoint = lambda step, publish=True: None
     metrics = tr.run_step(1)

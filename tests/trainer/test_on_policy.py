@@ -11,6 +11,7 @@ from skyrl.trainer.on_policy import describe, separate_forward_reason
 from skyrl.trainer.plan import format_plan, make_plan
 
 ONE_MINI_BATCH = ["trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4"]
+PPO_NO_KL = ["algorithm=ppo", "algorithm.use_kl_in_reward=false"]
 
 
 def _config(*overrides: str):
@@ -26,7 +27,9 @@ def _config(*overrides: str):
         (ONE_MINI_BATCH + ["algorithm.use_kl_loss=true"], None),  # the reference is separate
         (["trainer.train_batch_size=8", "trainer.policy_mini_batch_size=4"], "2 policy mini"),
         (ONE_MINI_BATCH + ["trainer.update_epochs_per_batch=2"], "update_epochs_per_batch=2"),
-        (ONE_MINI_BATCH + ["algorithm=ppo", "trainer.critic_mini_batch_size=4"], "a critic"),
+        # the critic's updates leave the policy's weights alone; ppo's KL in the reward does not
+        (ONE_MINI_BATCH + ["algorithm=ppo", "trainer.critic_mini_batch_size=4"], "in_reward"),
+        (ONE_MINI_BATCH + [*PPO_NO_KL, "trainer.critic_mini_batch_size=4"], None),
         (ONE_MINI_BATCH + ["algorithm.use_kl_in_reward=true"], "use_kl_in_reward"),
         (ONE_MINI_BATCH + ["trainer.reuse_training_logprobs=false"], "reuse_training_logprobs"),
         # LoRA's adapter dropout is a config key: known without loading the model
@@ -51,7 +54,10 @@ def test_the_plan_says_where_the_old_logprobs_come_from():
         "old logprobs            the training forward's own (on-policy step: no separate "
         "forward), unless the model has dropout (checked at start)"
     ) in plan
-    assert describe(None) == "the training forward's own (on-policy step: no separate forward)"
+    assert (
+        describe(_config(*ONE_MINI_BATCH), None)
+        == "the training forward's own (on-policy step: no separate forward)"
+    )
     lora = format_plan(
         make_plan(_config(*ONE_MINI_BATCH, "model.lora.rank=8", "model.lora.dropout=0.05"))
     )
@@ -61,3 +67,14 @@ def test_the_plan_says_where_the_old_logprobs_come_from():
     ) in lora
     main_job = format_plan(make_plan(_config()))  # 8 prompts in mini-batches of 4
     assert "a separate forward (2 policy mini-batches per step)" in main_job
+
+
+def test_the_plan_names_the_critics_warm_up_steps_as_separate_forwards():
+    # on the critic-only steps the policy does not train: no training forward to take from
+    ppo = [*ONE_MINI_BATCH, *PPO_NO_KL, "trainer.critic_mini_batch_size=4"]
+    for warm_up, steps in ((1, "step 1"), (3, "steps 1-3")):
+        cfg = _config(*ppo, f"trainer.critic_only_steps={warm_up}", "trainer.total_steps=5")
+        assert describe(cfg, separate_forward_reason(cfg)) == (
+            "the training forward's own (on-policy step: no separate forward); a separate "
+            f"forward on the critic-only {steps}"
+        )

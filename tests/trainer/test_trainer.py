@@ -82,7 +82,7 @@ def make_trainer(
     tr.rollouts = SimpleNamespace(
         next_batch=lambda step: (two_prompt_batch(), {}), has_eval=lambda: False
     )
-    tr.add_logprobs_and_values = lambda batch: batch
+    tr.add_logprobs_and_values = lambda batch, step: batch
     tr.add_advantages = lambda batch: (batch, {})
     tr.synced, tr.saved = [], []
 
@@ -139,6 +139,50 @@ def test_a_refused_critic_only_step_neither_syncs_nor_checkpoints():
     metrics = tr.run_step(1)
     assert tr.synced == [] and tr.saved == []
     assert metrics[names.TRAIN_REFUSED] == 1.0 and tr.consecutive_nonfinite == 1
+
+
+class ForwardingGroup(FakeGroup):
+    """A fake group with forwards: its no-grad forward gives every token logprob -2, its
+    training forward -0.5 (written where the trainer asks for the training logprobs)."""
+
+    def __init__(self, outcomes: list[bool]):
+        super().__init__(outcomes)
+        self.forwards = 0
+
+    def forward(self, staged, num_rows: int, method: str = "forward") -> torch.Tensor:
+        self.forwards += 1
+        return torch.full((num_rows, 6), -2.0)
+
+    def train_mini_batch(self, chunks, logprobs_into=None) -> TrainStats:
+        if logprobs_into is not None:
+            logprobs_into.fill_(-0.5)
+        return super().train_mini_batch(chunks, logprobs_into)
+
+
+def test_a_critic_run_takes_the_training_forwards_logprobs_once_its_warm_up_is_over(monkeypatch):
+    # PPO with one critic-only step: step 1 trains the critic alone, so its old logprobs (read
+    # by rollout/logprob_abs_diff) come from the separate forward, -2 on the loss tokens; step 2
+    # trains the policy in one mini-batch per step: its old logprobs are the training
+    # forward's, -0.5, and the policy runs no separate forward. The critic's values come from
+    # its forward on both steps.
+    tr = make_trainer(policy=[OK, OK], critic=[OK] * 4, critic_only_steps=1)
+    tr.policy, tr.critic = ForwardingGroup([OK, OK]), ForwardingGroup([OK] * 4)
+    tr.reuse_training_logprobs = True
+    tr.cfg.algorithm = SimpleNamespace(loss_reduction="token_mean", uses_reference=False)
+    del tr.add_logprobs_and_values  # the trainer's own
+    seen = []
+    monkeypatch.setattr(
+        "skyrl.trainer.trainer.rollout_logprob_mismatch",
+        lambda batch, version: seen.append(batch.old_logprobs.clone()) or {},
+    )
+    mask = two_prompt_batch().loss_mask
+    tr.run_step(1)
+    assert (tr.policy.forwards, tr.critic.forwards) == (1, 1)
+    assert torch.equal(seen[0], -2.0 * mask)
+    tr.run_step(2)
+    assert (tr.policy.forwards, tr.critic.forwards) == (1, 2)
+    assert torch.equal(seen[1], -0.5 * mask)
+    assert tr.policy.optimizer_steps == 2 and tr.critic.optimizer_steps == 4
 
 
 def saving_weights(tr: RLTrainer) -> RLTrainer:
