@@ -88,8 +88,8 @@ class GeneratorConfig:
     """GPUs of each engine's Ray actor; > 0 runs the engines as Ray actors on their own GPUs."""
     num_cpus_per_engine: float = 0.0
     """Ray CPUs of each engine's actor (its torch threads: the whole part, at least 1); > 0 runs
-    the engines as Ray actors beside the workers (asynchronous training on CPU needs it).
-    0 = in-process when there is one engine, 1 CPU per actor when there are several."""
+    the engines as Ray actors beside the workers (asynchronous training on CPU with one engine
+    needs it). 0 = in-process when there is one engine, 1 CPU per actor when there are several."""
     n_samples_per_prompt: int = 4
     """Samples per prompt (the GRPO group size)."""
     max_prompt_length: int = 256

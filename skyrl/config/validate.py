@@ -184,12 +184,12 @@ def _check_async(cfg: SkyRLConfig) -> None:
         "trainer.max_staleness",
         "data=fake has no engine to generate ahead with; use trainer.max_staleness=0",
     )
-    require(
-        g.num_cpus_per_engine > 0 or g.num_gpus_per_engine > 0,
+    require(  # several engines are actors already, with 1 CPU each by default
+        g.engines_in_actors,
         "trainer.max_staleness",
         f"{k} generates while the workers train, which needs the engines in Ray actors with "
-        "CPUs or GPUs of their own: set generator.num_cpus_per_engine=1 (CPU) or "
-        "generator.num_gpus_per_engine=1 (GPU)",
+        "CPUs or GPUs of their own, not one in-process engine: set "
+        "generator.num_cpus_per_engine=1 (CPU) or generator.num_gpus_per_engine=1 (GPU)",
     )
     require(
         a.dynamic_sampling != "replace",

@@ -111,13 +111,22 @@ class Generator:
     ) -> GeneratorOutput:
         """Run every sample of every row (blocking) and convert to training rows."""
         started = time.perf_counter()
-        trajs = run_serving(self.engine, self.driver.run(rows, n_samples, sampling))
+        trajs = run_serving(self.engine, self.trajectories(rows, n_samples, sampling))
         elapsed = time.perf_counter() - started
-        _check_driver_output(trajs, rows, n_samples)
         out = trajectories_to_output(trajs, self.step_wise)
         out.validate()
         out.metrics = rollout_metrics(trajs, n_samples, elapsed)
         return out
+
+    async def trajectories(
+        self, rows: list[PromptRow], n_samples: int, sampling: SamplingParams
+    ) -> list[Trajectory]:
+        """The driver's trajectories of every sample of every row, checked against what
+        ``RolloutDriver.run`` promises (``_check_driver_output``); the synchronous and the
+        asynchronous rollout sources both run the driver through here."""
+        trajs = await self.driver.run(rows, n_samples, sampling)
+        _check_driver_output(trajs, rows, n_samples)
+        return trajs
 
     def close(self) -> None:
         """Stop what the driver keeps running between calls (an external agent's endpoint:

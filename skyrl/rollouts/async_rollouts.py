@@ -336,7 +336,6 @@ class AsyncRollouts:
         self.generator = make_generator(
             self.cfg.generator, self.cfg.environment, self.gated, self.tokenizer, self.clock
         )
-        self.driver = self.generator.driver
         self.tasks: set[asyncio.Task] = set()
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -549,7 +548,7 @@ class AsyncRollouts:
         sampling = SamplingParams.from_config(g.sampling, n=n, max_tokens=g.max_generate_length)
         sampling.seed = group.seed
         try:
-            group.trajectories = await self.driver.run([group.row], n, sampling)
+            group.trajectories = await self.generator.trajectories([group.row], n, sampling)
             out = trajectories_to_output(group.trajectories, g.step_wise)
             out.validate()
             group.output, group.shaping = shape_rewards(self.cfg, out)

@@ -126,7 +126,8 @@ def _overlap_cpus(cfg: SkyRLConfig, cores: int) -> str | None:
     if t.max_staleness == 0 or t.num_gpus_per_worker > 0 or g.num_gpus_per_engine > 0:
         return None
     workers = t.dp_size * t.num_cpus_per_worker
-    engines = g.num_engines * g.num_cpus_per_engine
+    per_engine = g.num_cpus_per_engine or 1.0  # several engines at 0: actors of 1 CPU each
+    engines = g.num_engines * per_engine
     if workers + engines <= cores:
         return None
     room = cores - engines  # the CPUs the engines leave to the policy ranks
@@ -145,7 +146,7 @@ def _overlap_cpus(cfg: SkyRLConfig, cores: int) -> str | None:
         )
     return (
         f"{workers + engines:g} CPUs at once ({t.dp_size} policy x {t.num_cpus_per_worker:g} + "
-        f"{g.num_engines} engine x {g.num_cpus_per_engine:g}) on {cores} cores: threads will "
+        f"{g.num_engines} engine x {per_engine:g}) on {cores} cores: threads will "
         f"share cores; {fix}"
     )
 

@@ -6,6 +6,7 @@ import logging
 import time
 
 import pytest
+from misbehaving_drivers import Misbehaving
 from transformers import AutoTokenizer
 
 from skyrl.data.prompts import PromptRow
@@ -118,23 +119,6 @@ def test_a_turn_that_does_not_chain_is_refused_in_whole_trajectory_rows(
     )
     forked = trajectories_to_output([two_turns(appended, second_prompt, "edited")], False)
     assert forked.prompt_token_ids == [[1, 2], second_prompt]  # a fork starts its own row
-
-
-class Misbehaving:
-    """A rollout driver around the built-in loop that returns its trajectories ``how``."""
-
-    def __init__(self, loop: AgentLoop, how: str):
-        self.loop, self.how = loop, how
-
-    async def run(self, rows, n_samples, sampling):
-        trajs = await self.loop.run(rows, n_samples, sampling)
-        if self.how == "one short":
-            return trajs[:-1]
-        if self.how == "sample-major":  # p0/0, p1/0, p0/1, p1/1
-            return [trajs[k * n_samples + s] for s in range(n_samples) for k in range(len(rows))]
-        if self.how == "dicts":
-            return [{"turns": t.turns} for t in trajs]
-        return trajs
 
 
 @pytest.mark.parametrize(

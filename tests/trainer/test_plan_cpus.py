@@ -77,3 +77,19 @@ def test_when_no_worker_cpu_count_fits_the_advice_names_what_would(monkeypatch):
         "the engines alone take 2 of the 2 cores: lower generator.num_engines or "
         "generator.num_cpus_per_engine"
     )
+
+
+def test_several_engines_at_zero_cpus_count_one_cpu_each(monkeypatch):
+    """``num_cpus_per_engine=0`` with several engines runs each in an actor of 1 CPU: async
+    training accepts it, and 1 rank x 1 + 2 engines x 1 = 3 CPUs on 2 cores share cores (it
+    counted 2 x 0 = 0 engine CPUs and warned of nothing). 2 - 2 = 0 left for the rank."""
+    monkeypatch.setattr(plan_module, "_cores", lambda: 2)
+    cfg = _config(
+        "trainer.max_staleness=1", "trainer.dp_size=1", "trainer.num_cpus_per_worker=1",
+        "generator.num_engines=2", "generator.num_cpus_per_engine=0",
+    )  # fmt: skip
+    assert make_plan(cfg).overlap_cpus == (
+        "3 CPUs at once (1 policy x 1 + 2 engine x 1) on 2 cores: threads will share cores; "
+        "the engines alone take 2 of the 2 cores: lower generator.num_engines or "
+        "generator.num_cpus_per_engine"
+    )
