@@ -151,7 +151,9 @@ class TrainerConfig:
     """Optimizer of the critic."""
     critic_model_path: str | None = None
     """Initial critic weights (a directory or hub id, resolved like ``model.path``); None = the
-    policy model with a fresh value head. Only with a critic (``advantage_estimator=gae``)."""
+    policy model with a fresh value head (zeros). A reward model's one-output head (``score``,
+    ``value_head``, ``v_head``) starts the value head. Only with a critic
+    (``advantage_estimator=gae``)."""
 
     ckpt_interval: int = 0
     """Save a checkpoint every N training steps; 0 = only at the end."""

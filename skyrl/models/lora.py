@@ -91,12 +91,15 @@ def base_name(param_name: str) -> str:
 
 
 def adapted_modules(wire_names: Iterable[str]) -> list[str]:
-    """The module names (last component) that adapter tensors named ``wire_names`` adapt."""
+    """The full names in the base model (``model.layers.0.mlp.down_proj``) of the modules that
+    adapter tensors named ``wire_names`` adapt: as ``target_modules``, PEFT matches each to
+    exactly that module (a last name alone, ``c_proj``, would put adapters on every layer of
+    that name, GPT-2's attention output as well as its MLP's)."""
     modules = set()
     for name in wire_names:
         for part in (".lora_A.", ".lora_B."):
             if part in name:
-                modules.add(name.split(part)[0].rsplit(".", 1)[-1])
+                modules.add(name.split(part)[0].removeprefix(PEFT_PREFIX))
     return sorted(modules)
 
 

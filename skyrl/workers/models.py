@@ -1,11 +1,15 @@
 """Loading the models the workers train: the policy/reference LM and the critic.
 
 The critic is the policy's transformer body with a scalar head on every
-position (PPO's value model); its head starts at zero so initial values are 0.
+position (PPO's value model); its head starts at zero so initial values are 0, unless
+the critic's checkpoint has a one-output head of its own (a reward model's ``score``):
+the critic then starts from it, its initial values the reward model's per-token scores.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import cast
 
 import torch
@@ -45,14 +49,19 @@ def load_causal_lm(
     packed_attention: str = "per_sequence",
 ) -> nn.Module:
     """A ``from_pretrained`` causal LM in the training dtype, its attention for packed micro
-    batches (``trainer.packed_attention``)."""
-    model = AutoModelForCausalLM.from_pretrained(
+    batches (``trainer.packed_attention``). A checkpoint without the LM head's weights (a
+    reward model, a bare transformer body) is refused: transformers would start the head
+    at random."""
+    loaded = AutoModelForCausalLM.from_pretrained(
         path,
         dtype=DTYPES[precision],
         trust_remote_code=trust_remote_code,
         attn_implementation=attention_implementation(packed_attention),
+        output_loading_info=True,
         **IN_MEMORY,
     )
+    model, loading = cast(tuple[PreTrainedModel, dict], loaded)
+    check_lm_head(model, path, loading["missing_keys"])
     check_attention(model, path)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -60,6 +69,26 @@ def load_causal_lm(
     if not torch.cuda.is_available():
         tied_embedding_row_grads(model)
     return model
+
+
+def check_lm_head(model: PreTrainedModel, path: str, missing_keys: set[str]) -> None:
+    """Refuse the policy's model (``model.path``) when its LM head's weights are among the
+    checkpoint's ``missing_keys`` (``from_pretrained``'s loading info; a head tied to the
+    embedding is never missing)."""
+    head = model.get_output_embeddings()
+    names = {
+        f"{module_name}.{param_name}"
+        for module_name, module in model.named_modules()
+        if module is head
+        for param_name, _ in module.named_parameters(recurse=False)
+    }
+    missing = sorted(names & set(missing_keys))
+    if missing:
+        raise ValueError(
+            f"model.path={path} has no weights for {type(model).__name__}'s LM head "
+            f"({', '.join(missing)}): not a causal LM (a reward model, a bare transformer "
+            "body?); a reward model can start the critic (trainer.critic_model_path)"
+        )
 
 
 def tied_embedding_row_grads(model: PreTrainedModel) -> None:
@@ -181,7 +210,8 @@ def load_value_model(
     gradient_checkpointing: bool = False,
     packed_attention: str = "per_sequence",
 ) -> ValueModel:
-    """The critic: the body of the model at ``path`` with a fresh value head."""
+    """The critic: the body of the model at ``path`` with a value head, the checkpoint's own
+    one-output head (``VALUE_HEADS``; a line says which) or else a fresh one (zeros)."""
     body = _load_body(
         path,
         trust_remote_code,
@@ -192,7 +222,71 @@ def load_value_model(
     check_attention(body, path)
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return ValueModel(body, body.config.hidden_size)
+    model = ValueModel(body, body.config.hidden_size)
+    _init_value_head(model.value_head, path)
+    return model
+
+
+VALUE_HEADS = ("score", "value_head", "v_head", "v_head.summary")
+"""Checkpoint names of a one-output head a critic starts from (``<name>.weight`` of shape
+``(1, hidden_size)``, ``<name>.bias`` optional): a reward model's (transformers'
+``AutoModelForSequenceClassification`` with ``num_labels=1``), OpenRLHF's critic and reward
+model, TRL's value head."""
+
+
+def _init_value_head(head: nn.Linear, path: str) -> None:
+    """Copy into ``head`` the first of ``VALUE_HEADS`` that the checkpoint in the local folder
+    ``path`` holds with one output, and say so; a head with several outputs (a classifier) is
+    left out, said too. Nothing found: ``head`` stays as it is."""
+    names = {f"{name}.{part}" for name in VALUE_HEADS for part in ("weight", "bias")}
+    saved = _read_tensors(Path(path), names)
+    for name in VALUE_HEADS:
+        weight, bias = saved.get(f"{name}.weight"), saved.get(f"{name}.bias")
+        if weight is None:
+            continue
+        if weight.shape != head.weight.shape or (bias is not None and bias.numel() != 1):
+            shape, want = tuple(weight.shape), tuple(head.weight.shape)
+            print(
+                f"critic: {name}.weight of {path} has shape {shape}, not {want} (one output): "
+                "not a value head; the value head starts at zero",
+                flush=True,
+            )
+            return
+        with torch.no_grad():
+            head.weight.copy_(weight)
+            head.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
+        what = f"{name}.weight" + (f" and {name}.bias" if bias is not None else "")
+        print(f"critic: value head initialised from {what} of {path}", flush=True)
+        return
+
+
+def _read_tensors(folder: Path, names: set[str]) -> dict[str, torch.Tensor]:
+    """Those of ``names`` that the checkpoint in ``folder`` holds, reading no other tensor:
+    from the weights ``from_pretrained`` loads, the first of ``model.safetensors``, its index's
+    shards, ``pytorch_model.bin``, its index's shards. A ``folder`` that is no directory (a
+    hub id) holds none."""
+    files: list[str] = []
+    for weights in ("model.safetensors", "pytorch_model.bin"):
+        index = folder / f"{weights}.index.json"
+        if (folder / weights).is_file():
+            files = [weights]
+        elif index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = sorted({weight_map[n] for n in names if n in weight_map})
+        else:
+            continue
+        break
+    found: dict[str, torch.Tensor] = {}
+    for file in files:
+        if file.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(str(folder / file), framework="pt") as f:
+                found.update({n: f.get_tensor(n) for n in names & set(f.keys())})
+        else:
+            state = torch.load(folder / file, map_location="cpu", weights_only=True)
+            found.update({n: state[n] for n in names & state.keys()})
+    return found
 
 
 def _load_body(path: str, trust_remote_code: bool, **kwargs) -> PreTrainedModel:
