@@ -52,7 +52,14 @@ default values, which agents commonly send: ``tool_choice`` other than ``auto`` 
 ``top_logprobs`` or completions ``logprobs`` above 0 (``logprobs=0`` gives the sampled
 tokens' own), a non-empty ``logit_bias``, non-zero ``presence_penalty`` or
 ``frequency_penalty``. Numbers must be finite (Python's json sends
-NaN and Infinity).
+NaN and Infinity). As OpenAI refuses them: ``tool_choice`` without ``tools``,
+``stream_options`` without ``stream`` (or with an ``include_usage`` neither true nor false),
+a message without content (an assistant's may have tool calls instead).
+
+Logprobs give each token's raw bytes (``bytes``; null for a special token such as the EOS a
+reply stops on, which its text leaves out) and ``token`` as their text, bytes that are only
+part of a character escaped (``\\xc3``), as OpenAI gives them; completions' ``text_offset``
+counts the characters before each token.
 
 Engine calls run where the engine's callers must run them: ``EngineBinding``
 carries the event loop of the rollout driver that opened the session (the
@@ -63,6 +70,7 @@ hands the call to it; without one the call runs on the server's loop.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import copy
 import dataclasses
 import json
@@ -79,7 +87,13 @@ from skyrl.config.errors import ConfigError
 from skyrl.data.prompts import PromptRow
 from skyrl.generators.trajectory import VersionClock
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, request_seed
-from skyrl.serve.chat_format import ChatFormat, FormatError, check_tools, normalize_messages
+from skyrl.serve.chat_format import (
+    ChatFormat,
+    FormatError,
+    check_tools,
+    normalize_messages,
+    token_text,
+)
 from skyrl.serve.reconcile import FIRST, FORK, Chain, Decision, RequestRecord
 
 MAX_N = 128
@@ -242,7 +256,8 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
     ``logit_bias``, penalties 0, ``parallel_tool_calls`` true where tools are offered, and
     none of the old ``functions`` (``function_call`` auto or none): ``tools`` declares
-    functions."""
+    functions. A ``tool_choice`` without ``tools`` is refused whatever its value, as OpenAI
+    refuses it."""
 
     def refuse(name: str, allowed: str) -> APIError:
         got = body[name]
@@ -261,6 +276,9 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
         if body.get("suffix") not in (None, ""):
             raise refuse("suffix", "null: no text is inserted before a suffix")
         return
+    if body.get("tool_choice") is not None and not body.get("tools"):  # as OpenAI answers
+        message = "tool_choice is only allowed when tools are specified"
+        raise APIError(400, message, param="tool_choice")
     if body.get("functions") not in (None, []):
         raise refuse("functions", "null: declare them as tools")
     if body.get("function_call") not in (None, "auto", "none"):
@@ -290,9 +308,23 @@ def _check_flags(body: dict, chat: bool) -> None:
 
 def _include_usage(body: dict) -> bool:
     """Whether a stream ends with a usage chunk (``stream_options.include_usage``), as
-    OpenAI's do: without it every chunk has a choice."""
+    OpenAI's do: without it every chunk has a choice. As OpenAI answers, a 400 for
+    ``stream_options`` without ``stream``, and for one that is not an object or whose
+    ``include_usage`` is not true or false (``"false"`` would otherwise be read as true)."""
     options = body.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))
+    if options is None:
+        return False
+    if not body.get("stream"):
+        message = "stream_options is only allowed when stream is true"
+        raise APIError(400, message, param="stream_options")
+    if not isinstance(options, dict):
+        message = f"stream_options must be an object, got {options!r}"
+        raise APIError(400, message, param="stream_options")
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        message = f"stream_options.include_usage must be true or false, got {usage!r}"
+        raise APIError(400, message, param="stream_options.include_usage")
+    return bool(usage)
 
 
 def _stops(body: dict) -> list[str]:
@@ -346,6 +378,7 @@ class OpenAIBackend:
         body = self._body(body)
         _refuse_unsupported(body, chat=True)
         _check_flags(body, chat=True)
+        usage = _include_usage(body)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
         stop_ids, stops = self.format.turn_stop_ids, self._stop_strings(body, session)
@@ -371,12 +404,13 @@ class OpenAIBackend:
         response = self._response("chat.completion", "chatcmpl", body, out, prompt_ids, choices)
         if not body.get("stream"):
             return response
-        return self._chat_stream(response, _include_usage(body))
+        return self._chat_stream(response, usage)
 
     async def completion(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
         _refuse_unsupported(body, chat=False)
         _check_flags(body, chat=False)
+        usage = _include_usage(body)
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
@@ -397,7 +431,7 @@ class OpenAIBackend:
         response = self._response("text_completion", "cmpl", body, out, prompt_ids, choices)
         if not body.get("stream"):
             return response
-        return self._completion_stream(response, _include_usage(body))
+        return self._completion_stream(response, usage)
 
     # -- request checks: all made before the engine or the session sees the request ----
 
@@ -667,23 +701,39 @@ class OpenAIBackend:
             response["prompt_token_ids"] = list(prompt_ids)
         return response
 
+    def _token_pieces(self, completion: Completion) -> list[tuple[str, bytes | None]]:
+        """Each sampled token's ``(token, bytes)`` as OpenAI's logprobs give them: its raw
+        bytes (``ChatFormat.token_bytes``; None for a special token) and their text."""
+        pieces = []
+        for tok in completion.token_ids:
+            raw = self.format.token_bytes(tok)
+            pieces.append((self.tokenizer.decode([tok]) if raw is None else token_text(raw), raw))
+        return pieces
+
     def _chat_logprobs(self, completion: Completion) -> dict:
-        content = []
-        for tok, lp in zip(completion.token_ids, completion.logprobs, strict=True):
-            text = self.tokenizer.decode([tok])
-            content.append(
-                {"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []}
-            )
+        pieces = self._token_pieces(completion)
+        content = [
+            {
+                "token": text,
+                "logprob": lp,
+                "bytes": None if raw is None else list(raw),
+                "top_logprobs": [],
+            }
+            for (text, raw), lp in zip(pieces, completion.logprobs, strict=True)
+        ]
         return {"content": content}
 
     def _completion_logprobs(self, completion: Completion) -> dict:
-        tokens = [self.tokenizer.decode([t]) for t in completion.token_ids]
-        offsets, at = [], 0
-        for t in tokens:
+        """``text_offset``: the characters of the text before each token (a token that ends
+        inside a character counts it from the token that completes it)."""
+        pieces = self._token_pieces(completion)
+        chars, offsets = codecs.getincrementaldecoder("utf-8")(errors="replace"), []
+        at = 0
+        for _, raw in pieces:
             offsets.append(at)
-            at += len(t)
+            at += len(chars.decode(raw or b""))
         return {
-            "tokens": tokens,
+            "tokens": [text for text, _ in pieces],
             "token_logprobs": list(completion.logprobs),
             "top_logprobs": None,
             "text_offset": offsets,

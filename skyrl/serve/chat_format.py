@@ -7,11 +7,16 @@ built-in loop encodes a first prompt (``skyrl.generators.chat.ChatTokens``).
 Tool calls are parsed from the model's output by vLLM's maintained tool parsers
 (``generator.tool_parser``, ``hermes`` by default; ``skyrl.generators.tool_calls``),
 imported on the first request that declares tools.
+
+Logprobs give each sampled token's raw bytes (``ChatFormat.token_bytes``), as OpenAI's
+``bytes`` are: a byte-level BPE token that holds part of a multi-byte character is that part,
+not the U+FFFD its lone decode gives, so the tokens' bytes joined are the reply's UTF-8.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property
 from typing import Any
 
@@ -51,7 +56,8 @@ def _text(content: Any, param: str) -> str:
 
 
 def normalize_messages(messages: Any) -> list[dict]:
-    """OpenAI messages as chat-template messages (``FormatError`` naming the bad field; a
+    """OpenAI messages as chat-template messages (``FormatError`` naming the bad field; as
+    OpenAI requires, a message has content unless it is an assistant's with tool calls, and a
     tool message's ``tool_call_id`` must name a call of the assistant message before it)."""
     if not isinstance(messages, list) or not messages:
         raise FormatError("messages", "must be a non-empty list of messages")
@@ -64,6 +70,10 @@ def normalize_messages(messages: Any) -> list[dict]:
         role = m.get("role")
         if role not in ROLES:
             raise FormatError(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+        if m.get("content") is None and not (role == "assistant" and m.get("tool_calls")):
+            needs = "content or tool_calls" if role == "assistant" else "content"
+            article = "an" if role == "assistant" else "a"
+            raise FormatError(f"{where}.content", f"{article} {role} message needs {needs}")
         msg: dict[str, Any] = {
             "role": "system" if role == "developer" else role,
             "content": _text(m.get("content"), f"{where}.content"),
@@ -157,6 +167,31 @@ def check_tools(tools: Any) -> list[dict] | None:
     return tools
 
 
+def _decoder_kind(tokenizer) -> str:
+    """How the tokenizer's token strings hold bytes: ``byte_level`` (GPT-2's byte-to-unicode
+    alphabet), ``sentencepiece`` (U+2581 for a space, ``<0xNN>`` byte fallback), or ``""``
+    (unknown: a token's bytes are those of its decoded text)."""
+    if hasattr(tokenizer, "byte_decoder"):  # a slow GPT-2-style tokenizer
+        return "byte_level"
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    state = decoder.__getstate__().decode() if decoder is not None else ""
+    if '"ByteLevel"' in state:
+        return "byte_level"
+    if '"ByteFallback"' in state or '"Metaspace"' in state or hasattr(tokenizer, "sp_model"):
+        return "sentencepiece"
+    return ""
+
+
+BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+"""A sentencepiece byte-fallback token."""
+
+
+def token_text(raw: bytes) -> str:
+    """A token's ``token`` text in logprobs: its bytes as UTF-8, bytes that are not (part of a
+    character) escaped as ``\\xNN``, as OpenAI writes them."""
+    return raw.decode("utf-8", errors="backslashreplace")
+
+
 class ChatFormat:
     """Render requests and parse replies for one tokenizer."""
 
@@ -176,6 +211,39 @@ class ChatFormat:
     def final_ids(self) -> set[int]:
         """Tokens a reply may end on that are not its text: EOS and ``turn_stop_ids``."""
         return {self.tokenizer.eos_token_id, *self.turn_stop_ids}
+
+    @cached_property
+    def _decoder_kind(self) -> str:
+        return _decoder_kind(self.tokenizer)
+
+    @cached_property
+    def _byte_decoder(self) -> dict[str, int]:
+        """A byte-level token string's characters -> its bytes (GPT-2's alphabet, inverted)."""
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        return {c: b for b, c in bytes_to_unicode().items()}
+
+    @cached_property
+    def _added(self) -> dict[int, bytes | None]:
+        """Added tokens' bytes: their text, never byte-encoded (``<tool_call>``); None for a
+        special one, which a decode without special tokens leaves out."""
+        added = {
+            i: None if t.special else t.content.encode()
+            for i, t in self.tokenizer.added_tokens_decoder.items()
+        }
+        return added | dict.fromkeys(self.tokenizer.all_special_ids)
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The token's raw bytes (None for a special token: the reply's text leaves it out)."""
+        if token_id in self._added:
+            return self._added[token_id]
+        piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if self._decoder_kind == "byte_level" and all(c in self._byte_decoder for c in piece):
+            return bytes(self._byte_decoder[c] for c in piece)
+        if self._decoder_kind == "sentencepiece":
+            byte = BYTE_TOKEN.fullmatch(piece)
+            return bytes([int(byte[1], 16)]) if byte else piece.replace("\u2581", " ").encode()
+        return self.tokenizer.decode([token_id]).encode()
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The conversation with the generation prompt appended, as token ids."""
