@@ -3,19 +3,10 @@ writes to its row's ``extras`` cannot change what the prompt's other samples see
 
 import asyncio
 
-import pytest
-from transformers import AutoTokenizer
-
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import StepResult, TextEnv
 from skyrl.generators.agent_loop import AgentLoop, LoopSettings
 from skyrl.inference.base import Completion, SamplingParams
-from skyrl.models import build_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return AutoTokenizer.from_pretrained(build_tiny_model())
 
 
 class Replies:

@@ -6,8 +6,8 @@ import logging
 import time
 
 import pytest
+from agent_loop_helpers import TwoToolTurns
 from misbehaving_drivers import Misbehaving
-from transformers import AutoTokenizer
 
 from skyrl.data.prompts import PromptRow
 from skyrl.envs.base import StepResult, TextEnv
@@ -16,14 +16,8 @@ from skyrl.generators.generator import trajectories_to_output
 from skyrl.generators.trajectory import Trajectory, Turn
 from skyrl.inference.base import Completion, SamplingParams
 from skyrl.inference.local import LocalEngine
-from skyrl.models import build_tiny_model
 
 ROW = PromptRow("What is 6*7?", "toy", {}, uid="p0")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return AutoTokenizer.from_pretrained(build_tiny_model())
 
 
 class ReplyEngine(LocalEngine):
@@ -172,18 +166,10 @@ class SmallContextEngine(LocalEngine):
                 r.resolve(Completion(self.ids[:n], [-0.5] * n, reason))
 
 
-class TwoObservations(TextEnv):
-    """A tool result after turns 1 and 2, done with reward 1 on turn 3."""
+class TwoObservations(TwoToolTurns):
+    """A tool result after turns 1 and 2 (reward 0.5 each), done with reward 1 on turn 3."""
 
-    def init(self, prompt, extras):
-        self.t = 0
-        return super().init(prompt, extras)
-
-    def step(self, action_text):
-        self.t += 1
-        if self.t < 3:
-            return StepResult([{"role": "tool", "content": f"result {self.t}"}], 0.5, False)
-        return StepResult([], 1.0, True)
+    step_reward = 0.5
 
 
 @pytest.mark.parametrize("step_wise", [False, True], ids=["whole", "step_wise"])
