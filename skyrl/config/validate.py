@@ -348,9 +348,8 @@ CALLS = {
 def _check_registered_names(a) -> None:
     """Each part ``algorithm`` names is registered, and can take the call skyrl makes (a
     recipe's wrong signature would otherwise fail inside a worker, mid-step)."""
-    import inspect
-
     from skyrl import algorithms
+    from skyrl.registry import unbindable_parameters
 
     for key, registry in (
         ("advantage_estimator", algorithms.ADVANTAGE_ESTIMATORS),
@@ -366,18 +365,13 @@ def _check_registered_names(a) -> None:
         )
         fn, call = registry.get(name), CALLS[key]
         count = call.count(",") + 1
-        try:
-            inspect.signature(fn).bind(*range(count))
-        except TypeError as exc:
-            problem = (
-                f"{registry.kind} {name!r} ({getattr(fn, '__qualname__', fn)}) is called with "
-                f"{count} arguments {call}, but it cannot take them: {exc}"
-            )
-        except ValueError:  # no signature to read (a builtin): the call decides
-            continue
-        else:
-            continue
-        raise ConfigError(f"algorithm.{key}", problem)  # outside the handler: no context
+        listed = unbindable_parameters(fn, count)
+        require(
+            listed is None,
+            f"algorithm.{key}",
+            f"{registry.kind} {name!r} ({getattr(fn, '__qualname__', fn)}) is called with "
+            f"{count} arguments {call}, but it takes ({listed})",
+        )
 
 
 def _check_kl_horizon(cfg: SkyRLConfig) -> None:

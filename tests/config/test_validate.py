@@ -366,6 +366,7 @@ def test_a_registered_part_that_cannot_take_its_call_is_refused(key, registry, t
             _validate(f"algorithm.{key}=test_four_{key}")
         assert err.value.key == f"algorithm.{key}"
         assert f"is called with {takes} arguments" in err.value.message
+        assert err.value.message.endswith("but it takes (a, b, c, d)")
     _validate(f"algorithm.{key}=test_star_{key}")
 
 
