@@ -131,7 +131,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     if fake:
         return Preflight(resolved, None, [])
     tokenizer = load_tokenizer(cfg, tokenizer_dir)
-    _check_vocab_size(cfg, len(tokenizer), model_config, critic_config)
+    check_vocab_size(cfg, len(tokenizer), model_config, critic_config)
     splits = PromptSplits([], []) if for_run else None
     reports = [
         check_prompts(cfg, split, tokenizer, getattr(splits, split).append if splits else None)
@@ -431,7 +431,7 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     """A critic's own ``trainer.critic_model_path`` is a model folder (the critic worker loads
     it) whose packed forward is right and whose context holds the longest sequence; a dry
     run of a model not on disk yet skips this, the run checks it. Returns the critic's (text)
-    config, for ``_check_vocab_size`` (None: no critic of its own, or not on disk yet)."""
+    config, for ``check_vocab_size`` (None: no critic of its own, or not on disk yet)."""
     from skyrl.models.resolve import CRITIC_KEY, critic_model_path, locate_model_path
 
     critic = critic_model_path(cfg)
@@ -448,7 +448,7 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     return model_config
 
 
-def _check_vocab_size(cfg: SkyRLConfig, num_tokens: int, model_config, critic_config) -> None:
+def check_vocab_size(cfg: SkyRLConfig, num_tokens: int, model_config, critic_config) -> None:
     """Every id of the tokenizer (``num_tokens``: ``len(tokenizer)``, added tokens included)
     has a row in the embedding of ``model.path`` and of a critic's own
     ``trainer.critic_model_path`` (their configs' ``vocab_size``; None: not on disk yet, the

@@ -39,7 +39,12 @@ SERVE_RUN_DIR = "hydra.run.dir=outputs/serve/${now:%Y-%m-%d}/${now:%H-%M-%S}"
 
 def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     """Serve until ``stop`` is done (or a signal); blocks."""
-    from skyrl.config.preflight import load_tokenizer, local_model_paths, model_text_config
+    from skyrl.config.preflight import (
+        check_vocab_size,
+        load_tokenizer,
+        local_model_paths,
+        model_text_config,
+    )
     from skyrl.config.validate import validate
     from skyrl.inference.factory import make_engine
     from skyrl.serve.app import HTTPServer, build_app
@@ -52,7 +57,8 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     assert typed.model.tokenizer_path is not None  # local_model_paths sets it
     # the key the user set: model.path unless model.tokenizer_path was given
     tokenizer = load_tokenizer(checked, typed.model.tokenizer_path)
-    model_text_config(typed.model.path, "model.path", typed.model.trust_remote_code)
+    model_config = model_text_config(typed.model.path, "model.path", typed.model.trust_remote_code)
+    check_vocab_size(checked, len(tokenizer), model_config, None)
     if g.engines_in_actors:
         from skyrl.api import start_ray
 
