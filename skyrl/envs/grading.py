@@ -19,6 +19,29 @@ Three deliberate departures from letting math-verify decide everything:
   ``e``, ``i``, ``pi`` as constants, so ``sey`` matched ``yes`` and ``on`` matched ``no``,
   while ``true`` missed ``\\text{true}``. A product written as bare letters (``xy``) is then
   read as a word too: ``yx`` does not match it.
+
+Where math-verify would grade a correct answer 0 or a wrong one 1, the text is read first:
+
+- Decimals are exact numbers. math-verify rounds both sides to 6 decimals once one side is a
+  float, so ``0.5000001`` matched ``\\frac{1}{2}``; each decimal is rewritten as the fraction
+  it is (``0.125`` as ``\\frac{125}{1000}``), on both sides, so numbers compare exactly, in
+  tuples, intervals and matrices too. One exception: an answer that is a single decimal
+  matches an irrational gold (``\\sqrt{2}``, ``\\pi``) within a relative ``1e-9``
+  (``1.4142135624``; not ``1.414214``). A decimal after a thousands separator (``1,000.5``)
+  is left to math-verify.
+- Units count when both sides have one. math-verify drops a trailing ``\\text{..}`` unit, so
+  ``5\\text{ m}`` matched ``5\\text{ cm}``. A trailing ``\\text``/``\\mbox``/``\\mathrm``
+  unit (with ``^2``/``^3``) or ``^\\circ`` on both sides must be the same unit: case,
+  spaces, plurals and common abbreviations aside (``cm`` is ``centimeters``, ``ft`` is
+  ``feet``, ``square units`` is ``units^2``); a spelling outside those is another unit. A
+  bare number still matches a gold with a unit, and an answer with a unit a gold without.
+- An inequality matches the intervals it describes (``x<3`` is ``(-\\infty,3)``), unless the
+  gold is an open pair of finite numbers (``(1,3)``), which may be a point.
+- An answer in E-notation (``1.0e-3``, ``2E5``) is that number (math-verify read ``e`` as
+  Euler's number), unless the gold holds Euler's number. A plain-number gold still takes
+  only a plain number.
+- A percent gold (``10\\%``) also takes its value as a fraction: ``0.1``, ``\\frac{1}{10}``
+  (and, as before, ``10`` and ``10\\%``).
 """
 
 from __future__ import annotations
@@ -26,6 +49,8 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 
 _HASH = re.compile(r"(?<!#)####(#*)\s*([^\n]+)")
@@ -58,6 +83,38 @@ another grader could otherwise pick up the unevaluated ones of :func:`_too_costl
 holds the GIL anyway, so serialising it costs no throughput."""
 _COMPUTED_WHILE_PARSING = re.compile(r"\\(?:det|gcd|lcm|operatorname)(?![a-zA-Z])|vmatrix")
 """What math-verify's LaTeX parser computes at once: determinants, gcds, matrix functions."""
+_DECIMAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
+_AFTER_THOUSANDS = re.compile(r"\d(?:,|\{,\}|,\\!|\\,)$")
+_E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
+_PERCENT = re.compile(r"(.*[^\s\\])\s*\\?%")
+_UNIT = re.compile(
+    r"(?P<quantity>.*\S)\s*(?:\\(?:text|textrm|textnormal|mbox|mathrm)\s*"
+    r"\{(?P<unit>[^{}]*[a-zA-Z][^{}]*)\}(?:\^\{?(?P<power>[23])\}?)?"
+    r"|(?P<degree>\^\s*\{?\\circ\}?|\u00b0))\s*\.?"
+)
+_UNIT_NAMES = {
+    **dict.fromkeys(["mm", "millimetre"], "millimeter"),
+    **dict.fromkeys(["cm", "centimetre"], "centimeter"),
+    **dict.fromkeys(["m", "metre"], "meter"),
+    **dict.fromkeys(["km", "kilometre"], "kilometer"),
+    **dict.fromkeys(["in"], "inch"),
+    **dict.fromkeys(["ft", "feet"], "foot"),
+    **dict.fromkeys(["yd"], "yard"),
+    **dict.fromkeys(["mi"], "mile"),
+    **dict.fromkeys(["s", "sec"], "second"),
+    **dict.fromkeys(["min"], "minute"),
+    **dict.fromkeys(["h", "hr"], "hour"),
+    **dict.fromkeys(["g"], "gram"),
+    **dict.fromkeys(["kg"], "kilogram"),
+    **dict.fromkeys(["lb"], "pound"),
+    **dict.fromkeys(["oz"], "ounce"),
+    **dict.fromkeys(["l", "litre"], "liter"),
+    **dict.fromkeys(["ml", "millilitre"], "milliliter"),
+    **dict.fromkeys(["deg"], "degree"),
+}
+"""Common abbreviations and spellings of a unit (singular), to one name."""
+RELATIVE_TOLERANCE = Decimal("1e-9")
+"""How close a single decimal answer must be to an irrational gold, relative to the gold."""
 
 
 def _boxes(text: str) -> list[tuple[int, str]]:
@@ -154,6 +211,110 @@ def _words(text: str) -> str | None:
     return s if _WORDS.fullmatch(s) else None
 
 
+def _unit_name(word: str) -> str:
+    """One name for a unit word, lowercase: singular, abbreviations spelled out (see
+    ``_UNIT_NAMES``): ``cm`` and ``Centimetres`` are ``centimeter``."""
+    singular = word
+    if word not in _UNIT_NAMES:
+        if word.endswith(("ches", "shes")):
+            singular = word[:-2]
+        elif word.endswith("s") and not word.endswith("ss") and len(word) > 2:
+            singular = word[:-1]
+    return _UNIT_NAMES.get(singular, singular)
+
+
+def _unit(text: str) -> str | None:
+    """The unit at the end of ``text`` after a quantity, as one name (``5\\text{ cm}^2`` and
+    ``5\\text{ square centimeters}`` have ``centimeter^2``, ``90^\\circ`` has ``degree``),
+    or None when there is none."""
+    match = _UNIT.fullmatch(text.strip())
+    if match is None:
+        return None
+    if match["degree"]:
+        return "degree"
+    spaced = re.sub(r"\\[,;:! ]|~", " ", match["unit"]).lower().strip().removesuffix(".")
+    words = [_unit_name(word) for word in spaced.split()]
+    power = match["power"] or ""
+    if len(words) > 1 and words[0] in ("square", "sq", "cubic"):
+        power, words = ("3" if words[0] == "cubic" else "2"), words[1:]
+    return " ".join(words) + (f"^{power}" if power else "")
+
+
+def _exact_decimals(latex: str) -> str:
+    """``latex`` with each decimal written as the fraction it is (``0.125`` as
+    ``\\frac{125}{1000}``, ``x^{\\frac{5}{10}}`` for ``x^0.5``), which math-verify compares
+    exactly. A decimal after a thousands separator (``1,000.5``) is left as it is."""
+
+    def exact(match: re.Match) -> str:
+        whole, fraction = match.groups()
+        if len(whole) == 3 and _AFTER_THOUSANDS.search(latex, 0, match.start()):
+            return match.group()
+        fraction = f"\\frac{{{int(whole + fraction)}}}{{1{'0' * len(fraction)}}}"
+        after_power = match.start() > 0 and latex[match.start() - 1] in "^_"
+        return f"{{{fraction}}}" if after_power else fraction
+
+    return _DECIMAL.sub(exact, latex)
+
+
+def _from_e_notation(answer: str, golds: list) -> str:
+    """``answer`` in LaTeX's notation when it is a number in E-notation (``1.0e-3`` is
+    ``1.0\\times10^{-3}``) and no parsed gold holds Euler's number; else ``answer``."""
+    import sympy
+
+    match = _E_NOTATION.fullmatch(answer.strip())
+    if match is None or any(
+        isinstance(gold, (sympy.Basic, sympy.MatrixBase)) and gold.has(sympy.E, sympy.exp)
+        for gold in golds
+    ):
+        return answer
+    return f"{match.group(1)}\\times10^{{{int(match.group(2))}}}"
+
+
+def _without_percent(text: str) -> str:
+    """``text`` without a trailing ``%`` (``\\%``); math-verify ignores it anyway, but fails to
+    parse it after a fraction."""
+    match = _PERCENT.fullmatch(text.strip())
+    return match.group(1) if match else text
+
+
+def _percent_values(gold: str, answer: str, golds: list) -> list:
+    """The parsed values ``golds`` of a percent gold as fractions (``10\\%`` is ``1/10``), for
+    an answer without a ``%``; else none."""
+    import sympy
+
+    if "%" in answer or not _PERCENT.fullmatch(gold.strip()):
+        return []
+    return [value / 100 for value in golds if isinstance(value, sympy.Expr)]
+
+
+def _reads_as_set(golds: list) -> bool:
+    """Whether the parsed gold is intervals an inequality can describe (``(-\\infty,3)``,
+    ``[1,2)``, a union): not an open pair of finite numbers (``(1,3)``), which may be a
+    point, nor a finite set (math-verify compares ``1<x<2`` with ``\\{1,2\\}`` by its ends)."""
+    import sympy
+
+    gold = next((gold for gold in golds if not isinstance(gold, str)), None)
+    if isinstance(gold, sympy.Interval) and gold.left_open and gold.right_open:
+        return not (gold.start.is_finite and gold.end.is_finite)
+    return isinstance(gold, (sympy.Interval, sympy.Union))
+
+
+def _near_irrational(answer: str, golds: list) -> bool:
+    """Whether ``answer`` is a plain number within ``RELATIVE_TOLERANCE`` of an irrational
+    real gold (``1.4142135624`` of ``\\sqrt{2}``)."""
+    import sympy
+
+    number = plain_number(answer)
+    gold = next((gold for gold in golds if isinstance(gold, sympy.Expr)), None)
+    if number is None or gold is None or isinstance(gold, sympy.Rational) or not gold.is_number:
+        return False
+    value = gold.evalf(30)
+    if not isinstance(value, sympy.Float):  # complex, or not a number after all
+        return False
+    exact = Decimal(str(value))
+    return abs(number - exact) <= RELATIVE_TOLERANCE * abs(exact)
+
+
 def _power_cost(expr, var_bits: dict) -> tuple[float, float]:
     """:func:`_cost` of a power: its bits times the exponent, terms as multisets of the base's."""
     import sympy
@@ -210,7 +371,7 @@ def _cost(expr, var_bits: dict) -> tuple[float, float]:
         return bits, math.prod(t for _, t in costs)
     # a function or a container is one term; its arguments expand on their own
     terms = 1 if all(t <= MAX_TERMS for _, t in costs) else math.inf
-    module = expr.func.__module__
+    module = expr.func.__module__ or ""  # None for an undefined function, f(x)
     if module.startswith(("sympy.functions.combinatorial", "sympy.functions.special.gamma")):
         n_bits = max((b for b, _ in costs), default=1)  # n! < 2^(n * bits(n))
         bits = n_bits * 2.0**n_bits if n_bits < 64 else math.inf
@@ -225,25 +386,34 @@ def _parse_unevaluated(predicted: str, timeout: int | None) -> list:
     later gold's (``even`` then missed ``\\text{even}``, and a pair's grade depended on what
     was graded before it); and a tree cached evaluated would be read here."""
     import sympy
-    from math_verify import parse, parser
+    from math_verify import parse
 
-    def forget() -> None:
-        parser.parse_latex_cached.cache_clear()
-        parser.parse_expr_cached.cache_clear()
+    with _uncached_parsing(), sympy.evaluate(False):  # thread-local: others keep evaluating
+        return parse(f"${predicted}$", parsing_timeout=timeout)
 
-    forget()
+
+@contextmanager
+def _uncached_parsing() -> Iterator[None]:
+    """math-verify's parser without its caches, which it neither reads nor fills meanwhile.
+
+    Called under ``_SYMPY_LOCK``. Another thread that parses meanwhile gets the same result,
+    uncached. The evaluated parses keep the cache: an answer or gold graded again (each of
+    a prompt's samples has the same gold) is read back, not parsed again."""
+    from math_verify import parser
+
+    cached = parser.parse_latex_cached, parser.parse_expr_cached
+    parser.parse_latex_cached, parser.parse_expr_cached = (f.__wrapped__ for f in cached)
     try:
-        with sympy.evaluate(False):  # thread-local: other threads keep evaluating
-            return parse(f"${predicted}$", parsing_timeout=timeout)
+        yield
     finally:
-        forget()
+        parser.parse_latex_cached, parser.parse_expr_cached = cached
 
 
 def _too_costly(predicted: str, timeout: int | None) -> bool:
-    """Whether grading ``predicted`` could build a huge number or expansion (or is too long)."""
+    """Whether grading ``predicted`` could build a huge number or expansion."""
     import sympy
 
-    if len(predicted) > MAX_ANSWER_CHARS or _COMPUTED_WHILE_PARSING.search(predicted):
+    if _COMPUTED_WHILE_PARSING.search(predicted):
         return True
     try:
         parsed = _parse_unevaluated(predicted, timeout)
@@ -268,9 +438,9 @@ def math_equal(predicted: str, gold: str) -> bool:
     """Whether ``predicted`` is the answer ``gold``.
 
     A plain-number gold needs a plain number of the same value (see :func:`plain_number`).
-    Otherwise equal strings match, a word gold needs the same words (see the module's
-    docstring), and else math-verify decides (numbers, fractions, LaTeX) unless
-    :func:`_too_costly` refuses the answer.
+    Otherwise equal strings match, a word gold needs the same words, a unit on both sides the
+    same unit, and else math-verify decides (numbers, fractions, LaTeX) unless
+    :func:`_too_costly` refuses the answer, with the readings of the module's docstring.
 
     math-verify's own timeouts use ``signal.alarm``, which only works in the main
     thread (elsewhere it raises, which a blanket ``except`` would turn into a silent
@@ -285,15 +455,33 @@ def math_equal(predicted: str, gold: str) -> bool:
     gold_words = _words(gold)
     if gold_words is not None:
         return _words(predicted) == gold_words
-    from math_verify import parse, verify
-
+    gold_unit, unit = _unit(gold), _unit(predicted)
+    if gold_unit and unit and gold_unit != unit:
+        return False
+    if len(predicted) > MAX_ANSWER_CHARS:
+        return False
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     with _SYMPY_LOCK:
-        if _too_costly(predicted, timeout):
-            return False
-        gold_p = parse(f"${gold}$", parsing_timeout=timeout)
-        pred_p = parse(f"${predicted}$", parsing_timeout=timeout)
-        return bool(gold_p and pred_p and verify(gold_p, pred_p, timeout_seconds=timeout))
+        return _verify(predicted, gold, timeout)
+
+
+def _verify(predicted: str, gold: str, timeout: int | None) -> bool:
+    """math-verify's grade, decimals read exactly, and the other readings of the module's
+    docstring; 0 for an answer that :func:`_too_costly` refuses."""
+    from math_verify import parse, verify
+
+    golds = parse(f"${_exact_decimals(_without_percent(gold))}$", parsing_timeout=timeout)
+    answer = _exact_decimals(_from_e_notation(_without_percent(predicted), golds))
+    if not golds or _too_costly(answer, timeout):
+        return False
+    answers = parse(f"${answer}$", parsing_timeout=timeout)
+    if not answers:
+        return False
+    golds = golds + _percent_values(gold, predicted, golds)
+    same = verify(
+        golds, answers, allow_set_relation_comp=_reads_as_set(golds), timeout_seconds=timeout
+    )
+    return bool(same) or _near_irrational(predicted, golds)
 
 
 def grade(text: str, gold: str) -> float:

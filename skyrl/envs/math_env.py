@@ -1,4 +1,15 @@
-"""Single-turn math: the reply's final answer (``#### x`` or ``\\boxed{x}``) graded by math-verify."""
+"""Single-turn math: the reply's final answer (``#### x`` or ``\\boxed{x}``) graded against the
+row's ``answer`` by :func:`skyrl.envs.grading.grade`.
+
+A plain-number gold (``28``, ``2.5``) takes only a plain number of the same value, a word gold
+(``yes``, ``\\text{even}``) the same words, and anything else goes to math-verify, read as
+grading's module docstring says: decimals are exact fractions (``0.5000001`` is not
+``\\frac{1}{2}``; a lone decimal matches an irrational gold within a relative 1e-9), units count
+when both sides have one (``5\\text{ m}`` is not ``5\\text{ cm}``; a bare ``5`` still matches
+it), an inequality matches the interval it describes (``x<3``, ``(-\\infty,3)``), E-notation
+is a number (``1.0e-3``), and a percent gold also takes its value as a fraction (``0.1`` for
+``10\\%``).
+"""
 
 from __future__ import annotations
 
