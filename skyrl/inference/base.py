@@ -116,17 +116,43 @@ WeightItems = Iterable[
 
 
 def iter_named_tensors(weights: WeightItems) -> Iterator[tuple[str, torch.Tensor]]:
-    """Flatten named tensors given one by one or in buckets."""
+    """Flatten named tensors given one by one or in buckets; a ``TypeError`` naming what is
+    neither (``model.parameters()``: tensors without names, say)."""
+    import torch
+
     if isinstance(weights, dict):
-        yield from weights.items()
+        yield from map(_named_tensor, weights.items())
         return
     for item in weights:
         if isinstance(item, dict):
-            yield from item.items()
-        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-            yield item
+            yield from map(_named_tensor, item.items())
+        elif isinstance(item, tuple) and item and isinstance(item[0], str):
+            yield _named_tensor(item)
+        elif isinstance(item, Iterable) and not isinstance(item, torch.Tensor | str | bytes):
+            yield from map(_named_tensor, item)  # a bucket
         else:
-            yield from item
+            yield _named_tensor(item)  # raises
+
+
+def _named_tensor(item: object) -> tuple[str, torch.Tensor]:
+    import torch
+
+    if (
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], torch.Tensor)
+    ):
+        return item
+    if isinstance(item, tuple) and item and isinstance(item[0], str):
+        got = f"{item[0]!r} with {', '.join(type(v).__name__ for v in item[1:]) or 'nothing'}"
+    else:
+        kind = type(item).__name__
+        got = f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
+    raise TypeError(
+        "update_weights takes (name, tensor) pairs, lists of them or {name: tensor} dicts "
+        f"(named_parameters(), not parameters()); got {got}"
+    )
 
 
 class InferenceEngine(Protocol):

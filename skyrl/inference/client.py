@@ -21,7 +21,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
@@ -32,6 +32,24 @@ IDLE_KEYS_KEPT = 4096
 
 class EngineDiedError(RuntimeError):
     """An inference engine actor died (out of memory, killed, crashed)."""
+
+
+def name_engine(exc: BaseException, index: int, num_engines: int) -> None:
+    """Put ``engine <index> of <num_engines> failed: `` before ``exc``'s message where a client
+    has several engines (``index``: the engine's place in ``EngineClient.engines``, from 0).
+    The type stays (callers catch ``EngineDiedError``); an exception whose text does not come
+    from its first argument (``KeyError`` quotes it) gets the line as a note instead."""
+    if num_engines == 1 or getattr(exc, "_skyrl_engine_named", False):
+        return
+    message = f"engine {index} of {num_engines} failed: {exc}"
+    args = exc.args
+    exc.args = (message, *args[1:])
+    if str(exc) != message:
+        exc.args = args
+        add_note = getattr(exc, "add_note", None)  # Python 3.11+; 3.10 keeps the bare error
+        if add_note is not None:
+            add_note(message)
+    exc._skyrl_engine_named = True  # type: ignore[attr-defined]  # re-raised: named once
 
 
 class EngineActor:
@@ -235,6 +253,9 @@ class EngineClient:
             self.load[idx] += 1
         try:
             return await self.engines[idx].generate(prompt_ids, sampling, route_key)
+        except Exception as exc:
+            name_engine(exc, idx, len(self.engines))
+            raise
         finally:
             with self.lock:
                 self.load[idx] -= 1
@@ -257,7 +278,19 @@ class EngineClient:
             thread.join()
 
     def _all(self, call: Callable[[InferenceEngine], None]) -> None:
-        for future in [self.pool.submit(call, e) for e in self.engines]:
+        self._wait([self.pool.submit(call, e) for e in self.engines])
+
+    def _wait(self, futures: list[Future]) -> None:
+        """Wait for one call per engine; the first to fail raises at once, its message naming
+        the engine (``name_engine``); the others go on (an engine that failed in a collective
+        leaves its peers blocked there: they are not waited for)."""
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for i, future in enumerate(futures):
+            exc = future.exception() if future in done else None
+            if exc is not None:
+                name_engine(exc, i, len(self.engines))
+                raise exc
+        for future in futures:
             future.result()
 
     def update_weights(self, weights: WeightItems) -> None:
@@ -281,8 +314,7 @@ class EngineClient:
             )
             for i, engine in enumerate(self.engines)
         ]
-        for f in futures:
-            f.result()
+        self._wait(futures)
 
     def receive_weights(self, plan: list) -> None:
         self._all(lambda e: e.receive_weights(plan))

@@ -29,8 +29,10 @@ run at their size.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import gc
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,29 @@ from skyrl.models.lora import PEFT_PREFIX, is_adapter_name, param_name
 
 PRUNE_FRACTION = 0.25
 """Finished rows are dropped from the batch once they are this fraction of it."""
+
+
+class UnknownParameterError(KeyError):
+    """``update_weights`` got a tensor under a name the model does not have. One line naming
+    it and the model's closest names (a ``KeyError``, whose ``str`` is otherwise the repr)."""
+
+    def __init__(self, name: str, known: list[str]):
+        module, _, leaf = name.rpartition(".")
+        adapted = f"{module}.base_layer.{leaf}"  # PEFT's name of a LoRA-adapted layer's own
+        if adapted in known:
+            hint = (
+                f"the engine serves a LoRA adapter on that layer: it takes the adapter's "
+                f"tensors (lora_A / lora_B), and the layer's own as {adapted!r}"
+            )
+        else:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = (
+                f"closest: {', '.join(close)}" if close else f"it has {', '.join(known[:3])}, ..."
+            )
+        super().__init__(f"update_weights: the model has no parameter {name!r}; {hint}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class HFEngine(LocalEngine):
@@ -115,6 +140,8 @@ class HFEngine(LocalEngine):
         """Positions the model has: prompt + completion stay within them (vLLM's max_model_len)."""
         self._pending: list[Request] = []
         """Requests collected beyond ``max_batch_size``: the head of the next batch."""
+        self.sync_group = None
+        """The broadcast weight-sync group (``join_weight_sync``)."""
 
     # -- serving ------------------------------------------------------------------------
 
@@ -298,22 +325,40 @@ class HFEngine(LocalEngine):
         self.on_owner(self._load_weights, weights)
 
     def _load_weights(self, weights: WeightItems) -> None:
-        # with the aliases of tied weights (lm_head.weight), which ``state_dict`` holds too
-        params = dict(self.model.named_parameters(remove_duplicate=False))
-        buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        targets = self._targets()
+        if not isinstance(weights, Iterator):  # readable twice: refuse before loading any
+            for name, tensor in iter_named_tensors(weights):
+                self._target(targets, name, list(tensor.shape))
         with torch.no_grad():
             for name, tensor in iter_named_tensors(weights):
-                if self.lora and is_adapter_name(name):  # wire name -> the injected layer's
-                    name = param_name(name).removeprefix(PEFT_PREFIX)
-                target = params.get(name, buffers.get(name))
-                if target is None:
-                    raise KeyError(f"update_weights: unknown parameter {name!r}")
-                if tensor.shape != target.shape:  # copy_ would broadcast it over the parameter
-                    raise ValueError(
-                        f"update_weights: {name!r} is a tensor of shape {list(tensor.shape)}; "
-                        f"the model's parameter has shape {list(target.shape)}"
-                    )
+                target = self._target(targets, name, list(tensor.shape))
                 target.copy_(tensor.to(target.device, target.dtype))
+
+    def _targets(self) -> dict[str, torch.Tensor]:
+        """The model's parameters and buffers by name, with the aliases of tied weights
+        (lm_head.weight), which ``state_dict`` holds too."""
+        if self.model is None:
+            raise RuntimeError("hf engine: update_weights after shutdown()")
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        buffers = self.model.named_buffers(remove_duplicate=False)
+        return {**params, **{name: b for name, b in buffers if name not in params}}
+
+    def _target(
+        self, targets: dict[str, torch.Tensor], name: str, shape: list[int]
+    ) -> torch.Tensor:
+        """The parameter (or buffer) a tensor ``name`` of ``shape`` loads into; an
+        ``UnknownParameterError`` or a ``ValueError`` (shape) naming it."""
+        if self.lora and is_adapter_name(name):  # wire name -> the injected layer's
+            name = param_name(name).removeprefix(PEFT_PREFIX)
+        target = targets.get(name)
+        if target is None:
+            raise UnknownParameterError(name, list(targets))
+        if list(shape) != list(target.shape):  # copy_ would broadcast it over the parameter
+            raise ValueError(
+                f"update_weights: {name!r} is a tensor of shape {shape}; "
+                f"the model's parameter has shape {list(target.shape)}"
+            )
+        return target
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
@@ -327,12 +372,26 @@ class HFEngine(LocalEngine):
         self.on_owner(join)
 
     def receive_weights(self, plan: list) -> None:
-        """Receive the buckets of ``plan`` from the broadcast group and load them."""
+        """Receive the buckets of ``plan`` from the broadcast group and load them. A plan
+        naming a tensor the model cannot take (name, shape) is refused before anything is
+        loaded, its buckets still received so the sender does not wait in the broadcast."""
         from skyrl.inference.weight_sync import receive_stream
 
-        self.on_owner(
-            lambda: self._load_weights(receive_stream(self.sync_group, plan, self.device))
-        )
+        def receive() -> None:
+            if self.sync_group is None:
+                raise RuntimeError("hf engine: receive_weights before join_weight_sync")
+            stream = receive_stream(self.sync_group, plan, self.device)
+            targets = self._targets()
+            try:
+                for name, shape, _ in (spec for bucket in plan for spec in bucket):
+                    self._target(targets, name, shape)
+            except (KeyError, ValueError):
+                for _ in stream:  # take every bucket (the sender blocks until all do), load none
+                    pass
+                raise
+            self._load_weights(stream)
+
+        self.on_owner(receive)
 
     def reset_prefix_cache(self) -> None:
         """No KV cache outlives a batch in this engine: nothing to reset."""

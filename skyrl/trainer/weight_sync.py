@@ -17,6 +17,11 @@ resolves ``auto``):
 from __future__ import annotations
 
 import errno
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 import ray
 
@@ -39,10 +44,23 @@ from skyrl.workers.group import WorkerGroup
 SENDER_GRACE_S = 10.0
 """How long a broadcast sync whose engines failed waits to learn whether policy rank 0 (the
 sender) failed first, its error then being the cause."""
+RELEASE_TIMEOUT_S = 30.0
+"""How long policy rank 0 letting go of the group (``leave_weight_sync``) may take."""
 
 
 class BroadcastWeightSync:
-    """Policy rank 0 to every engine over one broadcast group, set up on construction."""
+    """Policy rank 0 to every engine over one broadcast group, set up on construction.
+
+    Policy rank 0's side of each step (join, broadcast) is waited for on a helper thread while
+    this thread does the engines' side, so a failure of either surfaces at once. Rank 0 failing
+    without dying (a plan that no longer matches its model, say) left the engines in the
+    broadcast until gloo's timeout (600 s) and its error surfaced only then: its side of the
+    group is now closed as it fails, which ends the engines' wait ("Connection closed by
+    peer"), and its own error is raised. The group is then gone: a later ``sync`` says so.
+    (With NCCL an engine waiting in a broadcast does not see the sender's side close.)"""
+
+    closed_by: str | None = None
+    """Why the group was closed (a sync's sender failed); None while it serves."""
 
     def __init__(self, policy: WorkerGroup, engine: InferenceEngine, cfg: SkyRLConfig):
         self.policy, self.engine = policy, engine
@@ -50,36 +68,94 @@ class BroadcastWeightSync:
         [(host, port)] = policy.get([policy.actors[0].weight_sync_address.remote()])
         self.backend = "nccl" if cfg.trainer.num_gpus_per_worker > 0 else "gloo"
         world_size = 1 + cfg.generator.num_engines * cfg.generator.processes_per_engine
-        joining = policy.submit("join_weight_sync", host, port, world_size, self.backend)
-        engine.join_weight_sync(host, port, 1, world_size, self.backend)
-        policy.get(joining)
+        joining = run_in_thread(
+            policy.get, policy.submit("join_weight_sync", host, port, world_size, self.backend)
+        )
+        # on a thread too: an engine waits for the group until its timeout (600 s) when
+        # policy rank 0 failed to host it (its port taken, say), and nothing can stop that wait
+        engines = run_in_thread(engine.join_weight_sync, host, port, 1, world_size, self.backend)
+        wait([joining, engines], return_when=FIRST_EXCEPTION)
+        sender_error = joining.exception() if joining.done() else None
+        if sender_error is not None:
+            raise sender_error from None
+        self._raise_cause(engines, joining)
 
     def sync(self) -> None:
         """One broadcast of the full weights; the engines load them as they arrive. An engine
-        whose sender died or failed fails too (gloo's "Connection reset by peer", or its
-        timeout): the sender's own error, a dead worker named by role and rank, is the one
-        raised; an engine that died or failed on its own raises its own."""
-        sending = self.policy.submit("broadcast_weights", self.plan)
+        whose sender died or failed fails too (gloo's "Connection reset by peer", or "closed
+        by peer" once a failed sender's side is closed): the sender's own error, a dead worker
+        named by role and rank, is the one raised; an engine that died or failed on its own
+        raises its own."""
+        if self.closed_by is not None:
+            raise RuntimeError(
+                "weight sync: the broadcast group was closed when an earlier sync failed "
+                f"({self.closed_by}); it cannot serve another"
+            )
+        sending = run_in_thread(self._send, self.policy.submit("broadcast_weights", self.plan))
         try:
             self.engine.receive_weights(self.plan)
         except EngineDiedError:  # its own cause (the sender then fails on the lost peer)
             raise
         except Exception:
-            sender_error = self._sender_error(sending)
+            sender_error = _error_within(sending, SENDER_GRACE_S)
             if sender_error is not None:
                 raise sender_error from None
             raise
-        self.policy.get(sending)
+        sending.result()
 
-    def _sender_error(self, sending: list) -> Exception | None:
-        """What policy rank 0's broadcast raised, or None where it finished, or is still
-        waiting in the broadcast after ``SENDER_GRACE_S`` (the engine failed on its own)."""
+    def _send(self, sending: list) -> None:
+        """Policy rank 0's broadcast; where it fails, its side of the group is closed, which
+        ends the engines' wait in the broadcast."""
         try:
-            self.policy.get(sending, timeout=SENDER_GRACE_S)
-        except ray.exceptions.GetTimeoutError:
-            return None
+            self.policy.get(sending)
         except Exception as exc:
-            return exc
+            self.closed_by = (str(exc).splitlines() or [type(exc).__name__])[0]
+            self._close_sender_side()
+            raise
+
+    def _close_sender_side(self) -> None:
+        """Policy rank 0 lets go of the group (``leave_weight_sync``; nothing to do where it
+        died)."""
+        try:
+            rank0 = self.policy.actors[0]
+            self.policy.get([rank0.leave_weight_sync.remote()], RELEASE_TIMEOUT_S)
+        except Exception:  # dead, or stuck: the engines wait until gloo's timeout as before
+            pass
+
+    def _raise_cause(self, engines: Future, sender: Future) -> None:
+        """``engines``' error, or the sender's where it failed too (within ``SENDER_GRACE_S``:
+        the engines failing first, on the lost peer); else wait for the sender."""
+        engine_error = engines.exception()
+        if engine_error is None:
+            sender.result()
+            return
+        if not isinstance(engine_error, EngineDiedError):
+            sender_error = _error_within(sender, SENDER_GRACE_S)
+            if sender_error is not None:
+                raise sender_error from None
+        raise engine_error
+
+
+def run_in_thread(fn: Callable[..., Any], *args: Any) -> Future:
+    """``fn(*args)`` on a daemon thread; its outcome."""
+    outcome: Future = Future()
+
+    def run() -> None:
+        try:
+            outcome.set_result(fn(*args))
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="skyrl-weight-sync", daemon=True).start()
+    return outcome
+
+
+def _error_within(outcome: Future, timeout_s: float) -> BaseException | None:
+    """What ``outcome`` raised, or None where it finished, or is still running after
+    ``timeout_s`` (the engine failed on its own; policy rank 0 waits in the broadcast)."""
+    try:
+        return outcome.exception(timeout=timeout_s)
+    except FutureTimeout:
         return None
 
 

@@ -471,6 +471,15 @@ class TrainingWorker:
 
             self.sync_group = join_group(host, port, 0, world_size, backend)
 
+    def leave_weight_sync(self) -> None:
+        """Rank 0 lets go of the broadcast group after a failed broadcast: the group's
+        destructor closes its connections, which ends the engines' wait in the broadcast
+        ("Connection closed by peer") instead of gloo's timeout."""
+        import gc
+
+        self.__dict__.pop("sync_group", None)
+        gc.collect()  # the group, were it in a reference cycle
+
     def broadcast_weights(self, plan: list) -> None:
         """Rank 0 broadcasts the full weights bucket by bucket, as ``plan`` lays them out;
         every rank takes part in the gathers (ZeRO-3)."""

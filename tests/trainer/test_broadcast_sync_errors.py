@@ -5,6 +5,7 @@ sync does not wait on a sender still blocked in the broadcast."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -23,17 +24,21 @@ GLOO_RESET = (
 
 
 class _Policy:
-    """A ``WorkerGroup`` stand-in whose ``broadcast_weights`` ended with ``outcome``."""
+    """A ``WorkerGroup`` stand-in whose ``broadcast_weights`` ended with ``outcome``, or is
+    still blocked in the broadcast (``blocked``: until ``release`` is set)."""
 
-    def __init__(self, outcome: Exception | None):
-        self.outcome = outcome
-        self.timeouts: list[float | None] = []
+    def __init__(self, outcome: Exception | None, blocked: bool = False):
+        self.outcome, self.blocked = outcome, blocked
+        self.release = threading.Event()
+        self.returned = False
 
     def submit(self, method: str, *args) -> list[str]:
         return [f"{method}-rank-0"]
 
     def get(self, refs: list, timeout: float | None = None) -> list:
-        self.timeouts.append(timeout)
+        if self.blocked:
+            self.release.wait(60)
+            self.returned = True
         if self.outcome is not None:
             raise self.outcome
         return [None]
@@ -61,22 +66,28 @@ def test_a_dead_sender_is_named_instead_of_the_engines_connection_reset():
     assert str(e.value) == "policy worker rank 0 died: The actor died unexpectedly"
 
 
-def test_an_engine_failing_on_its_own_keeps_its_error_without_waiting_for_the_sender():
+def test_an_engine_failing_on_its_own_keeps_its_error_without_waiting_for_the_sender(
+    monkeypatch,
+):
     """The sender is still blocked in the broadcast (it waits for the engines until gloo's
-    timeout, 600 s): the sync asks for its result within ``SENDER_GRACE_S`` only."""
-    policy = _Policy(ray.exceptions.GetTimeoutError("not ready"))
+    timeout, 600 s): the sync waits for its result ``SENDER_GRACE_S`` only."""
+    monkeypatch.setattr(weight_sync, "SENDER_GRACE_S", 0.5)
+    policy = _Policy(None, blocked=True)
     with pytest.raises(RuntimeError, match="Connection reset by peer"):
         _sync(policy).sync()
-    assert policy.timeouts == [weight_sync.SENDER_GRACE_S]
+    assert not policy.returned  # 0.5 s of grace, not the sender's 60 s
+    policy.release.set()
 
 
 def test_an_engine_that_died_is_named_not_the_senders_lost_peer():
     """The sender then fails with gloo's reset in its turn; the engine's death is the cause."""
     policy = _Policy(RuntimeError(f"policy worker failed: RuntimeError: {GLOO_RESET}"))
     died = EngineDiedError("inference engine actor died during receive_weights: killed")
+    policy.blocked = True  # the sender's error would come after the grace: not waited for
     with pytest.raises(EngineDiedError, match="died during receive_weights: killed"):
         _sync(policy, died).sync()
-    assert policy.timeouts == []  # nothing waited for
+    assert not policy.returned  # nothing waited for
+    policy.release.set()
 
 
 @pytest.mark.slow
