@@ -5,12 +5,17 @@ each row's ``extras["entry"]`` is the reasoning-gym entry the scorer needs (a fi
 without one is refused when the prompts load).
 The answer is read from ``<answer>..</answer>`` (reasoning-gym's convention),
 else ``#### x`` / ``\\boxed{x}``.
+
+Some scorers raise on an answer they cannot read (``prime_factorization`` on ``abc``): such
+an answer is wrong (reward 0, ``info["score_error"]`` says why), not an env error. A scorer
+that raises on the entry's own answer too is broken, and raises out of ``step``.
 """
 
 from __future__ import annotations
 
 from functools import cache
 
+from skyrl.config.errors import ConfigError, did_you_mean
 from skyrl.envs.base import StepResult, TextEnv, register_env
 from skyrl.envs.grading import extract_answer
 
@@ -29,7 +34,12 @@ class ReasoningGymEnv(TextEnv):
     required_extras = ("entry",)
 
     def __init__(self, dataset: str | None = None, **kwargs):
+        """``dataset``: a registered reasoning-gym name (None: each row's
+        ``extras["dataset"]``); another raises a ``ConfigError`` keyed ``dataset``."""
         super().__init__(**kwargs)
+        problem = None if dataset is None else _dataset_problem(dataset)
+        if problem is not None:
+            raise ConfigError("dataset", problem)
         self.dataset = dataset
 
     def step(self, action_text: str) -> StepResult:
@@ -38,5 +48,46 @@ class ReasoningGymEnv(TextEnv):
         if name is None:
             raise ValueError("reasoning_gym env needs environment.dataset or extras['dataset']")
         answer = extract_answer(action_text)
-        reward = float(_scorer(name).score_answer(answer, entry))
-        return StepResult([], reward, True, {"answer": answer})
+        scorer = _scorer(name)
+        try:
+            reward = float(scorer.score_answer(answer, entry))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            return StepResult([], reward, True, {"answer": answer})
+        _check_scores_its_own_answer(scorer, name, entry)
+        return StepResult([], 0.0, True, {"answer": answer, "score_error": error})
+
+
+def _dataset_problem(dataset: object) -> str | None:
+    """Why ``dataset`` names no reasoning-gym dataset (None: it names one)."""
+    if not isinstance(dataset, str):
+        return f"must be a reasoning-gym dataset name, got {dataset!r}"
+    from reasoning_gym.factory import DATASETS
+
+    # worded as when data.source=reasoning_gym generates its rows (skyrl.data.checked)
+    if dataset not in DATASETS:
+        hint = did_you_mean(dataset, sorted(DATASETS))
+        return f"reasoning-gym: Dataset {dataset!r} not registered{hint}"
+    try:  # the scorer (cached) is the dataset with its default config, checked by assert
+        _scorer(dataset)
+    except AssertionError as exc:
+        return (
+            f"reasoning-gym: dataset {dataset!r} cannot be generated from its default config: {exc}"
+        )
+    return None
+
+
+def _check_scores_its_own_answer(scorer, name: str, entry: dict) -> None:
+    """Raise unless ``scorer`` scores ``entry``'s own answer without raising."""
+    gold = entry.get("answer") if isinstance(entry, dict) else None
+    try:
+        scorer.score_answer(gold, entry)
+    except Exception as exc:
+        problem = (
+            f"reasoning-gym {name!r} score_answer fails on the entry's own answer {gold!r}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+    else:
+        return
+    raise RuntimeError(problem)  # outside the handler: no exception context

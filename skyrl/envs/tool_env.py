@@ -77,6 +77,8 @@ TOOLS = [
 ]
 """The tools in the native format (OpenAI / chat-template JSON schema)."""
 _ARGUMENT = {"calculator": "expression", "python": "code"}
+MIN_TOOL_MEMORY_BYTES = 16 << 20
+"""Smallest ``tool_memory_bytes`` (as ``environment.tool_memory_bytes``): an interpreter needs it."""
 
 
 @register_env("tools")
@@ -95,12 +97,17 @@ class ToolEnv(TextEnv):
         **kwargs,
     ):
         """``step_timeout_s``: the generator's limit on one ``step`` (``environment.timeout_s``),
-        which all the calls of one reply share; ``tool_timeout_s`` must be below it."""
+        which all the calls of one reply share; ``tool_timeout_s`` must be below it. A bad
+        argument raises a ``ConfigError`` keyed by its name (``make_checked_env`` says where
+        it was set: ``environment.<name>`` or ``environment.kwargs.<name>``)."""
         super().__init__(**kwargs)
-        if tool_format not in ("auto", "native", "tags"):
-            raise ValueError(f"tool_format must be auto, native or tags, got {tool_format!r}")
+        bad = _argument_problem(
+            tool_timeout_s, tool_memory_bytes, system_prompt, tool_format, step_timeout_s
+        )
+        if bad is not None:
+            raise ConfigError(*bad)
         problem = tool_deadline_problem(tool_timeout_s, step_timeout_s)
-        if problem is not None:  # the argument's key: make_checked_env says where it was set
+        if problem is not None:
             raise ConfigError("tool_timeout_s", problem)
         self.tool_timeout_s = tool_timeout_s
         self.step_timeout_s = step_timeout_s
@@ -178,6 +185,30 @@ class ToolEnv(TextEnv):
             budget_s = round(clock.budget_s, 2)
             return f"error: not run: this turn's tool calls used up their {budget_s:g} s"
         return self.run_tool(tool, arg, min(self.tool_timeout_s, left_s))
+
+
+def _argument_problem(
+    tool_timeout_s, tool_memory_bytes, system_prompt, tool_format, step_timeout_s
+) -> tuple[str, str] | None:
+    """``(argument, problem)`` of the first of ``ToolEnv``'s arguments it cannot use, if any:
+    ``environment.kwargs`` reach it untyped (the config's own fields are checked already)."""
+    for name, seconds in (("tool_timeout_s", tool_timeout_s), ("step_timeout_s", step_timeout_s)):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            return name, f"must be a number of seconds > 0, got {seconds!r}"
+    if (
+        isinstance(tool_memory_bytes, bool)
+        or not isinstance(tool_memory_bytes, int)
+        or tool_memory_bytes < MIN_TOOL_MEMORY_BYTES
+    ):
+        return "tool_memory_bytes", (
+            f"must be a whole number of bytes >= 16 MiB ({MIN_TOOL_MEMORY_BYTES}), "
+            f"got {tool_memory_bytes!r}"
+        )
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        return "system_prompt", f"must be text or null, got {system_prompt!r}"
+    if tool_format not in ("auto", "native", "tags"):
+        return "tool_format", f"must be auto, native or tags, got {tool_format!r}"
+    return None
 
 
 def _first_tag_call(text: str) -> tuple[str, str] | None:

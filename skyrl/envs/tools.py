@@ -94,6 +94,8 @@ def _apply(op: ast.operator, left: Number, right: Number) -> Number:
     value = _OPS[type(op)](left, right)  # a non-integer power of a Fraction is a float
     if isinstance(value, complex):  # (-8) ** (1/3)
         raise ValueError("the result is not a real number")
+    if isinstance(value, float) and not math.isfinite(value):  # * and / overflow to inf
+        raise OverflowError
     if isinstance(value, int):  # // of Fractions is an int
         value = Fraction(value)
     if isinstance(value, Fraction):  # + - * / build at most twice their operands' bits
@@ -102,9 +104,11 @@ def _apply(op: ast.operator, left: Number, right: Number) -> Number:
 
 
 def _format(value: Number) -> str:
-    """An integer in full; else see ``MAX_DECIMALS``; a float (inexact) as Python prints it."""
+    """An integer in full; else see ``MAX_DECIMALS``; a float (inexact) as Python prints it,
+    but a whole one below ``2**53`` (past it, its whole numbers are spaced more than 1 apart)
+    without its ``.0``."""
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else str(value)
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else str(value)
     if value.denominator == 1:
         return str(value.numerator)
     sign = "-" if value < 0 else ""
@@ -198,6 +202,11 @@ def _limits(memory_bytes: int, cpu_s: int):
     return apply
 
 
+MAX_CODE_BYTES = (128 << 10) - 1
+"""Longest code the python tool runs, in UTF-8 bytes: it is passed as one command-line
+argument, and Linux refuses one longer than 32 pages of 4 KiB, its NUL included
+(``MAX_ARG_STRLEN``)."""
+
 _TAG = "SKYRL_PY_TOOL_CALL"
 """Environment variable naming each call, to find its processes that left the process group."""
 
@@ -211,8 +220,13 @@ def run_python(
     """Run ``code`` in a sandboxed subprocess; return stdout + stderr (or a timeout note).
 
     Output past ``max_output_bytes`` is not read: the child is stopped there and a note
-    says where it was cut. Bytes that are not UTF-8 come back as U+FFFD.
+    says where it was cut. Bytes that are not UTF-8 come back as U+FFFD. Code that cannot be
+    passed to the child (a NUL byte, a lone surrogate, over ``MAX_CODE_BYTES``) comes back as
+    an error the model can act on, instead of raising out of the call (an env error).
     """
+    problem = _code_problem(code)
+    if problem is not None:
+        return f"error: {problem}"
     token = secrets.token_hex(8)
     with (
         tempfile.TemporaryDirectory(prefix="skyrl-py-") as cwd,
@@ -237,6 +251,19 @@ def run_python(
     if ending == "cut":
         text += f"\n...[output cut at {max_output_bytes} bytes]"
     return text if text else f"(no output, exit code {proc.returncode})"
+
+
+def _code_problem(code: str) -> str | None:
+    """Why ``code`` cannot be the child's command-line argument (None: it can)."""
+    if "\x00" in code:  # Python's own message for it (the calculator's too)
+        return "source code string cannot contain null bytes"
+    try:
+        num_bytes = len(code.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"the code is not valid text: a lone surrogate at index {exc.start}"
+    if num_bytes > MAX_CODE_BYTES:
+        return f"the code is {num_bytes} bytes long; the python tool takes up to {MAX_CODE_BYTES}"
+    return None
 
 
 def _read_capped(
