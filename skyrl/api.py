@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,10 +69,11 @@ def compose(
     """The config the CLI would build from these command-line overrides: a list of
     ``"key=value"`` strings, or a mapping (a dict or ``DictConfig``) whose items are
     ``key=value`` overrides, each value written as Hydra reads it back (a string quoted,
-    None as ``null``, lists and mappings as such): ``{"experiment": "smoke",
-    "trainer.total_steps": 3}`` is ``["experiment=smoke", "trainer.total_steps=3"]``, and a
-    mapping value is merged into its node (``{"trainer": {"epochs": 2}}`` keeps the other
-    ``trainer`` keys). A bad override is a ``ConfigError`` naming it, as ``skyrl-train``'s
+    None as ``null``, lists and mappings as such, numpy's values as Python's):
+    ``{"experiment": "smoke", "trainer.total_steps": 3}`` is ``["experiment=smoke",
+    "trainer.total_steps=3"]``, and a mapping value is merged into its node (``{"trainer":
+    {"epochs": 2}}`` keeps the other ``trainer`` keys). A bad override (a config group set to
+    no option's name too) is a ``ConfigError`` naming it, as ``skyrl-train``'s
     ``error:`` line does (an unknown key with the nearest one, a value that does not parse, a
     sweep). A Hydra the caller initialized (a notebook's own configs) is left as it was."""
     from hydra import compose as hydra_compose
@@ -88,6 +90,7 @@ def compose(
     GlobalHydra.instance().clear()  # initialize_config_dir refuses to nest in another
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            _check_group_values(lines)
             return hydra_compose(config_name=config_name, overrides=lines)
     except Exception as exc:
         error = _compose_error(exc)
@@ -159,6 +162,30 @@ def _check_override_lines(lines: list[str]) -> None:
             raise ConfigError(override.key_or_group, message)
 
 
+def _check_group_values(lines: list[str]) -> None:
+    """Raise a ``ConfigError`` naming the first config group set to something that names no
+    option (``experiment=null``, ``{"algorithm": 3}``): Hydra's ``ValueError`` for it names
+    no key. Needs the Hydra that ``compose`` initialized (it knows the groups)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    loader = GlobalHydra.instance().config_loader()
+    for override in OverridesParser.create().parse_overrides(lines):
+        value, group = override.value(), override.key_or_group
+        if override.is_delete() or isinstance(value, (str, list, dict)):
+            continue  # an option, several, or a mapping merged into the group's node
+        parent, _, name = group.rpartition("/")
+        if name in loader.list_groups(parent):
+            options = ", ".join(
+                o for o in loader.get_group_options(group) if not o.endswith("_schema")
+            )
+            got = "None" if value is None else f"the {type(value).__name__} {value!r}"
+            raise ConfigError(
+                group,
+                f"is a config group: its value names one of its options ({options}); got {got}",
+            )
+
+
 def _compose_error(exc: Exception) -> ConfigError | None:
     """Hydra's error for a bad override as the ``ConfigError`` that ``skyrl-train``'s line
     shows (the key, then the message); None for a bug, or an error that names no key."""
@@ -180,17 +207,19 @@ def _override_value(value: Any, key: str) -> str:
         return repr(int(value))
     if isinstance(value, numbers.Real):
         return repr(float(value))  # 1e-06, inf and nan parse back as floats
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes, Mapping, Sequence)):
+        return _override_value(value.tolist(), key)  # numpy's bool_ and arrays, a tensor
     if isinstance(value, str):
         # quoted: a backslash is literal except in a run before a quote or the end, halved
         return "'" + re.sub(r"(\\*)('|\Z)", _escape_before_quote, value) + "'"
     if isinstance(value, Mapping):
         items = (f"{k}:{_override_value(v, f'{key}.{k}')}" for k, v in value.items())
         return "{" + ",".join(items) + "}"
-    if isinstance(value, Sequence):
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         return "[" + ",".join(_override_value(v, f"{key}[]") for v in value) + "]"
     raise TypeError(
         f"skyrl.compose: {key} is a {type(value).__name__}; a mapping's values are None, "
-        "bool, int, float, str, or lists and mappings of these"
+        "bool, int, float, str (numpy's too), or lists and mappings of these"
     )
 
 
@@ -205,10 +234,13 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     dir, print the plan, and run the job (only check and plan it with
     ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
     ``outputs/<date>/<time>``; a leading ``~`` is the home directory, as for
-    ``trainer.resume`` and ``eval.checkpoint``."""
+    ``trainer.resume`` and ``eval.checkpoint``, and a relative one is taken from the working
+    directory now (``TrainResult``'s paths are absolute)."""
     _require_composed(cfg)
+    _show_warnings_again()
     typed = validate(cfg)
-    out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir()).expanduser()
+    # absolute: Ray's actors stay in the working directory Ray started in (a notebook's %cd)
+    out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir()).expanduser().absolute()
     check_run_dir(typed, out)
     checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out.mkdir(parents=True, exist_ok=True)
@@ -224,6 +256,15 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     if typed.trainer.dry_run:
         return TrainResult(out)
     return _run(checked, out)
+
+
+def _show_warnings_again() -> None:
+    """Let this run show every warning, also one whose text an earlier run in this process (a
+    notebook's, a sweep job's) showed: Python shows a warning once per text and place until
+    the warning filters change, and ``catch_warnings`` changes them on entry and on exit (back
+    to the same filters)."""
+    with warnings.catch_warnings():
+        pass
 
 
 def _require_composed(cfg: object) -> None:

@@ -174,7 +174,7 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
     if found is None:
         reason = _why_not_a_checkpoint(resume, path)
         raise ValueError(f"trainer.resume={resume}: not a checkpoint: {reason}")
-    return found
+    return found.absolute()  # the workers' working dir is where Ray started (a notebook's %cd)
 
 
 RESUME_TAKES = (
