@@ -8,9 +8,11 @@ naming the key instead of a traceback. Then ``skyrl.train`` runs the pre-flight 
 (``skyrl.config.preflight``: data files and rows, prompt lengths, model paths, the env,
 the rollout driver), for a dry run too; what it finds is a ``ConfigError`` as well: one
 ``error:`` line naming the key, exit 2, before Ray or any engine starts. A sweep is
-checked whole (every job) before its first job starts; a job that fails anyway ends the
-sweep with the line and exit code a single run would give, after Hydra's line naming the
-job's overrides.
+checked whole (every job, its pre-flight too) before its first job starts; a job that fails
+anyway ends the sweep with the line and exit code a single run would give, after Hydra's line
+naming the job's overrides. A run that fails once started (a worker or engine dying, an
+exception raised in a worker, such as a user's policy loss raising) ends with one ``error:``
+line, exit 1; the worker's exception names where it was raised.
 
 Ctrl-C (SIGINT) and SIGTERM end a run, and a sweep (no later job starts), with one line
 naming the checkpoint ``trainer.resume=auto`` continues from, and exit code 128 + the
@@ -27,6 +29,7 @@ import argparse
 import atexit
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -42,7 +45,7 @@ from omegaconf import DictConfig
 from skyrl.api import TrainResult, train
 from skyrl.config import register_configs
 from skyrl.config.cli_errors import one_line_error
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, exception_line
 from skyrl.config.help import command_help, wants_help
 from skyrl.config.precheck import needs_objective, precheck_command_line
 from skyrl.models.resolve import ModelNotFoundError
@@ -134,6 +137,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         fail_job(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
     except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
         fail_job(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
+    except Exception as exc:
+        line = raised_in_ray_line(exc)
+        if line is None:  # a bug of the driver's: Hydra's trimmed traceback
+            raise
+        fail_job(line, EXIT_RUN_FAILED, multirun, exc)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM: the run cleaned up
         signum = _signal_of(exc)
         raise Interrupted(signum, interrupted_line(Path(_output_dir(cfg)), signum)) from None
@@ -141,6 +149,32 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         return sweep_objective(cfg, result, HydraConfig.get().sweeper.get("direction"))
     objective = result.final(names.EVAL_PASS_AT_1)
     return None if math.isnan(objective) else objective
+
+
+RAY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+"""A frame of the traceback text Ray carries over from the process that raised."""
+
+
+def raised_in_ray_line(exc: BaseException) -> str | None:
+    """The one line for an exception raised inside a Ray worker (a policy loss or a reward
+    function of the user's, say) that ends the run, or None for one raised here. A worker
+    group re-raises it as a ``RuntimeError`` naming role, rank and cause
+    (``WorkerGroup.get``), from Ray's ``RayTaskError``; Hydra printed both tracebacks, the
+    worker's inside Ray's text. The line names where the worker raised it: the last frame of
+    that text."""
+    from ray.exceptions import RayTaskError
+
+    task_error = exc if isinstance(exc, RayTaskError) else exc.__cause__
+    if not isinstance(task_error, RayTaskError):
+        return None
+    what = (
+        str(exc)
+        if task_error is not exc
+        else f"a Ray task failed: {exception_line(task_error.cause)}"
+    )
+    frames = RAY_FRAME.findall(str(task_error))
+    where = f" (raised at {frames[-1][0]}:{frames[-1][1]}, in {frames[-1][2]})" if frames else ""
+    return f"error: {what}{where}"
 
 
 def fail_job(line: str, exit_code: int, multirun: bool, cause: Exception) -> NoReturn:
@@ -187,7 +221,8 @@ def hydra_flags_problem(argv: list[str]) -> str | None:
     """The one-line error for Hydra's own flags where Hydra refuses them, or None: a flag it
     does not know or a value it does not take, an override past the flag that ended the
     overrides (argparse printed its usage block, then a line), flags it takes one at a time
-    (a ``ValueError``, printed as a traceback), a ``--config-dir`` that is no directory."""
+    (a ``ValueError``, printed as a traceback), a ``--config-dir`` that is no directory, a
+    ``--config-path`` Hydra finds no primary config in (``config_path_problem``)."""
     parser = get_args_parser()
     parser.exit_on_error = False  # an ArgumentError is raised instead of the usage block
     try:
@@ -216,6 +251,51 @@ def hydra_flags_problem(argv: list[str]) -> str | None:
         return "error: --resolve: only with --cfg (it resolves the config --cfg prints)"
     if args.config_dir is not None and not os.path.isdir(args.config_dir):
         return f"error: --config-dir: {os.path.abspath(args.config_dir)}: no such directory"
+    if args.config_path is not None:
+        return config_path_problem(args.config_path, args.config_name or "config")
+    return None
+
+
+def config_path_problem(config_path: str, config_name: str) -> str | None:
+    """The one-line error for a ``--config-path`` that is no config folder, or one without the
+    primary config ``config_name`` (Hydra said either in several lines, exit 1); None if
+    fine. Looked up where Hydra looks: a relative path inside the ``skyrl`` package (relative
+    to the module declaring ``@hydra.main``), not in the working directory."""
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+    from hydra._internal.core_plugins.importlib_resources_config_source import (
+        ImportlibResourcesConfigSource,
+    )
+    from hydra._internal.utils import (
+        compute_search_path_dir,
+        detect_calling_file_or_module_from_task_function,
+    )
+
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(_hydra_main)
+    where = compute_search_path_dir(calling_file, calling_module, config_path)
+    assert where is not None  # a --config-path is given
+    in_package = where.startswith("pkg://")
+    source = (ImportlibResourcesConfigSource if in_package else FileConfigSource)("main", where)
+    if not source.available():
+        if config_path.startswith("pkg://"):
+            return f"error: --config-path: {config_path}: no such package (with an __init__.py)"
+        if not in_package:
+            return f"error: --config-path: {config_path}: no such directory"
+        here = os.path.abspath(config_path)
+        fix = (
+            f"for {here}, give that absolute path"
+            if os.path.isdir(here)
+            else "give an absolute path"
+        )
+        return (
+            f"error: --config-path: {config_path}: no such folder in the skyrl package ({source.path}: "
+            f"Hydra reads a relative --config-path there, not in the working directory); {fix}"
+        )
+    if not source.is_config(config_name):
+        name = config_name if config_name.endswith(".yaml") else f"{config_name}.yaml"
+        return (
+            f"error: --config-path: {config_path}: no {name} in it (the primary config; "
+            "--config-name names another)"
+        )
     return None
 
 

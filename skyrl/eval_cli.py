@@ -480,9 +480,10 @@ def _check_command_line() -> None:
         print(flags, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
     argv = with_config_dir(sys.argv[1:])
-    problem = command_line_problem(argv)
+    problem = command_line_problem(argv, preflight_jobs=False)  # a training run's checks
     if _is_train_files_rule(problem):
-        problem = command_line_problem([*argv, "data.train_files=${data.eval_files}"])
+        with_files = [*argv, "data.train_files=${data.eval_files}"]
+        problem = command_line_problem(with_files, preflight_jobs=False)
         if _is_train_files_rule(problem):  # no eval files either
             problem = ConfigError("data.eval_files", "source=files needs at least one eval file")
     if problem is not None:

@@ -141,3 +141,35 @@ def test_a_missing_config_dir_is_one_line(tmp_path, command):
     # HYDRA_FULL_ERROR hint, exit 1
     line = one_line(run(tmp_path, command, "--config-dir", "nope", "trainer.dry_run=true"))
     assert line == f"error: --config-dir: {tmp_path / 'nope'}: no such directory"
+
+
+@pytest.mark.parametrize("command", ["skyrl-train", "skyrl-eval"])
+def test_a_missing_config_path_is_one_line(tmp_path, command):
+    # before: "Primary config directory not found.", "Check that the config directory '<dir>'
+    # exists and readable", a blank line and the HYDRA_FULL_ERROR hint, exit 1
+    missing = tmp_path / "nope"
+    line = one_line(run(tmp_path, command, "--config-path", str(missing)))
+    assert line == f"error: --config-path: {missing}: no such directory"
+
+
+def test_a_relative_config_path_says_where_hydra_looks(tmp_path):
+    # Hydra takes a relative --config-path from the module declaring @hydra.main (skyrl.cli):
+    # before, "Primary config module 'skyrl.mine' not found." and two more lines, exit 1, for
+    # a folder right there in the working directory
+    (tmp_path / "mine").mkdir()
+    line = one_line(run(tmp_path, "skyrl-train", "-cp", "mine"))
+    assert line == (
+        "error: --config-path: mine: no such folder in the skyrl package (skyrl.mine: Hydra "
+        "reads a relative --config-path there, not in the working directory); for "
+        f"{tmp_path / 'mine'}, give that absolute path"
+    )
+
+
+def test_a_config_path_without_the_primary_config_is_one_line(tmp_path):
+    # before: "Cannot find primary config 'config'. Check that it's in your config search
+    # path.", the search path (3 lines), the HYDRA_FULL_ERROR hint, exit 1
+    line = one_line(run(tmp_path, "skyrl-train", "--config-path", str(tmp_path)))
+    assert line == (
+        f"error: --config-path: {tmp_path}: no config.yaml in it (the primary config; "
+        "--config-name names another)"
+    )

@@ -592,3 +592,19 @@ def test_a_final_adapter_without_its_base_model_is_one_line(tmp_path):
     config_file.write_text("{")
     error = refused("model.path")
     assert error.message.startswith(f"{config_file} is not valid JSON (JSONDecodeError: ")
+
+
+def test_an_eval_sweep_is_not_held_to_a_training_runs_checks(monkeypatch):
+    """``skyrl-eval`` reads no training prompts: a sweep with fewer of them than a training
+    step takes (smoke: ``train_batch_size`` 2) passes its command-line check, where
+    ``skyrl-train``'s refuses it (each job's pre-flight, before job 0)."""
+    from skyrl.config.precheck import precheck_command_line
+
+    argv = ["-m", "experiment=smoke", "data.num_train_prompts=1,2"]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(sys, "argv", ["skyrl-eval", *argv])
+    eval_cli._check_command_line()  # exits 2 on a problem
+    assert precheck_command_line(argv) == (
+        "error: data.num_train_prompts: 1 training prompts, fewer than "
+        "trainer.train_batch_size=2; in sweep job 0 of 2: data.num_train_prompts=1"
+    )

@@ -53,6 +53,13 @@ def run_cli(
             "++trainer.policy_optimizer.lrx=1",
             "error: trainer.policy_optimizer.lrx: unknown key (did you mean 'lr'?)",
         ),
+        # before: "... To override a value use 'override experiment: smoke'", a defaults list's
+        # YAML, not a command line's
+        (
+            "+experiment=smoke",
+            "error: +experiment=smoke: experiment is in the defaults already: choose it with "
+            "experiment=smoke (no +)",
+        ),
         # a backend reads its own schema's fields: the vllm group's with the hf engine is refused
         (
             "generator.backend=hf",
@@ -377,27 +384,71 @@ def test_multirun_checks_every_job_first(tmp_path):
     assert not (tmp_path / "sweep").exists(), "no job may start when one job is invalid"
 
 
-def test_a_job_refused_at_run_time_is_one_line_and_the_jobs_before_it_are_kept(tmp_path):
-    """The pre-flight runs in each job: a bad model path in job 1 ends the sweep with the
-    single run's error line and exit code (after Hydra's line naming the job), no traceback;
-    job 0's outputs and the summary, with job 1 marked failed, stay."""
+def test_multirun_preflights_every_job_first(tmp_path):
+    """Each job's pre-flight runs before job 0 starts: job 1 asks for 10 prompts a step of the
+    smoke experiment's 8 training prompts. Before: job 0 ran whole (a real run trained it),
+    then job 1 failed at its start with this line (without the job)."""
+    result = run_cli(
+        tmp_path, "-m", "experiment=smoke", "trainer.train_batch_size=4,10",
+        "trainer.dry_run=true", "hydra.sweep.dir=sweep", env={"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == (
+        "error: data.num_train_prompts: 8 training prompts, fewer than "
+        "trainer.train_batch_size=10; in sweep job 1 of 2: trainer.train_batch_size=10"
+    )
+    assert not (tmp_path / "sweep").exists(), "no job may start when one job would fail"
+
+
+def test_multirun_preflight_names_the_job_among_several_swept_keys(tmp_path):
+    """Two swept keys: job 1 (a missing model) is named with both its values, before job 0."""
     result = run_cli(
         tmp_path, "-m", "experiment=smoke", "model.path=skyrl-tiny,/nonexistent",
-        "trainer.dry_run=true", "hydra.sweep.dir=sweep", "hydra/callbacks=sweep_summary",
+        "trainer.seed=1,2", "trainer.dry_run=true", "hydra.sweep.dir=sweep",
         env={"HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr + result.stdout
-    job_line, error = result.stderr.strip().splitlines()[-2:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: model.path: '/nonexistent': no such directory"), line
+    # jobs 0-1 take skyrl-tiny (seeds 1, 2), job 2 is the first with /nonexistent
+    assert line.endswith("; in sweep job 2 of 4: model.path=/nonexistent trainer.seed=1"), line
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_job_failing_at_run_time_is_one_line_and_the_jobs_before_it_are_kept(
+    tmp_path, monkeypatch, capfd
+):
+    """What only a job's run finds (its pre-flight passed in the precheck) ends the sweep with
+    the single run's error line and exit code, after Hydra's line naming the job, no
+    traceback; job 0's outputs and the summary, with job 1 marked failed, stay."""
+    from skyrl.config.errors import ConfigError
+
+    def run(cfg):
+        if cfg.trainer.seed == 2:
+            raise ConfigError("model.path", "gone since the precheck")
+        out = tmp_path / "sweep" / "0"
+        (out / "metrics.jsonl").write_text('{"step": 1, "generate/reward_mean": 0.5}\n')
+        return skyrl.api.TrainResult(out)
+
+    import skyrl.api
+
+    argv = ["-m", "experiment=smoke", "trainer.seed=1,2", "hydra.sweep.dir=sweep",
+            "hydra/callbacks=sweep_summary"]  # fmt: skip
+    code = main_in_process(tmp_path, monkeypatch, argv, run)
+    err = capfd.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    job_line, error = err.strip().splitlines()[-2:]
     assert job_line == (
-        "Error executing job with overrides: ['experiment=smoke', 'model.path=/nonexistent', "
-        "'trainer.dry_run=True']"
+        "Error executing job with overrides: ['experiment=smoke', 'trainer.seed=2']"
     )
-    assert error.startswith("error: model.path: '/nonexistent': no such directory"), error
-    assert (tmp_path / "sweep" / "0" / "resolved_config.yaml").exists()
+    assert error == "error: model.path: gone since the precheck"
     with open(tmp_path / "sweep" / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["job"], r["status"]) for r in rows] == [("0", "ok"), ("1", "failed")]
+    assert [(r["job"], r["status"], r["steps"]) for r in rows] == [
+        ("0", "ok", "1"),
+        ("1", "failed", "0"),
+    ]
     assert rows[1]["error"] == error
 
 
@@ -452,6 +503,43 @@ def main_in_process(tmp_path, monkeypatch, argv: list[str], run) -> int:
         GlobalHydra.instance().clear()
     assert isinstance(exited.value.code, int)
     return exited.value.code
+
+
+def _users_loss():
+    raise RuntimeError("boom: the user's loss failed")
+
+
+def test_an_exception_raised_in_a_worker_ends_the_run_in_one_line(tmp_path, monkeypatch, capfd):
+    """A worker's exception reaches the command line as ``WorkerGroup.get`` raises it: a
+    ``RuntimeError`` naming role, rank and cause, from Ray's ``RayTaskError`` (which carries
+    the worker's traceback as text). Before: Hydra printed both tracebacks (~50 lines), exit
+    1. Now the README's one line, exit 1, with where the worker raised it."""
+    import traceback
+
+    from ray.exceptions import RayTaskError
+
+    try:
+        _users_loss()
+    except RuntimeError as exc:
+        worker_traceback, cause = traceback.format_exc(), exc
+    task_error = RayTaskError(
+        "train_mini_batch", worker_traceback, cause, proctitle="ray::TrainingWorker", pid=1,
+        ip="127.0.0.1",
+    ).as_instanceof_cause()  # as ``ray.get`` raises it  # fmt: skip
+
+    def run(cfg):
+        message = "policy worker rank 0 failed: RuntimeError: boom: the user's loss failed"
+        raise RuntimeError(message) from task_error
+
+    code = main_in_process(tmp_path, monkeypatch, ["experiment=smoke"], run)
+    err = capfd.readouterr().err
+    raise_line = _users_loss.__code__.co_firstlineno + 1  # the line after the ``def``
+    assert code == 1
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        "error: policy worker rank 0 failed: RuntimeError: boom: the user's loss failed "
+        f"(raised at {__file__}:{raise_line}, in _users_loss)"
+    )
 
 
 def test_ctrl_c_ends_a_run_in_one_line_naming_the_checkpoint_to_resume(

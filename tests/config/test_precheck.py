@@ -199,10 +199,11 @@ def test_a_hydra_sweep_dir_under_a_file_is_one_line(tmp_path):
 
 def test_a_sweep_whose_jobs_are_each_valid_passes():
     # smoke: batch 2, mini-batch 1. Alone, mini-batch 4 or 8 fails against batch 2, but every
-    # job pairs it with batch 8 or 16: 8 % 4 = 8 % 8 = 16 % 4 = 16 % 8 = 0
+    # job pairs it with batch 8 or 16: 8 % 4 = 8 % 8 = 16 % 4 = 16 % 8 = 0 (and 16 training
+    # prompts: smoke's 8 would be too few for batch 16, which each job's pre-flight checks)
     argv = [
         "-m", "experiment=smoke", "trainer.train_batch_size=8,16",
-        "trainer.policy_mini_batch_size=4,8",
+        "trainer.policy_mini_batch_size=4,8", "data.num_train_prompts=16",
     ]  # fmt: skip
     assert command_line_problem(argv) is None
 
