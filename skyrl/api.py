@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from skyrl.config.cli_errors import parse_reason
 from skyrl.config.errors import ConfigError
+from skyrl.config.precheck import check_group_values
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate, with_resolved_values
@@ -90,7 +91,7 @@ def compose(
     GlobalHydra.instance().clear()  # initialize_config_dir refuses to nest in another
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            _check_group_values(lines)
+            check_group_values(lines)
             return hydra_compose(config_name=config_name, overrides=lines)
     except Exception as exc:
         error = _compose_error(exc)
@@ -160,30 +161,6 @@ def _check_override_lines(lines: list[str]) -> None:
             if getattr(override.value(), "simple_form", False):  # a,b: meant a list or a str?
                 message += f", or write a list as [{value}] or a string as '{value}'"
             raise ConfigError(override.key_or_group, message)
-
-
-def _check_group_values(lines: list[str]) -> None:
-    """Raise a ``ConfigError`` naming the first config group set to something that names no
-    option (``experiment=null``, ``{"algorithm": 3}``): Hydra's ``ValueError`` for it names
-    no key. Needs the Hydra that ``compose`` initialized (it knows the groups)."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    loader = GlobalHydra.instance().config_loader()
-    for override in OverridesParser.create().parse_overrides(lines):
-        value, group = override.value(), override.key_or_group
-        if override.is_delete() or isinstance(value, (str, list, dict)):
-            continue  # an option, several, or a mapping merged into the group's node
-        parent, _, name = group.rpartition("/")
-        if name in loader.list_groups(parent):
-            options = ", ".join(
-                o for o in loader.get_group_options(group) if not o.endswith("_schema")
-            )
-            got = "None" if value is None else f"the {type(value).__name__} {value!r}"
-            raise ConfigError(
-                group,
-                f"is a config group: its value names one of its options ({options}); got {got}",
-            )
 
 
 def _compose_error(exc: Exception) -> ConfigError | None:

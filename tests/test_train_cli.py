@@ -60,6 +60,8 @@ def run_cli(
             "error: +experiment=smoke: experiment is in the defaults already: choose it with "
             "experiment=smoke (no +)",
         ),
+        # before: "Config group override must be a string or a list. Got NoneType", no key
+        ("experiment=null", "error: experiment: is a config group: its value names one of its"),
         # a backend reads its own schema's fields: the vllm group's with the hf engine is refused
         (
             "generator.backend=hf",

@@ -107,6 +107,7 @@ def command_line_problem(argv: list[str], preflight_jobs: bool = True) -> Except
     config_name = args.config_name or CONFIG_NAME
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            check_group_values(args.overrides)
             if args.multirun:
                 _check_sweep(config_name, args.overrides, preflight_jobs)
             else:  # composed here: Hydra's own errors are bad input (``is_bad_input``)
@@ -117,6 +118,30 @@ def command_line_problem(argv: list[str], preflight_jobs: bool = True) -> Except
     except Exception as exc:  # bad input and bugs alike; the caller formats and tells them apart
         return _command_line_advice(exc, args.overrides)
     return None
+
+
+def check_group_values(lines: list[str]) -> None:
+    """Raise a ``ConfigError`` naming the first config group set to something that names no
+    option (``experiment=null``, ``{"algorithm": 3}``): Hydra's ``ValueError`` for it names
+    no key. Needs an initialized Hydra (it knows the groups): ``skyrl.compose``'s, or the
+    command line's."""
+    loader = GlobalHydra.instance().config_loader()
+    for override in OverridesParser.create().parse_overrides(lines):
+        value, group = override.value(), override.key_or_group
+        if override.is_sweep_override() or override.is_delete():
+            continue  # a sweep's values are checked job by job
+        if isinstance(value, (str, list, dict)):
+            continue  # an option, several, or a mapping merged into the group's node
+        parent, _, name = group.rpartition("/")
+        if name in loader.list_groups(parent):
+            options = ", ".join(
+                o for o in loader.get_group_options(group) if not o.endswith("_schema")
+            )
+            got = "None" if value is None else f"the {type(value).__name__} {value!r}"
+            raise ConfigError(
+                group,
+                f"is a config group: its value names one of its options ({options}); got {got}",
+            )
 
 
 def _command_line_advice(exc: Exception, overrides: list[str]) -> Exception:
