@@ -39,8 +39,8 @@ def test_a_run_stopped_by_ctrl_c_prints_the_summary_of_its_steps(tmp_path, monke
     out = capsys.readouterr().out
     assert StoppedInStep3.shut_down
     assert out.startswith("stopped early; the steps it finished:\nsteps run: 2\n")
-    # first 2 vs last 2 of 2 steps: (0.25 + 0.75) / 2 = 0.5 both
-    assert "training reward: first 2 steps 0.500 -> last 2 steps 0.500" in out
+    # first vs last of 2 steps: 0.25 -> 0.75
+    assert "training reward: first step 0.250 -> last step 0.750" in out
     assert (tmp_path / "metrics.png").is_file()
 
 

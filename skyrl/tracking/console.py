@@ -85,7 +85,18 @@ COLUMNS = {
 }
 """The line's single-metric columns: label -> (metric name, format). ``eval`` (after
 ``reward``) is computed from the ``eval/...pass@1`` keys; the timing part reads
-``names.STEP_TIME`` and ``names.PHASE_TIMES``."""
+``names.STEP_TIME`` and ``PHASE_SHARES``."""
+
+PHASE_SHARES = {
+    "gen": names.PHASE_TIMES["gen"],
+    "fwd": names.PHASE_TIMES["fwd"],
+    "train": names.PHASE_TIMES["train"],
+    "sync": names.PHASE_TIMES["sync"],
+    "ckpt": names.CHECKPOINT_TIME,
+    "eval": names.PHASE_TIMES["eval"],
+}
+"""The timing part's phases in loop order, by label: ``names.PHASE_TIMES`` and the
+checkpoint, saved between sync and eval on the steps that save one."""
 
 
 def format_step_line(step: int, total_steps: int, metrics: dict[str, float]) -> str:
@@ -115,14 +126,15 @@ def _line_eval_keys(metrics: dict[str, float]) -> list[str]:
 
 
 def _format_timing(metrics: dict[str, float]) -> str:
-    """``12.3s (gen 40% fwd 12% train 45%)``: step time and each logged phase's share of it."""
+    """``12.3s (gen 40% fwd 12% train 45%)``: step time and each logged phase's share of it
+    (``PHASE_SHARES``)."""
     step_s = metrics[names.STEP_TIME]
     text = f"{step_s:.1f}s"
     if not (math.isfinite(step_s) and step_s > 0):
         return text
     shares = [
         f"{label} {100 * metrics[key] / step_s:.0f}%"
-        for label, key in names.PHASE_TIMES.items()
+        for label, key in PHASE_SHARES.items()
         if key in metrics
     ]
     return f"{text} ({' '.join(shares)})" if shares else text

@@ -87,13 +87,19 @@ def format_summary(
 
 
 def _reward_lines(train: list[dict[str, float]]) -> list[str]:
-    """Mean training reward of the first vs the last ``FIRST_LAST_STEPS`` steps."""
-    _, rewards = series(train, names.REWARD)
+    """Mean training reward of the first vs the last ``FIRST_LAST_STEPS`` steps, fewer in a
+    run of under twice as many, so the two never share a step (4 steps: the first 2 vs the last
+    2); the one value of a run with a single rewarded step."""
+    steps, rewards = series(train, names.REWARD)
     if not rewards:
         return []
-    n = min(FIRST_LAST_STEPS, len(rewards))
+    if len(rewards) == 1:
+        only = "the only step" if len(train) == 1 else "the only step with a reward"
+        return [f"training reward: {rewards[0]:.3f} (step {steps[0]}, {only})"]
+    n = min(FIRST_LAST_STEPS, len(rewards) // 2)
     first, last = fmean(rewards[:n]), fmean(rewards[-n:])
-    return [f"training reward: first {n} steps {first:.3f} -> last {n} steps {last:.3f}"]
+    steps_word = "step" if n == 1 else f"{n} steps"
+    return [f"training reward: first {steps_word} {first:.3f} -> last {steps_word} {last:.3f}"]
 
 
 def _eval_lines(history: list[dict[str, float]]) -> list[str]:

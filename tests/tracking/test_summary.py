@@ -57,7 +57,7 @@ def test_summary_numbers(tmp_path):
         (tmp_path / name).write_text("")
     (tmp_path / "checkpoints").mkdir()
     text = format_summary(small_history(), tmp_path, extra={"wall time s": 61.234, "model": "m"})
-    # reward first 5: (0.1+0.2+0.3+0.4+0.5)/5 = 0.3; last 5: (0.2+...+0.6)/5 = 0.4
+    # 6 steps: windows of 3, first (0.1+0.2+0.3)/3 = 0.2, last (0.4+0.5+0.6)/3 = 0.5
     # step 0 is not a training step: totals are over steps 1-6, 6 x 10 s = 60 s
     #   generate 24/60 = 40%, forward 6/60 = 10%, train 18/60 = 30%, sync 3/60 = 5%,
     #   eval 2/60 = 3.3% (mean 1.00 s over the 2 steps that ran it)
@@ -65,7 +65,7 @@ def test_summary_numbers(tmp_path):
     assert text == "\n".join(
         [
             "steps run: 6",
-            "training reward: first 5 steps 0.300 -> last 5 steps 0.400",
+            "training reward: first 3 steps 0.200 -> last 3 steps 0.500",
             "eval/pass@1: 0.200 (step 0) -> 0.500 (step 6)",
             "time per step: 10.00s mean, 60.0s total",
             "  generate: 4.00s mean, 40% of step time",
@@ -90,10 +90,11 @@ def test_logged_overhead_is_preferred_and_short_runs_compare_what_they_have(tmp_
         {"step": 2, "generate/reward_mean": 1.0, "timing/step_s": 2.0, "timing/overhead_frac": 0.3},
     ]
     text = format_summary(history, tmp_path / "missing")
-    # 2 steps: first 2 mean (0+1)/2 = 0.5 = last 2 mean; overhead (0.1*2 + 0.3*2) / 4 = 20%
+    # 2 steps: the first (0.0) vs the last (1.0), the windows never overlap (they said 0.5 ->
+    # 0.5, both the mean of both steps); overhead (0.1*2 + 0.3*2) / 4 = 20%
     assert text.splitlines() == [
         "steps run: 2",
-        "training reward: first 2 steps 0.500 -> last 2 steps 0.500",
+        "training reward: first step 0.000 -> last step 1.000",
         "time per step: 2.00s mean, 4.0s total",
         "framework overhead: 20% of step time (" + WITHIN + ")",
     ]
@@ -123,7 +124,7 @@ def test_a_single_eval_is_not_shown_as_a_before_and_after(tmp_path):
     ]
     assert format_summary(history, tmp_path / "missing").splitlines() == [
         "steps run: 2",
-        "training reward: first 2 steps 0.500 -> last 2 steps 0.500",  # (0.25 + 0.75) / 2
+        "training reward: first step 0.250 -> last step 0.750",
         "eval/pass@1: 0.500 (step 2, the only eval)",
     ]
 
@@ -136,4 +137,13 @@ def test_logged_overhead_says_it_is_part_of_the_phases(tmp_path):
               "timing/train_s": 3.0, "timing/sync_s": 1.0, "timing/overhead_frac": 0.3}  # fmt: skip
     assert format_summary([record], tmp_path / "missing").splitlines()[-1] == (
         "framework overhead: 30% of step time (" + WITHIN + ")"
+    )
+
+
+def test_the_reward_windows_of_a_short_run_do_not_overlap(tmp_path):
+    # 7 steps, rewards 0.0, 0.1, ..., 0.6: windows of 7 // 2 = 3, the first 3 (0.0 + 0.1 +
+    # 0.2) / 3 = 0.1 vs the last 3 (0.4 + 0.5 + 0.6) / 3 = 0.5; step 4 in neither
+    history = [{"step": i + 1, "generate/reward_mean": i / 10} for i in range(7)]
+    assert format_summary(history, tmp_path / "missing").splitlines()[1] == (
+        "training reward: first 3 steps 0.100 -> last 3 steps 0.500"
     )
