@@ -213,7 +213,7 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     ``outputs/<date>/<time>``; a leading ``~`` is the home directory, as for
     ``trainer.resume`` and ``eval.checkpoint``, and a relative one is taken from the working
     directory now (``TrainResult``'s paths are absolute)."""
-    _require_composed(cfg)
+    require_composed(cfg)
     _show_warnings_again()
     typed = validate(cfg)
     # absolute: Ray's actors stay in the working directory Ray started in (a notebook's %cd)
@@ -244,16 +244,17 @@ def _show_warnings_again() -> None:
         pass
 
 
-def _require_composed(cfg: object) -> None:
+def require_composed(cfg: object, function: str = "skyrl.train") -> None:
     """``cfg`` is a config ``compose`` made (typed by the schema): a dict, or a YAML loaded
     with ``OmegaConf.load``, has no schema to validate against. A saved
     ``resolved_config.yaml`` does not compose back either: it holds every key of the group
-    options it was run with, and other options' schemas lack some of them."""
+    options it was run with, and other options' schemas lack some of them. ``function``: the
+    one refusing it (``skyrl.evaluate`` too)."""
     if isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is SkyRLConfig:
         return
     what = "a plain DictConfig" if isinstance(cfg, DictConfig) else f"a {type(cfg).__name__}"
     raise TypeError(
-        f"skyrl.train takes a config made by skyrl.compose(...), got {what}; to rerun a "
+        f"{function} takes a config made by skyrl.compose(...), got {what}; to rerun a "
         "saved run, compose it again from its overrides: skyrl.compose(overrides) (a "
         "skyrl-train run dir keeps them in .hydra/overrides.yaml: "
         "skyrl.compose(OmegaConf.load('<run dir>/.hydra/overrides.yaml')))"

@@ -48,7 +48,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from skyrl.config.errors import ConfigError, dir_problem, exception_line
+from skyrl.config.errors import ConfigError, dir_problem, exception_line, require_dir
 from skyrl.config.help import command_help, wants_help
 from skyrl.config.root import SkyRLConfig
 
@@ -78,14 +78,19 @@ class EvalResult:
 
 
 def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
-    """Evaluate what ``cfg`` names (``eval.checkpoint``, else ``model.path``) on its eval
-    prompts; print the table and write the JSON file."""
+    """Evaluate what ``cfg`` (made by ``skyrl.compose``) names (``eval.checkpoint``, else
+    ``model.path``) on its eval prompts; print the table and write the JSON file (in
+    ``output_dir`` unless ``eval.output_file`` says otherwise; a leading ``~`` is the home
+    directory, as for ``skyrl.train``)."""
+    from skyrl.api import require_composed
     from skyrl.config.preflight import check_env_and_agent
     from skyrl.config.validate import validate
 
+    require_composed(cfg, "skyrl.evaluate")
     typed = validate(_without_train_files_rule(cfg))
     _check_eval_prompts(typed)
-    out = Path(output_dir)
+    out = Path(output_dir).expanduser()
+    require_dir(out, "output_dir")  # a file there (or above it): one line, not mkdir's error
     out.mkdir(parents=True, exist_ok=True)
     path = Path(typed.eval.output_file or out / RESULTS_FILE).expanduser()
     samples = samples_file_for(path)
@@ -94,6 +99,7 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     base, ckpt, label = _model_to_evaluate(typed)
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
     rows, tokenizer = _eval_rows(typed, base.model.tokenizer_path)  # before any weights are read
+    _check_vocab(base, len(tokenizer))
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
         model = base if ckpt is None else _exported(base, ckpt, Path(scratch))
         metrics, num_prompts = _run_eval(model, rows, tokenizer, samples)
@@ -101,6 +107,15 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     _write_results(result, model)
     print(format_eval_table(result, model), flush=True)
     return result
+
+
+def _check_vocab(cfg: SkyRLConfig, num_tokens: int) -> None:
+    """The tokenizer has no id past the model's embedding (``check_vocab_size``, as
+    ``skyrl-train``'s pre-flight checks it)."""
+    from skyrl.config.preflight import check_vocab_size, model_text_config
+
+    config = model_text_config(cfg.model.path, "model.path", cfg.model.trust_remote_code)
+    check_vocab_size(cfg, num_tokens, config, None)
 
 
 def samples_file_for(output_file: Path) -> Path:
@@ -163,6 +178,7 @@ def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]
     if target is None:
         if is_adapter_dir(cfg.model.path):
             return _adapter_base(cfg, Path(cfg.model.path).expanduser(), "model.path")
+        _refuse_run_as_model(cfg.model.path)
         return local_model_paths(cfg), None, cfg.model.path
     path = Path(target).expanduser()
     if is_adapter_dir(path):
@@ -178,6 +194,29 @@ def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]
             return _with_model(cfg, final_hf), None, str(final_hf)
     ckpt = _checkpoint_with_weights(target, path)
     return _run_model(cfg, ckpt), ckpt, str(ckpt)
+
+
+def _refuse_run_as_model(model_path: str) -> None:
+    """Raise naming ``model.path`` when it is a training run or one of its checkpoints, not a
+    model directory (its tokenizer failed to load, which said nothing of either)."""
+    from skyrl.trainer.checkpoint import TRAINER_STATE
+
+    path = Path(model_path).expanduser()
+    if not path.is_dir() or (path / "config.json").is_file():
+        return
+    if (path / TRAINER_STATE).is_file():
+        what = "a checkpoint"
+    elif (path / "checkpoints").is_dir() or (path / "final_hf").is_dir():
+        what = "a training run"
+    elif any(path.glob("global_step_*")):
+        what = "a run's checkpoints directory"
+    else:
+        return
+    raise ConfigError(
+        "model.path",
+        f"{model_path}: {what}, not a model directory (config.json); evaluate it with "
+        f"eval.checkpoint={model_path}",
+    )
 
 
 def _adapter_base(cfg: SkyRLConfig, adapter: Path, key: str) -> tuple[SkyRLConfig, Path, str]:
