@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from added_tokens import tokenizer_with_added_tokens
 from omegaconf import OmegaConf
 
 import skyrl
@@ -91,18 +92,11 @@ def test_skyrl_eval_of_a_run_as_model_path_is_one_line(tmp_path):
     ]
 
 
-def test_a_tokenizer_larger_than_the_models_vocab_is_refused_before_any_weights(
-    tmp_path, tiny_model_path
-):
+def test_a_tokenizer_larger_than_the_models_vocab_is_refused_before_any_weights(tmp_path):
     # as skyrl-train's pre-flight refuses it: 2 added tokens give ids vocab_size and
     # vocab_size + 1, which have no embedding row
-    from transformers import AutoConfig, AutoTokenizer
-
-    vocab_size = AutoConfig.from_pretrained(tiny_model_path).vocab_size
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    tokenizer.add_tokens(["<extra_0>", "<extra_1>"])
-    tokenizer.save_pretrained(tmp_path / "tokenizer")
-    cfg = skyrl.compose(["experiment=smoke", f"model.tokenizer_path={tmp_path / 'tokenizer'}"])
+    folder, vocab_size = tokenizer_with_added_tokens(tmp_path, 2)
+    cfg = skyrl.compose(["experiment=smoke", f"model.tokenizer_path={folder}"])
     with pytest.raises(ConfigError) as err:
         skyrl.evaluate(cfg, tmp_path / "eval")
     assert (err.value.key, err.value.message) == (

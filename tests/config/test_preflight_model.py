@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from added_tokens import tokenizer_with_added_tokens
 from preflight_helpers import cfg_for, refused
 
 from skyrl.config import ConfigError
@@ -277,20 +278,6 @@ def test_a_stale_index_beside_the_single_weights_file_passes(tmp_path):
     index = {"metadata": {}, "weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     preflight(cfg_for(f"model.path={folder}"), for_run=False)
-
-
-def tokenizer_with_added_tokens(tmp_path: Path, num_added: int) -> tuple[str, int]:
-    """The tiny model's tokenizer with ``num_added`` tokens added, saved to a folder; returns
-    the folder and the tiny model's own ``len(tokenizer)`` (its config's vocab_size too)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    tiny = resolve.resolve_model_path("skyrl-tiny")
-    tokenizer = AutoTokenizer.from_pretrained(tiny)
-    num_tokens = len(tokenizer)
-    assert AutoConfig.from_pretrained(tiny).vocab_size == num_tokens
-    tokenizer.add_tokens([f"<extra_{i}>" for i in range(num_added)])
-    tokenizer.save_pretrained(tmp_path / "tokenizer")
-    return str(tmp_path / "tokenizer"), num_tokens
 
 
 def test_a_tokenizer_larger_than_the_models_vocab_is_refused(tmp_path):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from added_tokens import tokenizer_with_added_tokens
 
 SKYRL_SERVE = str(Path(sys.executable).parent / "skyrl-serve")
 
@@ -91,19 +92,12 @@ def test_a_folder_without_a_model_config_names_model_path(tmp_path, tiny_model_p
     assert line.startswith(f"error: model.path: {folder} is not a model folder: "), line
 
 
-def test_a_tokenizer_larger_than_the_models_vocab_is_refused_before_the_engine_loads(
-    tmp_path, tiny_model_path
-):
+def test_a_tokenizer_larger_than_the_models_vocab_is_refused_before_the_engine_loads(tmp_path):
     # the pre-flight's check, as skyrl-train makes it: 2 tokens added to the tiny model's
     # tokenizer give ids vocab_size and vocab_size + 1, which have no embedding row (the
     # engine failed on the first request holding one)
-    from transformers import AutoConfig, AutoTokenizer
-
-    vocab_size = AutoConfig.from_pretrained(tiny_model_path).vocab_size
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    tokenizer.add_tokens(["<extra_0>", "<extra_1>"])
-    tokenizer.save_pretrained(tmp_path / "tokenizer")
-    line = last_line(serve(tmp_path, f"model.tokenizer_path={tmp_path / 'tokenizer'}"))
+    folder, vocab_size = tokenizer_with_added_tokens(tmp_path, 2)
+    line = last_line(serve(tmp_path, f"model.tokenizer_path={folder}"))
     assert line == (
         f"error: model.tokenizer_path: the tokenizer (model.tokenizer_path) has "
         f"{vocab_size + 2} tokens, added ones included, but model.path's vocab_size is "
