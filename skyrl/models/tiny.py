@@ -201,8 +201,38 @@ def _build_into(out: Path, arch: str, seed: int, vocab_size: int, overrides: dic
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "done").write_text("ok")
-        os.replace(tmp, out)  # atomic: concurrent builders race benignly
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (isinstance(exc, OSError) and (out / "done").exists()):  # a lost race: keep theirs
+        _move_into_place(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # still there only when another build won
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished build ``tmp`` to ``out``: atomic, so concurrent builders race
+    benignly (a loser keeps the winner's build)."""
+    try:
+        os.replace(tmp, out)
+        return
+    except OSError:
+        if (out / "done").exists():  # a lost race: keep theirs
+            return
+        if not out.is_dir():
             raise
+    _replace_stale(tmp, out)
+
+
+def _replace_stale(tmp: Path, out: Path) -> None:
+    """Replace ``out``, a build without ``done``, by ``tmp``. A temp-dir cleaner ages ``done``
+    out first (it is only stat'ed, never read, while a load reads the rest); the rename over
+    the non-empty folder then failed on every later build. Under a file lock, and ``done``
+    checked again there, so no complete build is moved away from under a reader."""
+    from filelock import FileLock
+
+    with FileLock(f"{out}.lock"):
+        if (out / "done").exists():  # another builder replaced it while we waited
+            return
+        stale = Path(tempfile.mkdtemp(prefix=f".{out.name}.stale-", dir=out.parent))
+        try:
+            os.replace(out, stale / out.name)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(stale, ignore_errors=True)

