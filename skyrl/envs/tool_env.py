@@ -10,16 +10,18 @@ model's chat template supports, ``skyrl.generators.tool_calls``):
 - tags (templates without tool support): told in the system message (added after a row's
   own system text, as the native prompt is),
   ``<calculator>2 * (3 + 4)</calculator>`` or ``<python>print(6 * 7)</python>`` calls a
-  tool and the result comes back as a ``tool`` message.
+  tool and the result comes back as a ``tool`` message: one call a turn, the reply's first
+  closed tag (the system message asks for one; later tags in the reply are not run).
 
 ``<answer>42</answer>`` ends the episode and is graded against ``extras["answer"]`` with
 math-verify. A turn with no call and no answer ends the episode and is graded as a whole
 (``#### x`` / ``\\boxed{x}`` also count).
 
-The calls of one reply run one after another under one deadline, ``STEP_MARGIN_S`` before
-the generator's limit on the whole step (``environment.timeout_s``): each gets
-``tool_timeout_s`` or what is left, and those past the deadline are not run, so slow calls
-come back as timeouts instead of the step being cancelled (reward 0, an env error).
+The calls of one reply (native: every call; tags: the first) run one after another under
+one deadline, ``STEP_MARGIN_S`` before the generator's limit on the whole step
+(``environment.timeout_s``): each gets ``tool_timeout_s`` or what is left, and those past
+the deadline are not run, so slow calls come back as timeouts instead of the step being
+cancelled (reward 0, an env error).
 """
 
 from __future__ import annotations
