@@ -25,6 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,6 +33,8 @@ from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, re
 
 T = TypeVar("T")
 
+CANCEL_WAIT_S = 10.0
+"""How long ``run_serving``, interrupted, waits for the cancelled rollouts to end (seconds)."""
 QUIET_S = 0.003
 """``take_burst`` stops once no request has arrived for this long (seconds)..."""
 MAX_WAIT_S = 0.05
@@ -52,7 +55,13 @@ class Request:
         self._hand_over(_set_result, completion)
 
     def fail(self, error: BaseException) -> None:
-        self._hand_over(_set_exception, error)
+        """Fail the request with ``error``; cancel it for an interrupt (``KeyboardInterrupt``,
+        ``SystemExit``): set on the future, a rollout task re-raised it inside the event loop,
+        which then broke down with the loop's tasks left pending (``run_serving``)."""
+        if isinstance(error, Exception):
+            self._hand_over(_set_exception, error)
+        else:
+            self._hand_over(_cancel, None)
 
     def _hand_over(self, setter, value) -> None:
         try:
@@ -69,6 +78,10 @@ def _set_result(future: asyncio.Future, value: Any) -> None:
 def _set_exception(future: asyncio.Future, error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def _cancel(future: asyncio.Future, _: None) -> None:
+    future.cancel()
 
 
 def token_ids(prompt_ids: Any) -> list[int]:
@@ -88,6 +101,21 @@ def token_ids(prompt_ids: Any) -> list[int]:
                 f"prompt_ids[{i}] is {token!r} (a {type(token).__name__}), not a token id (an int)"
             ) from None
     return ids
+
+
+@dataclass
+class _Call:
+    """A control call queued for the serving thread (``LocalEngine.on_owner``)."""
+
+    fn: Callable[..., Any]
+    args: tuple
+    result: Future = field(default_factory=Future)
+
+    def __call__(self) -> None:
+        try:
+            self.result.set_result(self.fn(*self.args))
+        except BaseException as exc:
+            self.result.set_exception(exc)
 
 
 _WAKE = object()
@@ -127,6 +155,7 @@ class LocalEngine(ABC):
         try:
             self._serve_until(done)
         except BaseException as exc:
+            self._owner = None  # control calls from now on run on their callers' threads
             for request in self._taken:
                 request.fail(exc)
             self._fail_queued(exc)
@@ -145,7 +174,8 @@ class LocalEngine(ABC):
             first = self._inbox.get(block=block, timeout=timeout)
         except queue.Empty:
             return []
-        requests = self._sort([first, *self._drain()])
+        # a request cancelled while queued (its rollout was interrupted or timed out) is dropped
+        requests = [r for r in self._sort([first, *self._drain()]) if not r.future.cancelled()]
         self._taken = [r for r in self._taken if not r.future.done()] + requests
         return requests
 
@@ -169,16 +199,9 @@ class LocalEngine(ABC):
         """``fn(*args)`` on the serving thread when another thread serves, else right here."""
         if self._owner is None or self._owner == threading.get_ident():
             return fn(*args)
-        result: Future = Future()
-
-        def call() -> None:
-            try:
-                result.set_result(fn(*args))
-            except BaseException as exc:
-                result.set_exception(exc)
-
+        call = _Call(fn, args)
         self._inbox.put(call)
-        return result.result()
+        return call.result.result()
 
     def _drain(self) -> list[Any]:
         """Everything in the inbox now, without waiting."""
@@ -201,9 +224,17 @@ class LocalEngine(ABC):
         return requests
 
     def _fail_queued(self, error: BaseException) -> None:
+        """Fail what waits in the inbox: requests with ``error``, control calls (whose callers
+        wait on another thread) with a ``RuntimeError`` naming it."""
         for item in self._drain():
             if isinstance(item, Request):
                 item.fail(error)
+            elif isinstance(item, _Call):
+                item.result.set_exception(
+                    RuntimeError(
+                        f"the engine stopped serving ({type(error).__name__}) before this call ran"
+                    )
+                )
 
     def _run_queued_calls(self) -> None:
         """Control calls that arrived as serving ended; requests stay for the next serve."""
@@ -213,18 +244,44 @@ class LocalEngine(ABC):
 
 def run_serving(engine: InferenceEngine, run: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(run)`` on a helper thread while this thread serves ``engine`` (module
-    docstring). Also works from a thread that already runs an event loop (Jupyter)."""
+    docstring). Also works from a thread that already runs an event loop (Jupyter).
+
+    When serving ends without ``run`` done (Ctrl-C, an engine failure), ``run`` is cancelled
+    and its event loop closed (up to ``CANCEL_WAIT_S``) before the error is re-raised: no
+    task of it is left pending into the next run in this process."""
     done: Future = Future()
+    started: Future = Future()
+    """The rollouts' event loop and task, once it runs."""
+
+    async def main() -> T:
+        started.set_result((asyncio.get_running_loop(), asyncio.current_task()))
+        return await run
 
     def run_loop() -> None:
         try:
-            done.set_result(asyncio.run(run))
+            done.set_result(asyncio.run(main()))
         except BaseException as exc:  # re-raised on the calling thread
             done.set_exception(exc)
 
-    threading.Thread(target=run_loop, name="skyrl-rollouts", daemon=True).start()
-    engine.serve(done)
-    return done.result()
+    thread = threading.Thread(target=run_loop, name="skyrl-rollouts", daemon=True)
+    thread.start()
+    try:
+        engine.serve(done)
+        return done.result()
+    except BaseException:
+        if not done.done():
+            _cancel_rollouts(started, thread)
+        raise
+
+
+def _cancel_rollouts(started: Future, thread: threading.Thread) -> None:
+    """Cancel the task ``run_serving`` runs on ``thread`` and wait for its loop to close."""
+    try:
+        loop, task = started.result(timeout=CANCEL_WAIT_S)
+        loop.call_soon_threadsafe(task.cancel)
+    except (FutureTimeoutError, RuntimeError):  # never started, or its loop closed meanwhile
+        return
+    thread.join(timeout=CANCEL_WAIT_S)
 
 
 def generate_batch(
@@ -235,8 +292,15 @@ def generate_batch(
 ) -> list[list[Completion]]:
     """``sampling.n`` completions per prompt, all requests in flight at once (blocking).
     With ``sampling.seed`` set, sample ``j`` of prompt ``i`` is seeded with
-    ``request_seed(seed, str(i), j, 0)``."""
+    ``request_seed(seed, str(i), j, 0)``. ``route_keys``: one per prompt (a ``ValueError``
+    otherwise)."""
     import dataclasses
+
+    if route_keys is not None and len(route_keys) != len(prompts):
+        raise ValueError(
+            f"generate_batch: {len(route_keys)} route_keys for {len(prompts)} prompts "
+            "(one per prompt)"
+        )
 
     def one(i: int, j: int) -> SamplingParams:
         seed = None if sampling.seed is None else request_seed(sampling.seed, str(i), j, 0)

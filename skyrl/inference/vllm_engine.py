@@ -185,6 +185,9 @@ class VLLMEngine(LocalEngine):
     def _add(self, engine, request: Request, live: dict[str, Request]) -> None:
         from vllm.inputs import TokensPrompt
 
+        if request.sampling.max_tokens == 0:  # vLLM refuses it; as the hf engine: no tokens
+            request.resolve(Completion([], [], "length"))
+            return
         request_id = f"skyrl-{next(self._request_ids)}"
         try:
             tokens = cast(TokensPrompt, {"prompt_token_ids": request.prompt_ids})
