@@ -9,6 +9,8 @@ from skyrl.config.errors import require
 MIN_TEMPERATURE = 0.01
 """The smallest temperature other than 0 (greedy): vLLM raises a smaller one to this, with a
 warning, and would then sample at another temperature than the trainer divides by."""
+MAX_TEMPERATURE = 2.0
+"""The largest temperature vLLM takes (``SamplingParams``: "must be in [0, 2]")."""
 
 
 @dataclass
@@ -16,7 +18,8 @@ class SamplingConfig:
     """Sampling parameters of one generate call."""
 
     temperature: float = 1.0
-    """Softmax temperature; 0 = greedy, else >= 0.01 (vLLM raises a smaller one to 0.01)."""
+    """Softmax temperature; 0 = greedy, else 0.01 to 2 (vLLM raises a smaller one to 0.01,
+    refuses a larger one than 2)."""
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
     top_k: int = -1
@@ -39,6 +42,12 @@ class SamplingConfig:
             f"must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {self.temperature:g} (vLLM raises "
             f"a smaller one to {MIN_TEMPERATURE:g}: it would sample at another temperature than "
             "the trainer's logprobs use)",
+        )
+        require(
+            self.temperature <= MAX_TEMPERATURE,  # False for nan too
+            "temperature",
+            f"must be <= {MAX_TEMPERATURE:g}, got {self.temperature:g} (vLLM refuses a higher one, "
+            "as OpenAI's API does)",
         )
         require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
         require(

@@ -35,6 +35,13 @@ def _validate(*overrides: str):
             "generator.sampling.temperature",
             "must be 0 (greedy) or >= 0.01, got 0.005",
         ),
+        # vLLM refuses T > 2 on every request (as OpenAI's API does); the hf engine took it
+        (
+            ["generator.sampling.temperature=2.5"],
+            "generator.sampling.temperature",
+            "must be <= 2, got 2.5 (vLLM refuses a higher one, as OpenAI's API does)",
+        ),
+        (["generator.sampling.temperature=inf"], "generator.sampling.temperature", "got inf"),
         (
             ["generator.eval_sampling.temperature=1e-9"],
             "generator.eval_sampling.temperature",
