@@ -159,3 +159,34 @@ def repo_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The repository root on ``sys.path``, as ``python -m skyrl`` from the root has it (the
     recipes' ``imports:`` and ``generator.agent``)."""
     monkeypatch.syspath_prepend(str(REPO))
+
+
+README = (REPO / "README.md").read_text()
+
+
+def test_the_readme_quotes_the_dropped_prompts_plan_row_as_printed(tmp_path):
+    from preflight_helpers import cfg_for, write_jsonl
+
+    from skyrl.config.preflight import preflight
+
+    # the README's example: 2 over-long train prompts dropped, none of the eval prompts
+    long = "word " * 200  # ~200 tokens, over max_prompt_length=64
+    train = write_jsonl(tmp_path / "train.jsonl", ["short", long, "also short", long])
+    evals = write_jsonl(tmp_path / "eval.jsonl", ["short", "also short"])
+    cfg = cfg_for(
+        "data.source=files",
+        f"data.train_files=[{train}]",
+        f"data.eval_files=[{evals}]",
+        "generator.max_prompt_length=64",
+        "data.overlong_prompts=drop",
+    )
+    rows = dict(preflight(cfg, for_run=False).plan_rows())
+    assert f"`over-long prompts  {rows['over-long prompts']}`" in README
+
+
+def test_the_readme_lora_target_modules_default_is_a_value_that_composes():
+    register_configs()
+    shown = re.search(r"`\.target_modules`: (?:a list, )?`([^`]+)` by default", README)
+    assert shown, "README: the LoRA section names target_modules' default"
+    args = ["model.lora.rank=16", f"model.lora.target_modules={shown.group(1)}"]
+    assert precheck_command_line(args) is None
