@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from skyrl.config.errors import require, require_choice
+from skyrl.config.errors import require, require_choice, require_finite
 
 ASYNC_TIS_CAP = 2.0
 """``algorithm.tis_cap`` when ``trainer.max_staleness > 0`` and none is set."""
@@ -144,6 +144,24 @@ class AlgorithmConfig:
             self.overlong_penalty_factor >= 0,
             "overlong_penalty_factor",
             f"must be >= 0 (a penalty), got {self.overlong_penalty_factor}",
+        )
+        # an inf weight in the loss or the reward makes every step's loss non-finite
+        require_finite(
+            self,
+            (
+                "kl_loss_coef",
+                "init_kl_coef",
+                "kl_target",
+                "entropy_coef",
+                "overlong_penalty_factor",
+            ),
+        )
+        require(
+            self.overlong_buffer_len > 0 or self.overlong_penalty_factor == 1.0,
+            "overlong_penalty_factor",
+            f"is {self.overlong_penalty_factor}, but overlong_buffer_len is 0, which turns the "
+            "overlong penalty off: set overlong_buffer_len > 0, or leave "
+            "overlong_penalty_factor at 1.0",
         )
         require(
             not (self.use_kl_loss and self.use_kl_in_reward),

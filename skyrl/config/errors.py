@@ -8,6 +8,7 @@ the path of the node (``"trainer.train_batch_size"``) before it reaches the user
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from pathlib import Path
 
@@ -86,3 +87,11 @@ def did_you_mean(word: str, candidates: list[str]) -> str:
     """`` (did you mean 'x'?)`` for the candidate closest to ``word``, or ``""`` if none is close."""
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def require_finite(schema: object, keys: tuple[str, ...]) -> None:
+    """Raise naming the first of ``keys`` whose float value on ``schema`` is inf (nan fails the
+    range checks that run first): no float key of a run means anything at infinity."""
+    for key in keys:
+        value = getattr(schema, key)
+        require(math.isfinite(value), key, f"must be finite, got {value}")

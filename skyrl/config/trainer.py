@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skyrl.config.errors import require, require_choice
+from skyrl.config.errors import require, require_choice, require_finite
 
 
 @dataclass
@@ -21,7 +21,7 @@ class OptimizerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW beta1, beta2."""
     eps: float = 1.0e-8
-    """AdamW epsilon."""
+    """AdamW epsilon, > 0 (at 0 a weight whose gradient is exactly 0 steps by 0 / 0)."""
     weight_decay: float = 0.0
     """Decoupled weight decay (AdamW)."""
     max_grad_norm: float = 1.0
@@ -41,7 +41,11 @@ class OptimizerConfig:
             "betas",
             f"must be in [0, 1), got {list(self.betas)}",
         )
+        # torch's AdamW refuses eps < 0 only when a worker builds it, and eps 0 updates a weight
+        # whose gradient is exactly 0 (an embedding row unseen so far) by 0 / (sqrt(0) + 0) = nan
+        require(self.eps > 0, "eps", f"must be > 0, got {self.eps}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require_finite(self, ("lr", "eps", "weight_decay"))
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         require_choice(self.lr_scheduler, ("constant", "cosine"), "lr_scheduler")
         require(
@@ -53,6 +57,12 @@ class OptimizerConfig:
             0 <= self.min_lr_ratio <= 1,
             "min_lr_ratio",
             f"must be in [0, 1], got {self.min_lr_ratio}",
+        )
+        require(
+            self.min_lr_ratio == 0 or self.lr_scheduler == "cosine",
+            "min_lr_ratio",
+            "is the cosine schedule's floor, and lr_scheduler is constant (the lr stays at lr "
+            "after warm-up): set lr_scheduler=cosine, or min_lr_ratio=0",
         )
 
 
@@ -276,6 +286,10 @@ class TrainerConfig:
             self.weight_sync_timeout_s > 0,
             "weight_sync_timeout_s",
             f"must be > 0, got {self.weight_sync_timeout_s}",
+        )
+        # Ray refuses an inf resource request; Future.result(timeout=inf) raises OverflowError
+        require_finite(
+            self, ("num_cpus_per_worker", "num_gpus_per_worker", "weight_sync_timeout_s")
         )
         require(self.max_staleness >= 0, "max_staleness", f"must be >= 0, got {self.max_staleness}")
         require(self.ckpt_interval >= 0, "ckpt_interval", f"must be >= 0, got {self.ckpt_interval}")
