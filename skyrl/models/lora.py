@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, exception_line
 from skyrl.config.root import LoraConfig, SkyRLConfig
 
 if TYPE_CHECKING:
@@ -139,16 +139,19 @@ def merge_adapter_dir(
     tokenizer: str,
     out_dir: str | Path,
     trust_remote_code: bool = False,
+    key: str = "eval.checkpoint",
 ) -> Path:
     """A ``from_pretrained`` directory at ``out_dir`` (with ``tokenizer``'s files): the model
     at ``base_model`` with the adapter directory ``adapter_dir`` merged in, in fp32 (merged
-    in bf16, a small update is mostly lost to rounding)."""
+    in bf16, a small update is mostly lost to rounding). An adapter directory without
+    readable weights raises ``ConfigError`` under ``key`` (``check_adapter_weights``)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skyrl.models.resolve import IN_MEMORY
 
+    check_adapter_weights(adapter_dir, key)
     remote = {"trust_remote_code": trust_remote_code}
     base = AutoModelForCausalLM.from_pretrained(
         base_model, dtype=torch.float32, **remote, **IN_MEMORY
@@ -157,6 +160,29 @@ def merge_adapter_dir(
     merged.save_pretrained(out_dir, safe_serialization=True)
     AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def check_adapter_weights(adapter_dir: str | Path, key: str) -> None:
+    """``adapter_dir`` holds a readable ``adapter_model.safetensors`` (its header read, no
+    tensors): PEFT took a directory without one for a hub repo id ("Repo id must be in the
+    form ...") and a file cut short failed in safetensors' traceback. Raises ``ConfigError``
+    under ``key`` naming the file."""
+    from safetensors import SafetensorError, safe_open
+
+    weights = Path(adapter_dir).expanduser() / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise ConfigError(
+            key, f"{adapter_dir}: no {ADAPTER_WEIGHTS} (an export cut short, or a partial copy)"
+        )
+    try:
+        with safe_open(str(weights), framework="pt"):
+            pass
+    except (OSError, SafetensorError) as exc:
+        raise ConfigError(
+            key,
+            f"{weights} cannot be read ({exception_line(exc)}): a file cut short (a run killed "
+            "while exporting, a partial copy)",
+        ) from None
 
 
 def linear_module_names(model: nn.Module) -> list[str]:
