@@ -51,8 +51,12 @@ from skyrl.config.trainer import OptimizerConfig
             "remove + prefix: 'trainer.seed=3'; Or add a second + to add or override "
             "'trainer.seed': '++trainer.seed=3'",
         ),
-        # Hydra refuses a null group option with a ValueError of its own
-        (["trainer=null"], "error: Config group override must be a string or a list. Got NoneType"),
+        # Hydra refused a null group option with a ValueError naming no key
+        (
+            ["trainer=null"],
+            "error: trainer: is a config group: its value names one of its options (deepspeed); "
+            "got None",
+        ),
         # found by the fuzz test: the backend check once re-raised inside its except block
         (
             ["~generator"],
