@@ -95,3 +95,8 @@ def require_finite(schema: object, keys: tuple[str, ...]) -> None:
     for key in keys:
         value = getattr(schema, key)
         require(math.isfinite(value), key, f"must be finite, got {value}")
+
+
+def is_int(value: object) -> bool:
+    """An integer, not a bool (``True`` is an int to Python, not to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl.config.errors import ConfigError, did_you_mean
+from skyrl.config.errors import ConfigError, did_you_mean, is_int
 
 Message = dict[str, str]
 """A chat message: ``{"role": ..., "content": ...}``."""
@@ -84,7 +84,7 @@ class TextEnv:
         otherwise do nothing, silently."""
         if unknown:
             raise UnknownEnvArguments(type(self), sorted(unknown))
-        if not _is_int(max_observation_chars) or max_observation_chars < 1:
+        if not is_int(max_observation_chars) or max_observation_chars < 1:
             raise ConfigError(  # make_checked_env says where it was set
                 "max_observation_chars",
                 f"must be a whole number of characters >= 1, got {max_observation_chars!r}",
@@ -124,11 +124,6 @@ class TextEnv:
         if len(text) <= limit:
             return text
         return text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
-
-
-def _is_int(value: object) -> bool:
-    """An integer, not a bool (``True`` is an int to Python, not to a user)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class UnknownEnvArguments(TypeError):

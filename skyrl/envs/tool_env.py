@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from skyrl.config.environment import tool_deadline_problem
-from skyrl.config.errors import ConfigError
+from skyrl.config.errors import ConfigError, is_int
 from skyrl.envs.base import StepResult, TextEnv, register_env
 from skyrl.envs.grading import grade, last_answer_tag
 from skyrl.envs.tools import calculator, run_python
@@ -197,11 +197,7 @@ def _argument_problem(
     for name, seconds in (("tool_timeout_s", tool_timeout_s), ("step_timeout_s", step_timeout_s)):
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
             return name, f"must be a number of seconds > 0, got {seconds!r}"
-    if (
-        isinstance(tool_memory_bytes, bool)
-        or not isinstance(tool_memory_bytes, int)
-        or tool_memory_bytes < MIN_TOOL_MEMORY_BYTES
-    ):
+    if not is_int(tool_memory_bytes) or tool_memory_bytes < MIN_TOOL_MEMORY_BYTES:
         return "tool_memory_bytes", (
             f"must be a whole number of bytes >= 16 MiB ({MIN_TOOL_MEMORY_BYTES}), "
             f"got {tool_memory_bytes!r}"

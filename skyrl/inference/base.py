@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from skyrl.config.errors import require
+from skyrl.config.errors import is_int, require
 from skyrl.config.generator import SamplingConfig
 
 if TYPE_CHECKING:
@@ -57,17 +57,17 @@ class SamplingParams(SamplingConfig):
         then ``SamplingConfig``'s value checks; a ``ConfigError`` naming the field."""
         for name in ("n", "max_tokens", "top_k"):  # a bool is an int: max_tokens=True is 1
             value = getattr(self, name)
-            require(_is_int(value), name, f"must be an int, got {value!r}")
+            require(is_int(value), name, f"must be an int, got {value!r}")
         for name in ("temperature", "top_p", "min_p"):  # compared with floats below
             value = getattr(self, name)
             require(
-                _is_int(value) or isinstance(value, float), name, f"must be a number, got {value!r}"
+                is_int(value) or isinstance(value, float), name, f"must be a number, got {value!r}"
             )
         require(self.n >= 1, "n", f"must be >= 1, got {self.n}")
         # 0 is an empty completion (finish_reason length); a negative one read as 0 silently
         require(self.max_tokens >= 0, "max_tokens", f"must be >= 0, got {self.max_tokens}")
         require(
-            self.seed is None or _is_int(self.seed),
+            self.seed is None or is_int(self.seed),
             "seed",
             f"must be an int or None, got {self.seed!r}",
         )
@@ -90,10 +90,6 @@ class SamplingParams(SamplingConfig):
         fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(SamplingConfig)}
         fields["stop"], fields["stop_token_ids"] = list(cfg.stop), list(cfg.stop_token_ids)
         return cls(n=n, max_tokens=max_tokens, **fields)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def logprob_temperature(temperature: float) -> float:
