@@ -80,26 +80,37 @@ def test_vllm_engine_serves_each_version_and_keeps_two_adapters_loaded():
 
 
 @pytest.mark.slow
-def test_vllm_request_in_flight_keeps_its_adapter_over_two_updates():
+def test_vllm_request_in_flight_keeps_its_adapter_over_two_updates(monkeypatch):
     """Two syncs while one request decodes: the first adapter leaves the two kept, yet the
     request finishes under it (vLLM reloads it from its directory), and the directory goes
     once the request ends."""
+    from skyrl.inference import vllm_engine
     from skyrl.inference.vllm_engine import VLLMEngine
+
+    def past_eos(sp):
+        # greedy decoding under adapter v1 may reach EOS within a few dozen tokens, before the
+        # two updates have loaded (it did in one CI run); the request must outlast them
+        params = vllm_params(sp)
+        params.ignore_eos = True
+        return params
+
+    vllm_params = vllm_engine._vllm_params
+    monkeypatch.setattr(vllm_engine, "_vllm_params", past_eos)
 
     path = build_tiny_model()
     engine = VLLMEngine(
-        path, kv_cache_memory_bytes=16 << 20, max_model_len=512, lora=dataclasses.asdict(LORA)
+        path, kv_cache_memory_bytes=64 << 20, max_model_len=2048, lora=dataclasses.asdict(LORA)
     )
     (first, merged), (second, _), (third, _) = (adapter_and_merged(path, s) for s in range(3))
     engine.update_weights(list(first.items()))
 
     async def run():
         long = asyncio.ensure_future(
-            engine.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=400))
+            engine.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=2000))
         )
         await asyncio.sleep(0.5)  # decoding under adapter v1
         loop = asyncio.get_running_loop()
-        for adapter in (second, third):
+        for adapter in (second, third):  # 1.3 s together; the 2,000 tokens take 7.8 s
             await loop.run_in_executor(None, engine.update_weights, list(adapter.items()))
         assert not long.done(), "the request ended before the updates: nothing was tested"
         return await long
