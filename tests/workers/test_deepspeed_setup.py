@@ -21,10 +21,11 @@ SCRIPT = textwrap.dedent(
     from skyrl.config.trainer import OptimizerConfig, TrainerConfig
     from skyrl.workers import deepspeed_setup
     from skyrl.workers.deepspeed_setup import build_engine, final_grad_norm
-    from skyrl.workers.distributed import find_free_port, set_dist_env
+    from skyrl.workers.distributed import find_free_port, init_distributed, set_dist_env
 
     model_path, zero_stage = sys.argv[1], int(sys.argv[2])
     set_dist_env(0, 1, "127.0.0.1", find_free_port(), 1)
+    init_distributed(1)  # as the worker does: gloo, without compiling DeepSpeed's shm op
     def load():
         return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
 
@@ -141,10 +142,11 @@ BF16_SCRIPT = textwrap.dedent(
 
     from skyrl.config.trainer import OptimizerConfig, TrainerConfig
     from skyrl.workers.deepspeed_setup import build_engine
-    from skyrl.workers.distributed import find_free_port, set_dist_env
+    from skyrl.workers.distributed import find_free_port, init_distributed, set_dist_env
 
     model_path = sys.argv[1]
     set_dist_env(0, 1, "127.0.0.1", find_free_port(), 1)
+    init_distributed(1)  # as the worker does: gloo, without compiling DeepSpeed's shm op
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
     ids = torch.randint(0, model.config.vocab_size, (1, 24))
@@ -217,10 +219,11 @@ INFERENCE_SCRIPT = textwrap.dedent(
 
     from skyrl.config.trainer import TrainerConfig
     from skyrl.workers.deepspeed_setup import build_engine
-    from skyrl.workers.distributed import find_free_port, set_dist_env
+    from skyrl.workers.distributed import find_free_port, init_distributed, set_dist_env
 
     model_path, zero_stage = sys.argv[1], int(sys.argv[2])
     set_dist_env(0, 1, "127.0.0.1", find_free_port(), 1)
+    init_distributed(1)  # as the worker does: gloo, without compiling DeepSpeed's shm op
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     ids = torch.randint(0, plain.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
