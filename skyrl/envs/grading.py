@@ -2,10 +2,11 @@
 
 Three deliberate departures from letting math-verify decide everything:
 
-- A gold that is a plain number (GSM8K, the arithmetic task) accepts only a plain number,
-  compared exactly. math-verify evaluates what it is given, so ``#### 23 + 5``,
-  ``#### 56/2`` or ``#### 1 = 28`` (it reads an equation as its right-hand side) would
-  match 28, and a policy would learn to copy the question instead of solving it.
+- A gold that is a plain number (GSM8K, the arithmetic task) accepts only a plain number (or
+  a percent of one, read as a percent sign is below), compared exactly. math-verify evaluates
+  what it is given, so ``#### 23 + 5``, ``#### 56/2`` or ``#### 1 = 28`` (it reads an
+  equation as its right-hand side) would match 28, and a policy would learn to copy the
+  question instead of solving it.
 - Any other gold goes to math-verify, but first the answer is parsed without evaluation,
   and one that could build a huge number (``9^{9^{9}}``, ``1000000!``, the root of a large
   number) or expansion (``(x+1)^{999}``), or that holds calculus or a matrix function,
@@ -40,8 +41,13 @@ Where math-verify would grade a correct answer 0 or a wrong one 1, the text is r
 - An answer in E-notation (``1.0e-3``, ``2E5``) is that number (math-verify read ``e`` as
   Euler's number), unless the gold holds Euler's number. A plain-number gold still takes
   only a plain number.
-- A percent gold (``10\\%``) also takes its value as a fraction: ``0.1``, ``\\frac{1}{10}``
-  (and, as before, ``10`` and ``10\\%``).
+- A percent sign on one side is read both ways: its number, as math-verify reads it (the sign
+  left out), and its value over 100. A percent gold (``10\\%``) takes ``10``, ``0.1`` and
+  ``\\frac{1}{10}``; a percent answer (``15\\%``) matches a gold ``15``, ``0.15`` or
+  ``\\frac{3}{20}``, a plain-number gold included. With a sign on both sides, the numbers
+  before the signs compare (``0.1\\%`` is not ``10\\%``).
+- A repeating decimal (``0.1\\overline{6}``, ``0.\\bar{3}``) is the fraction it is
+  (``\\frac{15}{90}``, ``\\frac{3}{9}``); math-verify read it as a product with a symbol.
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ holds the GIL anyway, so serialising it costs no throughput."""
 _COMPUTED_WHILE_PARSING = re.compile(r"\\(?:det|gcd|lcm|operatorname)(?![a-zA-Z])|vmatrix")
 """What math-verify's LaTeX parser computes at once: determinants, gcds, matrix functions."""
 _DECIMAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|bar)\s*\{(\d+)\}")
+"""A repeating decimal: its whole part, the places that do not repeat, and those that do."""
 _AFTER_THOUSANDS = re.compile(r"\d(?:,|\{,\}|,\\!|\\,)$")
 _E_NOTATION = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
 _PERCENT = re.compile(r"(.*[^\s\\])\s*\\?%")
@@ -243,17 +251,21 @@ def _unit(text: str) -> str | None:
 def _exact_decimals(latex: str) -> str:
     """``latex`` with each decimal written as the fraction it is (``0.125`` as
     ``\\frac{125}{1000}``, ``x^{\\frac{5}{10}}`` for ``x^0.5``), which math-verify compares
-    exactly. A decimal after a thousands separator (``1,000.5``) is left as it is."""
+    exactly, a repeating one too (``0.1\\overline{6}`` as ``\\frac{16-1}{90}``, computed:
+    ``\\frac{15}{90}``). A decimal after a thousands separator (``1,000.5``) is left as it is."""
 
     def exact(match: re.Match) -> str:
-        whole, fraction = match.groups()
-        if len(whole) == 3 and _AFTER_THOUSANDS.search(latex, 0, match.start()):
+        whole, fixed, repeat = (*match.groups(), "")[:3]  # _DECIMAL has no repeating places
+        if len(whole) == 3 and _AFTER_THOUSANDS.search(match.string, 0, match.start()):
             return match.group()
-        fraction = f"\\frac{{{int(whole + fraction)}}}{{1{'0' * len(fraction)}}}"
-        after_power = match.start() > 0 and latex[match.start() - 1] in "^_"
+        # x = whole.fixed(repeat)...: x * 10^(fixed + repeat) - x * 10^fixed is a whole number
+        numerator = int(whole + fixed + repeat) - (int(whole + fixed or "0") if repeat else 0)
+        denominator = int("9" * len(repeat) + "0" * len(fixed)) if repeat else 10 ** len(fixed)
+        fraction = f"\\frac{{{numerator}}}{{{denominator}}}"
+        after_power = match.start() > 0 and match.string[match.start() - 1] in "^_"
         return f"{{{fraction}}}" if after_power else fraction
 
-    return _DECIMAL.sub(exact, latex)
+    return _DECIMAL.sub(exact, _REPEATING.sub(exact, latex))
 
 
 def _from_e_notation(answer: str, golds: list) -> str:
@@ -277,14 +289,26 @@ def _without_percent(text: str) -> str:
     return match.group(1) if match else text
 
 
-def _percent_values(gold: str, answer: str, golds: list) -> list:
-    """The parsed values ``golds`` of a percent gold as fractions (``10\\%`` is ``1/10``), for
-    an answer without a ``%``; else none."""
+def _percent_values(text: str, other: str, values: list) -> list:
+    """The parsed ``values`` of a percent ``text`` over 100 (``10\\%`` is ``1/10``), when the
+    ``other`` side has no ``%``; else none. Either side, gold or answer, may be ``text``."""
     import sympy
 
-    if "%" in answer or not _PERCENT.fullmatch(gold.strip()):
+    if "%" in other or not _PERCENT.fullmatch(text.strip()):
         return []
-    return [value / 100 for value in golds if isinstance(value, sympy.Expr)]
+    return [value / 100 for value in values if isinstance(value, sympy.Expr)]
+
+
+def _plain_readings(text: str) -> list[Decimal]:
+    """The values ``text`` may mean against a plain-number gold: a plain number's own (see
+    :func:`plain_number`); a percent of one, its number and that over 100 (``15\\%``: 15 and
+    0.15; ``$`` ignored, as there: ``$15\\%$``); else none."""
+    number = plain_number(text)
+    if number is not None:
+        return [number]
+    match = _PERCENT.fullmatch(text.replace("\\$", "").replace("$", "").strip())
+    number = plain_number(match.group(1)) if match else None
+    return [] if number is None else [number, number.scaleb(-2)]  # exact: 15E-2
 
 
 def _reads_as_set(golds: list) -> bool:
@@ -437,7 +461,8 @@ def _too_costly(predicted: str, timeout: int | None) -> bool:
 def math_equal(predicted: str, gold: str) -> bool:
     """Whether ``predicted`` is the answer ``gold``.
 
-    A plain-number gold needs a plain number of the same value (see :func:`plain_number`).
+    A plain-number gold needs a plain number of the same value (see :func:`plain_number`), or
+    a percent of one whose number or value over 100 it is (:func:`_plain_readings`).
     Otherwise equal strings match, a word gold needs the same words, a unit on both sides the
     same unit, and else math-verify decides (numbers, fractions, LaTeX) unless
     :func:`_too_costly` refuses the answer, with the readings of the module's docstring.
@@ -449,7 +474,7 @@ def math_equal(predicted: str, gold: str) -> bool:
     """
     gold_number = plain_number(gold)
     if gold_number is not None:
-        return plain_number(predicted) == gold_number
+        return gold_number in _plain_readings(predicted)
     if predicted.strip() == gold.strip():
         return True
     gold_words = _words(gold)
@@ -478,6 +503,7 @@ def _verify(predicted: str, gold: str, timeout: int | None) -> bool:
     if not answers:
         return False
     golds = golds + _percent_values(gold, predicted, golds)
+    answers = answers + _percent_values(predicted, gold, answers)
     same = verify(
         golds, answers, allow_set_relation_comp=_reads_as_set(golds), timeout_seconds=timeout
     )

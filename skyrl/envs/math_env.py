@@ -7,8 +7,9 @@ grading's module docstring says: decimals are exact fractions (``0.5000001`` is 
 ``\\frac{1}{2}``; a lone decimal matches an irrational gold within a relative 1e-9), units count
 when both sides have one (``5\\text{ m}`` is not ``5\\text{ cm}``; a bare ``5`` still matches
 it), an inequality matches the interval it describes (``x<3``, ``(-\\infty,3)``), E-notation
-is a number (``1.0e-3``), and a percent gold also takes its value as a fraction (``0.1`` for
-``10\\%``).
+is a number (``1.0e-3``), a percent sign on one side is read as its number and as its value
+over 100 (``10\\%`` takes ``10`` and ``0.1``; ``15\\%`` matches a plain-number gold ``0.15``),
+and a repeating decimal is its fraction (``0.\\overline{3}`` is ``\\frac{1}{3}``).
 """
 
 from __future__ import annotations

@@ -139,6 +139,9 @@ def _decimal_places(denominator: int) -> int | None:
     return places if rest == 1 and places <= MAX_DECIMALS else None
 
 
+_TAKES = "the calculator takes numbers, + - * / // % ** and ( )"
+
+
 def _unsupported(node: ast.AST, source: str) -> str:
     """What the calculator cannot evaluate, as written (not as an AST dump), and what it can."""
     written = ast.get_source_segment(source, node) or ast.unparse(node)
@@ -147,16 +150,19 @@ def _unsupported(node: ast.AST, source: str) -> str:
     hint = (
         " (^ is not a power: write **)" if isinstance(getattr(node, "op", None), ast.BitXor) else ""
     )
-    return f"unsupported: {written}{hint}; the calculator takes numbers, + - * / // % ** and ( )"
+    return f"unsupported: {written}{hint}; {_TAKES}"
 
 
 def calculator(expression: str) -> str:
     """Evaluate + - * / // % ** on numbers, exactly (fractions; a power whose exponent is not
-    a whole number is a float); errors come back as text. How results print: ``MAX_DECIMALS``."""
+    a whole number is a float); errors come back as text. How results print: ``MAX_DECIMALS``.
+    ``True`` and ``False`` are names, refused as ``None`` is, not the numbers 1 and 0."""
     source = expression.strip()
+    if not source:  # ast's own message: "invalid syntax (<unknown>, line 0)"
+        return f"error: the call is empty; {_TAKES}"
 
     def ev(node) -> Number:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # not a bool
             return _literal(node, source)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _apply(node.op, ev(node.left), ev(node.right))

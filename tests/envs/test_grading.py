@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
         "#### 28 = 28",
         "#### 28 apples",
         "#### The answer is 28",
-        "#### 28%",
+        "#### 2.8%",  # neither 2.8 nor 2.8/100 (28%: test_grading_s47.py)
         "\\boxed{\\frac{56}{2}}",
         "\\boxed{23+5}",
         "<answer>23 + 5</answer>",
