@@ -34,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from skyrl.config.errors import ConfigError
 from skyrl.tracking import metric_names as names
-from skyrl.tracking.summary import FIRST_LAST_STEPS, read_history, series
+from skyrl.tracking.summary import FIRST_LAST_STEPS, first_last_windows, read_history, series
 
 JOB_RETURN = "job_return.json"
 """Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``
@@ -42,7 +42,12 @@ JOB_RETURN = "job_return.json"
 JOB_OUTPUT_DIR = "job_output_dir.txt"
 """Per job directory: the absolute directory the job's trainer writes to (its metrics.jsonl)."""
 METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", names.EVAL_PASS_AT_1)
-"""Final metrics per job, after the override columns."""
+"""Final metrics per job, after the override columns: training steps; the mean training reward
+of the first and of the last 5 rewarded steps, fewer in a job of under 10 so the two never
+share a step (as the end-of-run summary line, ``first_last_windows``: 4 steps, the first 2 and
+the last 2; 5 steps, the first 2 and the last 2, the middle one in neither; a job with a single
+rewarded step shows its reward in both, and one without any leaves both empty); the last
+``eval/pass@1`` (empty if never evaluated)."""
 
 
 class SweepSummary(Callback):
@@ -154,15 +159,16 @@ def parse_overrides(overrides: Iterable[object]) -> dict[str, str]:
 
 
 def final_metrics(history: list[dict[str, float]]) -> dict[str, float]:
-    """Training steps, mean training reward of the first / last 5 steps, last eval pass@1."""
+    """Training steps, mean training reward of the first / last 5 steps (fewer in a short
+    job: ``METRIC_COLUMNS``), last eval pass@1; NaN for what the history lacks."""
     train = [r for r in history if r["step"] > 0]
     _, rewards = series(train, names.REWARD)
     _, pass_at_1 = series(history, names.EVAL_PASS_AT_1)
-    n = min(FIRST_LAST_STEPS, len(rewards))
+    first, last = first_last_windows(rewards)
     return {
         "steps": len(train),
-        "reward_first5_mean": fmean(rewards[:n]) if rewards else math.nan,
-        "reward_last5_mean": fmean(rewards[-n:]) if rewards else math.nan,
+        "reward_first5_mean": fmean(first) if first else math.nan,
+        "reward_last5_mean": fmean(last) if last else math.nan,
         names.EVAL_PASS_AT_1: pass_at_1[-1] if pass_at_1 else math.nan,
     }
 

@@ -78,9 +78,10 @@ def test_summary_rows_metrics_and_statuses(tmp_path):
     assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
     assert rows[1]["error"] == "RuntimeError: rank 1 died"
     assert "without recording a result" in rows[2]["error"]
-    # first 5 rewards (0+.1+.2+.3+.4)/5 = 0.2; last 5 (.2+.3+.4+.5+.6)/5 = 0.4
-    assert float(rows[0]["reward_first5_mean"]) == pytest.approx(0.2, abs=1e-9)
-    assert float(rows[0]["reward_last5_mean"]) == pytest.approx(0.4, abs=1e-9)
+    # 7 rewards: windows of 7 // 2 = 3 steps, so they share none (5 each shared .2, .3, .4):
+    # first (0+.1+.2)/3 = 0.1; last (.4+.5+.6)/3 = 0.5
+    assert float(rows[0]["reward_first5_mean"]) == pytest.approx(0.1, abs=1e-9)
+    assert float(rows[0]["reward_last5_mean"]) == pytest.approx(0.5, abs=1e-9)
     assert rows[0]["eval/pass@1"] == "0.5" and rows[0]["steps"] == "7"
     assert rows[1]["eval/pass@1"] == "" and rows[1]["steps"] == "1"
     assert rows[2]["extra.key"] == "3" and rows[0]["extra.key"] == ""

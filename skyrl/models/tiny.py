@@ -77,7 +77,16 @@ def default_cache() -> Path:
     return Path(folder).expanduser().absolute()
 
 
-DEFAULT_CACHE = default_cache()
+DEFAULT_CACHE: Path | None = None
+"""A cache folder for this process that overrides ``default_cache()`` (tests set it); None:
+``default_cache()``, read at each build, so ``SKYRL_TINY_CACHE`` set after import (a notebook
+cell) is where the next build goes."""
+
+
+def cache_dir() -> Path:
+    """Where ``build_tiny_model`` caches its builds now: ``DEFAULT_CACHE`` if set, else
+    ``default_cache()``."""
+    return DEFAULT_CACHE if DEFAULT_CACHE is not None else default_cache()
 
 
 def build_tiny_tokenizer(vocab_size: int = 512):
@@ -156,12 +165,13 @@ def build_tiny_model(
 ) -> str:
     """Write a tiny random fp32 causal LM plus tokenizer and return its directory.
 
-    ``dir=None`` uses a cache folder keyed by the arguments (``$SKYRL_TINY_CACHE``
-    or the temp dir). An explicit ``dir`` is filled by copying the cached build.
-    ``config_overrides`` go to the model config (e.g. ``num_hidden_layers=4``).
+    ``dir=None`` uses a cache folder keyed by the arguments, in ``cache_dir()``
+    (``$SKYRL_TINY_CACHE`` as it is at this call, or the temp dir). An explicit ``dir`` is
+    filled by copying the cached build. ``config_overrides`` go to the model config (e.g.
+    ``num_hidden_layers=4``).
     """
     key = _cache_key(arch, seed, config_overrides, vocab_size)
-    cached = DEFAULT_CACHE / f"{arch}-{key}"
+    cached = cache_dir() / f"{arch}-{key}"
     if not (cached / "done").exists():
         _build_into(cached, arch, seed, vocab_size, config_overrides)
     if dir is None:

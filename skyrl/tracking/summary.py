@@ -16,7 +16,8 @@ from skyrl.tracking import metric_names as names
 from skyrl.tracking.jsonl import FILENAME, read_records
 
 FIRST_LAST_STEPS = 5
-"""The summary compares the mean training reward of the first and last this-many steps."""
+"""The summary compares the mean training reward of the first and last this-many steps
+(``first_last_windows``: fewer in a run of under twice as many)."""
 
 
 def read_history(output_dir: Path | str) -> list[dict[str, float]]:
@@ -88,18 +89,31 @@ def format_summary(
 
 def _reward_lines(train: list[dict[str, float]]) -> list[str]:
     """Mean training reward of the first vs the last ``FIRST_LAST_STEPS`` steps, fewer in a
-    run of under twice as many, so the two never share a step (4 steps: the first 2 vs the last
-    2); the one value of a run with a single rewarded step."""
+    run of under twice as many, so the two never share a step (``first_last_windows``); the
+    one value of a run with a single rewarded step."""
     steps, rewards = series(train, names.REWARD)
     if not rewards:
         return []
     if len(rewards) == 1:
         only = "the only step" if len(train) == 1 else "the only step with a reward"
         return [f"training reward: {rewards[0]:.3f} (step {steps[0]}, {only})"]
-    n = min(FIRST_LAST_STEPS, len(rewards) // 2)
-    first, last = fmean(rewards[:n]), fmean(rewards[-n:])
-    steps_word = "step" if n == 1 else f"{n} steps"
-    return [f"training reward: first {steps_word} {first:.3f} -> last {steps_word} {last:.3f}"]
+    first, last = first_last_windows(rewards)
+    steps_word = "step" if len(first) == 1 else f"{len(first)} steps"
+    return [
+        f"training reward: first {steps_word} {fmean(first):.3f} -> last {steps_word} "
+        f"{fmean(last):.3f}"
+    ]
+
+
+def first_last_windows(values: list[float]) -> tuple[list[float], list[float]]:
+    """The first and the last ``FIRST_LAST_STEPS`` values, fewer when there are under twice
+    as many, so the two never share one: 4 values give the first 2 and the last 2, 5 the
+    first 2 and the last 2 (the middle one in neither). A single value is both windows (there
+    is nothing to compare it with); none gives two empty ones."""
+    if len(values) == 1:
+        return values, values
+    n = min(FIRST_LAST_STEPS, len(values) // 2)
+    return values[:n], values[len(values) - n :]
 
 
 def _eval_lines(history: list[dict[str, float]]) -> list[str]:
@@ -120,24 +134,28 @@ def _eval_lines(history: list[dict[str, float]]) -> list[str]:
 def _timing_lines(train: list[dict[str, float]]) -> list[str]:
     """Mean step time, each phase's mean and share of the total step time, and overhead.
 
-    Shares are totals over all training steps (a phase logged on only some steps, like
-    eval, counts 0 on the others); a phase's mean is over the steps that logged it.
+    All over the timed steps, those with a finite ``timing/step_s``: a step without one (NaN,
+    or not logged) adds none of its phases either, or they would be shares of a total that
+    lacks them (over 100%). Shares are totals over the timed steps (a phase logged on only
+    some steps, like eval, counts 0 on the others); a phase's mean is over the steps that
+    logged it.
     """
-    _, step_times = series(train, names.STEP_TIME)
-    if not step_times:
+    timed = [r for r in train if math.isfinite(r.get(names.STEP_TIME, math.nan))]
+    if not timed:
         return []
+    step_times = [r[names.STEP_TIME] for r in timed]
     total_step_s = sum(step_times)
     lines = [f"time per step: {fmean(step_times):.2f}s mean, {total_step_s:.1f}s total"]
-    for key in _phase_keys(train):
-        _, values = series(train, key)
+    for key in _phase_keys(timed):
+        _, values = series(timed, key)
         if values:
             share = sum(values) / total_step_s if total_step_s > 0 else math.nan
             lines.append(
                 f"  {key[len('timing/') : -2]}: {fmean(values):.2f}s mean, {share:.0%} of step time"
             )
-    overhead = _overhead_frac(train, total_step_s)
+    overhead = _overhead_frac(timed, total_step_s)
     if overhead is not None:
-        lines.append(f"framework overhead: {overhead:.0%} of step time ({_overhead_is(train)})")
+        lines.append(f"framework overhead: {overhead:.0%} of step time ({_overhead_is(timed)})")
     return lines
 
 
@@ -161,8 +179,8 @@ def _overhead_frac(train: list[dict[str, float]], total_step_s: float) -> float 
     """The logged ``timing/overhead_frac`` as a share of the total step time, like the phase
     lines: sum(frac_i * step_s_i) / sum(step_s_i) over the steps that logged both (a plain
     mean would let a short step weigh as much as a long one). Without it, 1 - (sum of the
-    generate, forward, train, sync, eval phases) / (sum of step times); None without any
-    phase."""
+    generate, forward, train, sync, eval phases) / (sum of step times): the checkpoint counts
+    as overhead, as in the logged share; None without any phase."""
     if any(names.OVERHEAD_FRAC in r for r in train):
         return _time_weighted(train, names.OVERHEAD_FRAC)
     keys = [key for key in names.PHASE_TIMES.values() if any(key in r for r in train)]
