@@ -17,6 +17,10 @@ engines start. ``skyrl.train`` runs it for the dry run and for a real run alike,
   on; ``model.path`` and the critic's path are model folders (their configs load); one
   given as a local folder holds its weights (``check_local_weights``; ``skyrl-eval`` and
   ``skyrl-serve`` check ``model.path``'s too, in ``local_model_paths``);
+- ``model.path`` is a causal LM (``AutoModelForCausalLM`` builds it, on the meta device) whose
+  checkpoint, a local folder's safetensors, names its LM head's weights or ties the head to
+  the embedding (not a bare transformer body, not a reward model: tensor names only, read
+  from the header or index; ``skyrl-eval`` and ``skyrl-serve`` check this too);
 - the environment (``name`` or ``_target_``) imports and builds; ``generator.agent`` imports;
 - each built-in logger ``trainer.loggers`` chooses (tensorboard, wandb, mlflow) finds its
   package (``importlib.util.find_spec``: nothing imported; the sink imports it only once the
@@ -119,6 +123,7 @@ def preflight(cfg: SkyRLConfig, for_run: bool) -> Preflight:
     resolved, tokenizer_dir = _model_paths(cfg, fetch=for_run)
     model_config = _model_config(resolved, for_run)
     if model_config is not None:
+        _check_causal_lm(resolved, _model_dir(resolved, for_run))
         _check_packed_forward(resolved, model_config, "model.path", resolved.model.path)
     check_local_weights(cfg.model.path, "model.path")
     critic_config = _check_critic_model(resolved, for_run)
@@ -415,23 +420,62 @@ def _check_gpus(cfg: SkyRLConfig) -> None:
         )
 
 
+def _model_dir(cfg: SkyRLConfig, for_run: bool) -> str | None:
+    """The local folder of ``model.path`` (a run's is resolved already); None for a dry run of
+    a model not on disk yet (the run checks it)."""
+    from skyrl.models.resolve import locate_model_path
+
+    return cfg.model.path if for_run else locate_model_path(cfg.model.path)
+
+
 def _model_config(cfg: SkyRLConfig, for_run: bool):
     """The language model's config of ``model.path``, loaded once for the checks that read
     it; None for a dry run of a model not on disk yet (the run checks it). A folder without a
     model config is a ``ConfigError``."""
-    from skyrl.models.resolve import locate_model_path
-
-    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
+    model_dir = _model_dir(cfg, for_run)
     if not model_dir:
         return None
     return model_text_config(model_dir, "model.path", cfg.model.trust_remote_code)
 
 
+def _check_causal_lm(cfg: SkyRLConfig, model_dir: str | None) -> None:
+    """``model.path`` (its local folder ``model_dir``; None: not on disk yet, the run checks it)
+    is a causal LM whose checkpoint holds its LM head's weights or ties the head to its
+    embedding. Another kind of model (a T5) stopped the checks that read the config's context
+    with a traceback; a bare transformer body or a reward model passed, and the policy worker
+    refused it only once everything had started (the hf engine served a random head). Built
+    on the meta device and read from the checkpoint's tensor names, never its weights (a
+    config that does not load is left to ``model_text_config``)."""
+    if not model_dir:
+        return
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from skyrl.workers.models import missing_lm_head
+
+    trust_remote_code = cfg.model.trust_remote_code
+    try:
+        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    except Exception:  # none, or a broken one: the config's own check says so
+        return
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except ValueError as exc:  # no causal LM class for the config (the workers' load fails)
+        problem: str | None = f"{model_dir} is not a causal LM: {exception_line(exc)}"
+    except Exception:  # a model's own code that will not build on the meta device: its load
+        return  # says what is wrong, the head's weights checked there too
+    else:
+        problem = missing_lm_head(model, model_dir)
+    require(problem is None, "model.path", problem or "")
+
+
 def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     """A critic's own ``trainer.critic_model_path`` is a model folder (the critic worker loads
-    it) whose packed forward is right and whose context holds the longest sequence; a dry
-    run of a model not on disk yet skips this, the run checks it. Returns the critic's (text)
-    config, for ``check_vocab_size`` (None: no critic of its own, or not on disk yet)."""
+    it) of a decoder-only model whose packed forward is right and whose context holds the
+    longest sequence; a dry run of a model not on disk yet skips this, the run checks it.
+    Returns the critic's (text) config, for ``check_vocab_size`` (None: no critic of its own,
+    or not on disk yet)."""
     from skyrl.models.resolve import CRITIC_KEY, critic_model_path, locate_model_path
 
     critic = critic_model_path(cfg)
@@ -443,6 +487,12 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     from skyrl.batch.budget import check_context
 
     model_config = model_text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
+    require(  # its AutoModel wants decoder inputs, and its config has no context to check
+        not getattr(model_config, "is_encoder_decoder", False),
+        CRITIC_KEY,
+        f"{folder} ({model_config.model_type}) is an encoder-decoder model: the critic is a "
+        "decoder-only transformer body with a value head (a causal LM's or a reward model's)",
+    )
     _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
     check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
     return model_config
@@ -578,12 +628,11 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
     is to serve the adapters supports LoRA on its architecture (its config only; a dry run of
     a model not on disk yet skips this, the run checks it)."""
     from skyrl.models.lora import check_target_modules
-    from skyrl.models.resolve import locate_model_path
 
     lora = cfg.model.lora
     if not lora.enabled:
         return
-    model_dir = cfg.model.path if for_run else locate_model_path(cfg.model.path)
+    model_dir = _model_dir(cfg, for_run)
     if not model_dir:
         return
     check_target_modules(lora, model_dir, cfg.model.trust_remote_code)
@@ -596,10 +645,12 @@ def _check_lora_modules(cfg: SkyRLConfig, for_run: bool) -> None:
 def local_model_paths(cfg: SkyRLConfig) -> SkyRLConfig:
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories
     (fetched if needed); one that names nothing, or a local ``model.path`` folder without
-    weights, is a one-line ``ConfigError``. A critic's ``trainer.critic_model_path`` is left
-    as it is: evaluation and serving load no critic."""
+    weights, or one that is no causal LM or has no LM head's weights, is a one-line
+    ``ConfigError``. A critic's ``trainer.critic_model_path`` is left as it is: evaluation
+    and serving load no critic."""
     resolved = _model_paths(cfg, fetch=True, critic=False)[0]
     check_local_weights(cfg.model.path, "model.path")
+    _check_causal_lm(resolved, resolved.model.path)
     return resolved
 
 

@@ -35,7 +35,7 @@ import gc
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -95,7 +95,7 @@ class HFEngine(LocalEngine):
         adapter (PEFT layers in the model, B = 0 until the first ``update_weights``), and
         ``update_weights`` takes adapter tensors under their wire names.
         ``trust_remote_code``: run the model's and tokenizer's own code (their ``auto_map``)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:  # 0: serve never runs one
@@ -111,13 +111,19 @@ class HFEngine(LocalEngine):
             tokenizer_path or model_path, trust_remote_code=trust_remote_code
         )
         from skyrl.models.resolve import IN_MEMORY
+        from skyrl.workers.models import check_lm_head
 
-        model = AutoModelForCausalLM.from_pretrained(
+        loaded = AutoModelForCausalLM.from_pretrained(
             model_path,
             dtype=torch_dtype,
             trust_remote_code=trust_remote_code,
+            output_loading_info=True,
             **IN_MEMORY,
         )
+        model, loading = cast(tuple[PreTrainedModel, dict], loaded)
+        # a checkpoint without LM-head weights (a reward model, a bare body) is refused as the
+        # policy worker refuses it: transformers would serve a randomly initialised head
+        check_lm_head(model, model_path, loading["missing_keys"])
         self.lora = lora is not None
         if lora is not None:
             from skyrl.config.root import LoraConfig

@@ -74,21 +74,99 @@ def load_causal_lm(
 def check_lm_head(model: PreTrainedModel, path: str, missing_keys: set[str]) -> None:
     """Refuse the policy's model (``model.path``) when its LM head's weights are among the
     checkpoint's ``missing_keys`` (``from_pretrained``'s loading info; a head tied to the
-    embedding is never missing)."""
+    embedding is never missing). The hf engine refuses it so too."""
+    missing = sorted(_lm_head_names(model) & set(missing_keys))
+    if missing:
+        raise ValueError(f"model.path={no_lm_head(path, model, missing)}")
+
+
+def no_lm_head(path: str, model: PreTrainedModel, missing: list[str]) -> str:
+    """What is wrong with the model at ``path`` whose LM head's weights ``missing`` are not in
+    its checkpoint (``model``: the causal LM it would load as)."""
+    return (
+        f"{path} has no weights for {type(model).__name__}'s LM head ({', '.join(missing)}): "
+        "not a causal LM (a reward model, a bare transformer body?); a reward model can start "
+        "the critic (trainer.critic_model_path)"
+    )
+
+
+def _lm_head_names(model: PreTrainedModel) -> set[str]:
+    """The parameter names of ``model``'s LM head (``lm_head.weight``); none when it has none."""
     head = model.get_output_embeddings()
-    names = {
+    return {
         f"{module_name}.{param_name}"
         for module_name, module in model.named_modules()
         if module is head
         for param_name, _ in module.named_parameters(recurse=False)
     }
-    missing = sorted(names & set(missing_keys))
-    if missing:
-        raise ValueError(
-            f"model.path={path} has no weights for {type(model).__name__}'s LM head "
-            f"({', '.join(missing)}): not a causal LM (a reward model, a bare transformer "
-            "body?); a reward model can start the critic (trainer.critic_model_path)"
+
+
+def missing_lm_head(model: PreTrainedModel, path: str) -> str | None:
+    """Why ``load_causal_lm`` would refuse the model in the local folder ``path`` for its LM
+    head's weights missing (``no_lm_head``), read from the checkpoint's tensor names alone
+    (the safetensors header or index: no weights); ``model``: the causal LM it loads as,
+    built on the meta device. None when the head is there or tied to the embedding, or when
+    the names cannot be read without loading the weights (``pytorch_model.bin``, a file that
+    does not parse: the load checks those)."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or (embedding is not None and head.weight is embedding.weight):  # tied
+        return None
+    keys = _checkpoint_keys(Path(path))
+    loaded = None if keys is None else _loaded_names(model, keys)
+    if loaded is None:
+        return None
+    missing = sorted(_lm_head_names(model) - loaded)
+    return no_lm_head(path, model, missing) if missing else None
+
+
+def _checkpoint_keys(folder: Path) -> list[str] | None:
+    """The tensor names of the safetensors checkpoint ``from_pretrained`` would load from
+    ``folder`` (``model.safetensors``, else its index's ``weight_map``); None for another
+    kind or one that does not parse."""
+    from safetensors import safe_open
+
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    try:
+        if single.is_file():
+            with safe_open(str(single), framework="pt") as f:
+                return list(f.keys())
+        if index.is_file():
+            return list(json.loads(index.read_text())["weight_map"])
+    except Exception:  # an empty or broken file, an index without a weight_map: not judged here
+        return None
+    return None
+
+
+def _loaded_names(model: PreTrainedModel, keys: list[str]) -> set[str] | None:
+    """The parameters of ``model`` that the checkpoint tensors ``keys`` load into, renamed
+    as transformers' loader renames them (its conversion mapping: GPT-NeoX's ``embed_out``
+    is ``lm_head``; the base model's prefix added or dropped). A transformers without that
+    mapping (4.x) loads the names as they are; None where the mapping, transformers'
+    internals, fails on them (not judged here: the load checks the head)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import (
+            WeightConverter,
+            WeightRenaming,
+            rename_source_key,
         )
+    except ImportError:
+        return set(keys)
+    try:
+        mapping = get_model_conversion_mapping(model)
+        renamings = [t for t in mapping if isinstance(t, WeightRenaming)]
+        converters = [t for t in mapping if isinstance(t, WeightConverter)]
+        names = model.state_dict()
+        prefix = model.base_model_prefix
+        loaded = set()
+        for key in keys:
+            name = rename_source_key(key, renamings, converters, prefix, names)[0]
+            if name not in names and key in names:  # the loader's fallback: the prefix only
+                name = rename_source_key(key, [], [], prefix, names)[0]
+            loaded.add(name)
+    except Exception:  # another transformers' internals (their signatures are not an API)
+        return None
+    return loaded
 
 
 def tied_embedding_row_grads(model: PreTrainedModel) -> None:
@@ -246,18 +324,25 @@ def _init_value_head(head: nn.Linear, path: str) -> None:
             continue
         if weight.shape != head.weight.shape or (bias is not None and bias.numel() != 1):
             shape, want = tuple(weight.shape), tuple(head.weight.shape)
-            print(
+            _say_once(
                 f"critic: {name}.weight of {path} has shape {shape}, not {want} (one output): "
-                "not a value head; the value head starts at zero",
-                flush=True,
+                "not a value head; the value head starts at zero"
             )
             return
         with torch.no_grad():
             head.weight.copy_(weight)
             head.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
         what = f"{name}.weight" + (f" and {name}.bias" if bias is not None else "")
-        print(f"critic: value head initialised from {what} of {path}", flush=True)
+        _say_once(f"critic: value head initialised from {what} of {path}")
         return
+
+
+def _say_once(line: str) -> None:
+    """Print ``line`` on rank 0 only: every critic rank loads the same checkpoint."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(line, flush=True)
 
 
 def _read_tensors(folder: Path, names: set[str]) -> dict[str, torch.Tensor]:
