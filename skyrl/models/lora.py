@@ -144,9 +144,9 @@ def merge_adapter_dir(
     """A ``from_pretrained`` directory at ``out_dir`` (with ``tokenizer``'s files): the model
     at ``base_model`` with the adapter directory ``adapter_dir`` merged in, in fp32 (merged
     in bf16, a small update is mostly lost to rounding). An adapter directory without
-    readable weights raises ``ConfigError`` under ``key`` (``check_adapter_weights``)."""
+    readable weights, or adapters that do not fit ``base_model`` (``load_adapter_dir``), raise
+    ``ConfigError`` under ``key``."""
     import torch
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skyrl.models.resolve import IN_MEMORY
@@ -156,10 +156,86 @@ def merge_adapter_dir(
     base = AutoModelForCausalLM.from_pretrained(
         base_model, dtype=torch.float32, **remote, **IN_MEMORY
     )
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged = load_adapter_dir(base, adapter_dir, base_model, key).merge_and_unload()
     merged.save_pretrained(out_dir, safe_serialization=True)
     AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def load_adapter_dir(base: nn.Module, adapter_dir: str | Path, base_model: str, key: str):
+    """``base`` (the model at ``base_model``) with the adapters of the adapter directory
+    ``adapter_dir`` loaded, a ``peft.PeftModel`` (``PeftModel.from_pretrained``'s two steps:
+    adapter layers from its ``adapter_config.json``, then its weights). Adapters that do not fit
+    ``base`` raise ``ConfigError`` under ``key`` naming the directory, the first layer that
+    differs and its two shapes: PEFT ended in a wall of size mismatches, and dropped the weights
+    of a layer the model lacks without a word (a merge of half the adapters)."""
+    from peft import PeftConfig, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    config = PeftConfig.from_pretrained(str(adapter_dir))
+    config.inference_mode = True
+    # PEFT sets it to ``base``'s path, warning when it differs (a hub id resolved to a local
+    # folder): the name is read here, and the check below says what matters, the shapes
+    named, config.base_model_name_or_path = config.base_model_name_or_path, None
+    try:
+        model = get_peft_model(base, config)
+    except ValueError as exc:  # not one of its target modules in the model
+        problem: str | None = exception_line(exc)
+    else:
+        weights = load_file(Path(adapter_dir).expanduser() / ADAPTER_WEIGHTS)
+        problem = _adapter_misfit(model, weights)
+        if problem is None:
+            set_peft_model_state_dict(model, weights)
+            return model
+    names = f" (its {ADAPTER_CONFIG} names {named})" if named and named != str(base_model) else ""
+    raise ConfigError(
+        key,
+        f"{adapter_dir}: its adapters do not fit the base model {base_model}{names}: {problem}; "
+        "they were trained on another model",
+    )
+
+
+def _adapter_misfit(model: nn.Module, weights: dict[str, torch.Tensor]) -> str | None:
+    """The first way the wire-named adapter ``weights`` do not fit the adapter layers of the
+    PEFT ``model`` (None: they fit): a layer the model lacks, a shape that differs, a layer
+    the adapter's ``target_modules`` match that it has no weights for."""
+    params = {wire_name(n): p for n, p in model.named_parameters() if is_adapter_name(n)}
+
+    def first(names: list[str]) -> tuple[str, str]:  # the name in the model, how many more
+        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        return names[0].removeprefix(PEFT_PREFIX).removesuffix(".weight"), more
+
+    lacking = adapted_modules(n for n in weights if is_adapter_name(n) and n not in params)
+    if lacking:
+        name, more = first(lacking)
+        return f"it adapts {name}, which the base model lacks{more}"
+    resized = [n for n in weights if n in params and weights[n].shape != params[n].shape]
+    if resized:
+        (name, more), n = first(resized), resized[0]
+        return (
+            f"{name} is {list(weights[n].shape)} in the adapter, {list(params[n].shape)} in "
+            f"the base model{more}"
+        )
+    unfilled = adapted_modules(n for n in params if n not in weights)
+    if unfilled:
+        name, more = first(unfilled)
+        return f"its target_modules match {name}, with no weights for it{more}"
+    return None
+
+
+def merged_weight(weight: torch.Tensor, layer: Any) -> torch.Tensor:
+    """``weight``, the base weight of the PEFT LoRA layer ``layer``, with its adapter merged
+    in: ``W + (alpha / r) * B @ A`` computed in fp32 and cast once to ``weight``'s dtype, the
+    bf16 value nearest the fp32 merge. PEFT's ``get_delta_weight`` rounds the update to a
+    bf16 model's dtype and the sum is rounded again: on the tiny model a quarter of the merged
+    bf16 weights differed from the once-rounded merge, an eighth by more than one bf16
+    rounding (2^-8 relative)."""
+    from peft.utils import transpose
+
+    a = layer.lora_A[ADAPTER].weight.float()
+    b = layer.lora_B[ADAPTER].weight.float()
+    delta = transpose(b @ a, layer.fan_in_fan_out) * layer.scaling[ADAPTER]
+    return (weight.float() + delta).to(weight.dtype)
 
 
 def check_adapter_weights(adapter_dir: str | Path, key: str) -> None:

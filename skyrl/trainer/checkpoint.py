@@ -359,15 +359,23 @@ def _merged_lora_policy(
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    config = LoraConfig.from_pretrained(str(ckpt / "policy"))
+    from skyrl.config.errors import exception_line
     from skyrl.models.resolve import IN_MEMORY
+
+    config = LoraConfig.from_pretrained(str(ckpt / "policy"))
+    config.base_model_name_or_path = None  # PEFT warned it "renamed" a hub id to its folder
 
     # in memory: the merged model may be saved over the base model's own files; in fp32, as
     # the run trained and served it (a bf16-stored base merged in bf16 lost most of an update)
     base = AutoModelForCausalLM.from_pretrained(
         base_model, dtype=torch.float32, trust_remote_code=trust_remote_code, **IN_MEMORY
     )
-    model = get_peft_model(base, config)
+    try:
+        model = get_peft_model(base, config)
+    except ValueError as exc:  # not one of its target modules in the model (another architecture)
+        raise WeightsMismatchError(
+            f"{ckpt}: its LoRA adapters do not fit {base_model}: {exception_line(exc)}"
+        ) from exc
     named = list(model.named_parameters(remove_duplicate=False))
     adapters = {n for n, p in named if p.requires_grad}
     frozen = {n for n, p in named if not p.requires_grad}  # earlier checkpoints kept a tied one

@@ -377,7 +377,7 @@ class TrainingWorker:
         model's order; ``build()`` makes the tensor once the parameters are gathered. Names:
         HF names for ``full`` and ``merged``, PEFT's saved names for ``adapter``
         (``skyrl.models.lora``)."""
-        from skyrl.models.lora import ADAPTER, base_name, is_adapter_name, wire_name
+        from skyrl.models.lora import ADAPTER, base_name, is_adapter_name, merged_weight, wire_name
 
         module = self.engine.module
         named = list(module.named_parameters())
@@ -402,7 +402,7 @@ class TrainingWorker:
             adapters = [layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight]
 
             def merged(param=param, layer=layer) -> torch.Tensor:
-                return param.detach() + layer.get_delta_weight(ADAPTER).to(param.dtype)
+                return merged_weight(param.detach(), layer)  # in fp32, rounded once
 
             yield base_name(name), param, [param, *adapters], merged
 
