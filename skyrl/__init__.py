@@ -26,3 +26,9 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'skyrl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the API's, imported on first use (``__getattr__``): tab
+    completion lists ``skyrl.train`` before it is imported."""
+    return sorted({*globals(), *__all__})

@@ -21,8 +21,9 @@ from typing import Any
 
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ValidationError
 
-from skyrl.config.cli_errors import parse_reason
+from skyrl.config.cli_errors import one_line_error, parse_reason
 from skyrl.config.errors import ConfigError
 from skyrl.config.precheck import check_group_values
 from skyrl.config.preflight import Preflight, check_run_dir, preflight
@@ -94,7 +95,7 @@ def compose(
             check_group_values(lines)
             return hydra_compose(config_name=config_name, overrides=lines)
     except Exception as exc:
-        error = _compose_error(exc)
+        error = _compose_error(exc, config_name)
         if error is None:  # not bad input, or no key to name: Hydra's own error, whole
             raise
         raise error from None
@@ -163,15 +164,46 @@ def _check_override_lines(lines: list[str]) -> None:
             raise ConfigError(override.key_or_group, message)
 
 
-def _compose_error(exc: Exception) -> ConfigError | None:
-    """Hydra's error for a bad override as the ``ConfigError`` that ``skyrl-train``'s line
-    shows (the key, then the message); None for a bug, or an error that names no key."""
-    from skyrl.config.cli_errors import is_bad_input, one_line_error
+def _compose_error(exc: Exception, config_name: str) -> ConfigError | None:
+    """Hydra's error for a bad override (or ``config_name``) as the ``ConfigError`` that
+    ``skyrl-train``'s line shows (the key, then the message); None for a bug, or an error
+    that names no key."""
+    from hydra.errors import MissingConfigException
+
+    from skyrl.config.cli_errors import is_bad_input
 
     if isinstance(exc, ConfigError) or not is_bad_input(exc):
         return None
-    key, named, message = one_line_error(exc).removeprefix("error: ").partition(": ")
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file == config_name:
+        # Hydra's message went on with its search path, over four lines
+        primary = ", ".join(sorted(p.stem for p in CONF_DIR.glob("*.yaml")))
+        return ConfigError(
+            "config_name", f"{config_name!r}: no such config in {CONF_DIR} ({primary})"
+        )
+    key, named, message = config_error_line(exc).removeprefix("error: ").partition(": ")
     return ConfigError(key, message) if named and " " not in key else None
+
+
+LIST_GOT_SCALAR = re.compile(r"Invalid value assigned: (\w+) is not a ListConfig, list or tuple")
+"""OmegaConf's refusal of a scalar where the schema has a list (``key=all-linear``)."""
+
+
+def config_error_line(exc: BaseException) -> str:
+    """``one_line_error``, with the way to write a list where a scalar was given for one:
+    OmegaConf's "str is not a ListConfig" named the key but not the fix."""
+    if isinstance(exc, ConfigError):  # skyrl's own message (a sweep job's names the job)
+        return one_line_error(exc)
+    cause = exc if isinstance(exc, ValidationError) else exc.__cause__
+    if not isinstance(cause, ValidationError) or not cause.full_key:
+        return one_line_error(exc)
+    found = LIST_GOT_SCALAR.match(cause.msg or "")
+    if found is None:
+        return one_line_error(exc)
+    value = getattr(cause, "value", None)
+    return (
+        f"error: {cause.full_key}: takes a list, got the {found[1]} {value!r}; write a list in "
+        f"brackets: {cause.full_key}=[{value}]"
+    )
 
 
 def _override_value(value: Any, key: str) -> str:
@@ -214,6 +246,8 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     ``trainer.resume`` and ``eval.checkpoint``, and a relative one is taken from the working
     directory now (``TrainResult``'s paths are absolute)."""
     require_composed(cfg)
+    if output_dir is not None:
+        require_output_dir(output_dir, "skyrl.train")
     _show_warnings_again()
     typed = validate(cfg)
     # absolute: Ray's actors stay in the working directory Ray started in (a notebook's %cd)
@@ -259,6 +293,16 @@ def require_composed(cfg: object, function: str = "skyrl.train") -> None:
         "skyrl-train run dir keeps them in .hydra/overrides.yaml: "
         "skyrl.compose(OmegaConf.load('<run dir>/.hydra/overrides.yaml')))"
     )
+
+
+def require_output_dir(output_dir: object, function: str) -> None:
+    """``output_dir`` is a path (a str or ``os.PathLike``): ``Path(None)``'s ``TypeError`` did not
+    name the argument. ``function``: the one refusing it (``skyrl.evaluate`` too)."""
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"{function} takes output_dir as a str or Path (the directory to write the results "
+            f"in, e.g. 'outputs/mine'), got {output_dir!r}"
+        )
 
 
 def _config_to_save(cfg: DictConfig, typed: SkyRLConfig) -> DictConfig:

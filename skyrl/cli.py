@@ -40,14 +40,14 @@ from typing import NoReturn
 import hydra
 from hydra._internal.utils import get_args_parser
 from hydra.errors import CompactHydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from skyrl.api import TrainResult, train
+from skyrl.api import TrainResult, config_error_line, train
 from skyrl.config import register_configs
 from skyrl.config.cli_errors import one_line_error
-from skyrl.config.errors import ConfigError, exception_line
+from skyrl.config.errors import ConfigError, did_you_mean, exception_line
 from skyrl.config.help import command_help, wants_help
-from skyrl.config.precheck import needs_objective, precheck_command_line
+from skyrl.config.precheck import command_line_problem, needs_objective
 from skyrl.models.resolve import ModelNotFoundError
 from skyrl.tracking import metric_names as names
 
@@ -211,7 +211,10 @@ def check_command_line() -> None:
     (``skyrl-train`` and ``skyrl-eval`` alike)."""
     register_configs()
     argv = sys.argv[1:]
-    problem = hydra_flags_problem(argv) or precheck_command_line(with_config_dir(argv))
+    problem = hydra_flags_problem(argv)
+    if problem is None:
+        composed = command_line_problem(with_config_dir(argv))
+        problem = package_problem(argv) if composed is None else config_error_line(composed)
     if problem is not None:
         print(problem, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
@@ -247,13 +250,76 @@ def hydra_flags_problem(argv: list[str]) -> str | None:
         if commands[:2] == ["--multirun", "--cfg"]:
             line += " (to print a sweep job's config: --cfg job with its overrides, without -m)"
         return line
+    if args.shell_completion and not args.help:
+        return shell_completion_problem(args.overrides)
     if args.resolve and args.cfg is None and not args.help:
         return "error: --resolve: only with --cfg (it resolves the config --cfg prints)"
+    if args.package is not None and args.cfg is None and not args.help:
+        return "error: --package: only with --cfg (it picks the part of the config --cfg prints)"
     if args.config_dir is not None and not os.path.isdir(args.config_dir):
         return f"error: --config-dir: {os.path.abspath(args.config_dir)}: no such directory"
     if args.config_path is not None:
         return config_path_problem(args.config_path, args.config_name or "config")
     return None
+
+
+SHELL_COMPLETION_COMMANDS = ("install", "uninstall", "query")
+
+
+def shell_completion_problem(overrides: list[str]) -> str | None:
+    """The one-line error for ``--shell-completion`` without exactly one of
+    ``install=SHELL``, ``uninstall=SHELL``, ``query=SHELL`` naming a shell Hydra completes
+    (Hydra raised a ``ValueError``, printed as a traceback), or None."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.completion_plugin import CompletionPlugin
+
+    plugins = Plugins.instance().discover(CompletionPlugin)
+    shells = sorted(p.provides() for p in plugins if issubclass(p, CompletionPlugin))
+    usage = f"takes one of install=SHELL, uninstall=SHELL, query=SHELL (SHELL: {', '.join(shells)})"
+    parts = (o.partition("=") for o in overrides)
+    given = [(cmd, shell) for cmd, _, shell in parts if cmd in SHELL_COMPLETION_COMMANDS]
+    if len(given) != 1:
+        named = f"{' and '.join(cmd for cmd, _ in given)}: " if given else ""
+        return f"error: --shell-completion: {named}{usage}"
+    command, shell = given[0]
+    if shell not in shells:
+        return f"error: --shell-completion: {command}={shell}: no such shell; {usage}"
+    return None
+
+
+_ABSENT = object()
+
+
+def package_problem(argv: list[str]) -> str | None:
+    """The one-line error for a ``--package`` that names nothing in the config ``--cfg``
+    prints (Hydra said ``package 'x' not found in config``, no ``error:``, exit 1), or None.
+    The config is composed as ``--cfg`` composes it (the Hydra node only in ``--cfg hydra``
+    and ``--cfg all``); left to Hydra with ``--config-path`` (a config tree not skyrl's)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    package = args.package
+    if args.cfg is None or package in (None, "_global_") or args.config_path or args.help:
+        return None
+    overrides = get_args_parser().parse_known_args(with_config_dir(argv))[0].overrides
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        cfg = compose(args.config_name or "config", overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} resolves, as when Hydra prints it
+    printed = cfg if args.cfg == "all" else OmegaConf.masked_copy(cfg, _printed_keys(cfg, args.cfg))
+    if OmegaConf.select(printed, package, default=_ABSENT) is not _ABSENT:
+        return None
+    parent, _, leaf = package.rpartition(".")
+    node = OmegaConf.select(printed, parent, default=None) if parent else printed
+    hint = did_you_mean(leaf, [str(k) for k in node]) if isinstance(node, DictConfig) else ""
+    if args.cfg == "job" and package.split(".")[0] == "hydra":
+        hint = " (Hydra's own config: --cfg hydra prints it)"
+    return f"error: --package: {package}: no such key in the config --cfg {args.cfg} prints{hint}"
+
+
+def _printed_keys(cfg: DictConfig, cfg_type: str) -> list[str]:
+    """The top-level keys ``--cfg job`` (all but ``hydra``) or ``--cfg hydra`` prints."""
+    return [str(k) for k in cfg if (k == "hydra") == (cfg_type == "hydra")]
 
 
 def config_path_problem(config_path: str, config_name: str) -> str | None:

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import pickle
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -81,12 +82,14 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     """Evaluate what ``cfg`` (made by ``skyrl.compose``) names (``eval.checkpoint``, else
     ``model.path``) on its eval prompts; print the table and write the JSON file (in
     ``output_dir`` unless ``eval.output_file`` says otherwise; a leading ``~`` is the home
-    directory, as for ``skyrl.train``)."""
-    from skyrl.api import require_composed
+    directory and a relative path is taken from the working directory now, as for
+    ``skyrl.train``: ``EvalResult``'s paths are absolute)."""
+    from skyrl.api import require_composed, require_output_dir
     from skyrl.config.preflight import check_env_and_agent
     from skyrl.config.validate import validate
 
     require_composed(cfg, "skyrl.evaluate")
+    require_output_dir(output_dir, "skyrl.evaluate")
     typed = validate(_without_train_files_rule(cfg))
     _check_eval_prompts(typed)
     out = Path(output_dir).expanduser()
@@ -103,7 +106,7 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
         model = base if ckpt is None else _exported(base, ckpt, Path(scratch))
         metrics, num_prompts = _run_eval(model, rows, tokenizer, samples)
-    result = EvalResult(label, metrics, num_prompts, path, samples)
+    result = EvalResult(label, metrics, num_prompts, path.absolute(), samples.absolute())
     _write_results(result, model)
     print(format_eval_table(result, model), flush=True)
     return result
@@ -285,22 +288,24 @@ def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
     from skyrl.trainer.checkpoint import WeightsMismatchError, export_checkpoint_hf
 
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
-    # a LoRA run's final_adapter is merged into its base model; a checkpoint exported with it
-    export = merge_adapter_dir if is_adapter_dir(ckpt) else export_checkpoint_hf
+    # what named ckpt: an adapter directory may be model.path itself
+    key = "eval.checkpoint" if base.eval.checkpoint else "model.path"
+    remote = {"trust_remote_code": base.model.trust_remote_code}
     try:
-        hf_dir = export(
-            ckpt,
-            base.model.path,
-            base.model.tokenizer_path,
-            scratch,
-            trust_remote_code=base.model.trust_remote_code,
-        )
+        if is_adapter_dir(ckpt):  # a LoRA run's final_adapter is merged into its base model
+            hf_dir = merge_adapter_dir(
+                ckpt, base.model.path, base.model.tokenizer_path, scratch, **remote, key=key
+            )
+        else:  # a checkpoint, exported with the base model's config
+            hf_dir = export_checkpoint_hf(
+                ckpt, base.model.path, base.model.tokenizer_path, scratch, **remote
+            )
     except WeightsMismatchError as exc:  # model.path names another architecture
         problem = f"{exc}; model.path must name the model the run trained"
     except (EOFError, pickle.UnpicklingError, RuntimeError) as exc:
         if not _is_damaged_weights(exc):
             raise
-        where = ckpt if export is merge_adapter_dir else ckpt / "policy" / "state"
+        where = ckpt if is_adapter_dir(ckpt) else ckpt / "policy" / "state"
         problem = (
             f"{ckpt}: its weights in {where} cannot be read "
             f"({exception_line(exc)}): a file cut short (a run killed while saving, a "
@@ -308,7 +313,7 @@ def _exported(base: SkyRLConfig, ckpt: Path, scratch: Path) -> SkyRLConfig:
         )
     else:
         return _with_model(base, hf_dir)
-    raise ConfigError("eval.checkpoint", problem)  # outside the handler: no context
+    raise ConfigError(key, problem)  # outside the handler: no context
 
 
 def _is_damaged_weights(exc: BaseException) -> bool:
@@ -460,14 +465,21 @@ def _write_results(result: EvalResult, cfg: SkyRLConfig) -> None:
 
 
 def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
-    """One row per data source and one for all: prompts, samples, pass@1, pass@k, reward."""
+    """One row per data source and one for all: prompts, samples, pass@1, pass@k, reward, and
+    the samples whose env (or agent) failed when there are any (``eval/env_errors``: counted
+    over all sources, so in the ``all`` row, or the one source's)."""
+    from skyrl.tracking.metric_names import EVAL_ENV_ERRORS
+
     k = cfg.generator.eval_n_samples_per_prompt
     m = result.metrics
     columns = ["pass@1"] + ([f"pass@{k}"] if k > 1 else []) + ["reward_mean"]
+    env_errors = m.get(EVAL_ENV_ERRORS, 0.0)
     width = max(len("source"), *(len(s) for s in result.num_prompts), len("all"))
     header = f"{'source':<{width}}  {'prompts':>7}  {'samples':>7}" + "".join(
         f"  {c:>11}" for c in columns
     )
+    if env_errors:
+        header += f"  {'env_errors':>11}"
     lines = [
         f"eval of {result.model}: {k} sample(s) per prompt at temperature "
         f"{cfg.generator.eval_sampling.temperature:g}",
@@ -476,8 +488,10 @@ def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
     sources = [(s, f"eval/{s}", n) for s, n in result.num_prompts.items()]
     if len(sources) > 1:
         sources.append(("all", "eval", sum(result.num_prompts.values())))
-    for name, prefix, n in sources:
+    for i, (name, prefix, n) in enumerate(sources):
         values = "".join(f"  {m.get(f'{prefix}/{c}', float('nan')):>11.3f}" for c in columns)
+        if env_errors and i == len(sources) - 1:  # the all row, or the one source's
+            values += f"  {env_errors:>11.0f}"
         lines.append(f"{name:<{width}}  {n:>7}  {n * k:>7}{values}")
     lines.append(f"results: {result.output_file}")
     return "\n".join(lines)
@@ -508,9 +522,9 @@ def _check_command_line() -> None:
     Hydra flags too), except that ``data.source=files`` needs no training files: a command
     line failing only on that rule is checked again with ``data.train_files`` set to the eval
     files."""
-    from skyrl.cli import EXIT_CONFIG_ERROR, hydra_flags_problem, with_config_dir
+    from skyrl.api import config_error_line
+    from skyrl.cli import EXIT_CONFIG_ERROR, hydra_flags_problem, package_problem, with_config_dir
     from skyrl.config import register_configs
-    from skyrl.config.cli_errors import one_line_error
     from skyrl.config.precheck import command_line_problem
 
     register_configs()
@@ -521,12 +535,13 @@ def _check_command_line() -> None:
     argv = with_config_dir(sys.argv[1:])
     problem = command_line_problem(argv, preflight_jobs=False)  # a training run's checks
     if _is_train_files_rule(problem):
-        with_files = [*argv, "data.train_files=${data.eval_files}"]
+        with_files = with_override(argv, "data.train_files=${data.eval_files}")
         problem = command_line_problem(with_files, preflight_jobs=False)
         if _is_train_files_rule(problem):  # no eval files either
             problem = ConfigError("data.eval_files", "source=files needs at least one eval file")
-    if problem is not None:
-        print(one_line_error(problem), file=sys.stderr)
+    line = package_problem(sys.argv[1:]) if problem is None else config_error_line(problem)
+    if line is not None:
+        print(line, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
 
 
@@ -553,11 +568,20 @@ def with_eval_run_dir(argv: list[str]) -> list[str]:
     args, _ = get_args_parser().parse_known_args(argv)
     if args.multirun or any(a.startswith(("hydra.run.dir=", "hydra/")) for a in argv):
         return list(argv)
-    overrides, end = list(args.overrides), 0
+    return with_override(argv, EVAL_RUN_DIR)
+
+
+def with_override(argv: list[str], override: str) -> list[str]:
+    """``argv`` with ``override`` right after its overrides (Hydra's parser takes one unbroken
+    run of them: after a trailing flag, ``-m`` or ``--cfg job``, it is an unrecognized
+    argument), or first when it has none (where no flag can take it as its value)."""
+    from hydra._internal.utils import get_args_parser
+
+    overrides, end = list(get_args_parser().parse_known_args(argv)[0].overrides), 0
     if overrides:  # one unbroken run of ``argv``
         k = len(overrides)
         end = next((i + k for i in range(len(argv)) if argv[i : i + k] == overrides), len(argv))
-    return [*argv[:end], EVAL_RUN_DIR, *argv[end:]]
+    return [*argv[:end], override, *argv[end:]]
 
 
 EVAL_SUMMARY = (
@@ -574,22 +598,31 @@ EVAL_EXAMPLES = (
 )
 
 
+INTERRUPTED = "interrupted: the eval in progress wrote no results"
+
+
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then evaluate (each
-    job of a sweep, ``-m``, as ``skyrl-train`` runs them)."""
+    job of a sweep, ``-m``, as ``skyrl-train`` runs them). Ctrl-C ends it with one line and
+    exit code 130, as ``skyrl-train``'s (the engine is shut down in ``_run_eval``'s
+    ``finally``); it was a traceback through the engine's serving loop, exit 1."""
     from hydra._internal.utils import get_args_parser
 
-    from skyrl.cli import run_sweep
+    from skyrl.cli import _exit_now, run_sweep
 
     if wants_help(sys.argv[1:]):
         print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES))
         return
     _check_command_line()
     sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
-    if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
-        run_sweep(_hydra_main)
-    else:
-        _hydra_main()
+    try:
+        if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
+            run_sweep(_hydra_main)
+        else:
+            _hydra_main()
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        _exit_now(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -4,26 +4,10 @@ from the real entry points in a subprocess."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-BIN = Path(sys.executable).parent
-
-
-def run(tmp_path: Path, command: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / command), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-
-
-def one_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-2000:]
-    [line] = result.stderr.strip().splitlines()
-    return line
+from cli_runs import one_line, run  # tests/ is on sys.path
 
 
 @pytest.mark.parametrize(

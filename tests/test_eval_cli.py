@@ -179,7 +179,9 @@ def test_bad_input_is_one_line(tmp_path, overrides, expected):
     assert_one_line(run([SKYRL_EVAL, "experiment=smoke", *overrides], tmp_path), expected)
 
 
-Z3_STATE = "z3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
+# not "z3": with the working directory on sys.path (python -m pytest), a folder of that name
+# is imported as the z3 solver package torch looks for, and later tests fail in torch.fx
+Z3_STATE = "zero3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
 
 
 @pytest.mark.parametrize(
@@ -224,9 +226,9 @@ Z3_STATE = "z3/policy/state/zero_pp_rank_0_mp_rank_00_model_states.pt"
             "error: eval.checkpoint: corrupt: no policy weights in corrupt/policy/state",
         ),
         (
-            {"z3/trainer_state.json": "{}", Z3_STATE: ""},
-            "eval.checkpoint=z3",
-            "error: eval.checkpoint: z3: z3/policy/state holds ZeRO-3 partitions without",
+            {"zero3/trainer_state.json": "{}", Z3_STATE: ""},
+            "eval.checkpoint=zero3",
+            "error: eval.checkpoint: zero3: zero3/policy/state holds ZeRO-3 partitions without",
         ),
         ({}, "data=fake", "error: data.source: fake has no prompts"),
         (  # a checkpoint with weights, but nothing to evaluate them on: no export first

@@ -77,6 +77,11 @@ def test_skyrl_eval_of_an_adapter_whose_base_has_other_sizes_is_a_config_error(t
     assert err.value.key == "eval.checkpoint"
     assert err.value.message.startswith(f"{adapter}: its adapters do not fit the base model ")
     assert "lora_A is [4, 64] in the adapter, [4, 96] in the base model" in err.value.message
+    # the adapter directory given as the model itself: the error names model.path
+    with pytest.raises(ConfigError) as err:
+        evaluate(skyrl.compose(["experiment=smoke", f"model.path={adapter}"]), tmp_path)
+    assert err.value.key == "model.path"
+    assert "lora_A is [4, 64] in the adapter, [4, 96] in the base model" in err.value.message
 
 
 def test_a_bf16_merge_is_the_fp32_merge_rounded_once():
