@@ -3,7 +3,8 @@
 A row is a prompt (a string, or a list of chat messages with string ``role`` and
 ``content``), the ``data_source`` it belongs to (metrics such as pass@n are reported per
 source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
-``extra_info`` column are merged in), handed to the env's ``init``.
+``extra_info`` column are merged in, over a column of the same name unless null), handed to
+the env's ``init``.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -22,6 +23,8 @@ Message = dict[str, str]
 
 PARQUET_BATCH_ROWS = 1024
 """Parquet rows read at a time when streaming a file."""
+UTF8_BOM = b"\xef\xbb\xbf"
+"""The byte order mark an editor may start a UTF-8 file with (``json.loads`` skips it)."""
 
 
 class PromptDataError(ValueError):
@@ -85,8 +88,8 @@ def row_from_record(
     nested = isinstance(extra_info, Mapping)  # verl's dict column, merged into the extras
     skip = (prompt_key, "data_source", "extra_info") if nested else (prompt_key, "data_source")
     extras = {k: v for k, v in record.items() if k not in skip}
-    if isinstance(extra_info, Mapping):
-        extras.update(extra_info)
+    if nested:  # a null field (parquet: every row has every struct field) hides no column
+        extras.update((k, v) for k, v in extra_info.items() if v is not None or k not in extras)
     uid = record.get("uid")  # a parquet column's null is None, not a uid
     return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
 
@@ -96,7 +99,7 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
     if path.suffix == ".jsonl":
         with path.open("rb") as f:
             for i, line in enumerate(f, start=1):
-                if not line.strip():
+                if not line.strip().removeprefix(UTF8_BOM):  # a BOM alone is a blank line
                     continue
                 try:
                     record = json.loads(line)
