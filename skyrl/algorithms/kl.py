@@ -61,12 +61,22 @@ def abs_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 def masked_kl(
     name: str, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, loss_mask: torch.Tensor
 ) -> torch.Tensor:
-    """``[B, S]`` per-token KL of the registered estimator ``name``; exactly 0 off ``loss_mask``."""
+    """``[B, S]`` per-token KL of the registered estimator ``name``; exactly 0 off ``loss_mask``.
+
+    Raises ``ValueError`` naming the estimator when it does not return one value per token
+    (a scalar, such as a mean, would otherwise broadcast to every token)."""
     check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs, loss_mask=loss_mask)
     mask = loss_mask > 0
     logprobs = torch.where(mask, logprobs, 0.0)
     ref_logprobs = torch.where(mask, ref_logprobs, 0.0)
-    return torch.where(mask, KL_ESTIMATORS.get(name)(logprobs, ref_logprobs), 0.0)
+    kl = KL_ESTIMATORS.get(name)(logprobs, ref_logprobs)
+    if not isinstance(kl, torch.Tensor) or kl.shape != mask.shape:
+        got = f"shape {tuple(kl.shape)}" if isinstance(kl, torch.Tensor) else type(kl).__name__
+        raise ValueError(
+            f"KL estimator {name!r} returned {got}, expected one value per token "
+            f"{tuple(mask.shape)} (the shape of logprobs)"
+        )
+    return torch.where(mask, kl, 0.0)
 
 
 def kl_loss(

@@ -19,12 +19,25 @@ def compute_advantages(
     are then whitened over all loss tokens of the batch (returns are left as they are).
     """
     estimator = ADVANTAGE_ESTIMATORS.get(cfg.advantage_estimator)
-    advantages, returns = estimator(inputs, cfg)
+    result = estimator(inputs, cfg)
     expected = tuple(inputs.loss_mask.shape)
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        # unpacked as it is, a lone [2, S] tensor would give its two rows without an error
+        got = (
+            f"one tensor of shape {tuple(result.shape)}"
+            if torch.is_tensor(result)
+            else type(result).__name__
+        )
+        raise ValueError(
+            f"estimator {cfg.advantage_estimator!r} must return (advantages, returns), "
+            f"both of shape {expected}; it returned {got}"
+        )
+    advantages, returns = result
     for name, t in (("advantages", advantages), ("returns", returns)):
-        if tuple(t.shape) != expected:
+        if not torch.is_tensor(t) or tuple(t.shape) != expected:
+            got = f"shape {tuple(t.shape)}" if torch.is_tensor(t) else type(t).__name__
             raise ValueError(
-                f"estimator {cfg.advantage_estimator!r} returned {name} of shape {tuple(t.shape)}, expected {expected}"
+                f"estimator {cfg.advantage_estimator!r} returned {name} of {got}, expected {expected}"
             )
     if cfg.advantage_whitening:
         advantages = masked_whiten(advantages, inputs.loss_mask)

@@ -93,8 +93,10 @@ def broadcast_last_step_advantages(
     n_tokens = mask_last.sum(dim=1).clamp(min=1)
     scalar_adv = torch.zeros(batch, device=device)
     scalar_ret = torch.zeros(batch, device=device)
-    scalar_adv[last_rows] = adv_last.sum(dim=1) / n_tokens
-    scalar_ret[last_rows] = ret_last.sum(dim=1) / n_tokens
+    # float64 (see ``groups``): the float32 mean of n equal values can be one rounding step
+    # off them, and batch whitening blew that residue up to advantages of about +-1
+    scalar_adv[last_rows] = (adv_last.double().sum(dim=1) / n_tokens).float()
+    scalar_ret[last_rows] = (ret_last.double().sum(dim=1) / n_tokens).float()
     mask = inputs.loss_mask
     adv = broadcast_to_tokens(scalar_adv[source], mask)
     ret = broadcast_to_tokens(scalar_ret[source], mask)
