@@ -88,7 +88,8 @@ def row_from_record(
     nested = isinstance(extra_info, Mapping)  # verl's dict column, merged into the extras
     skip = (prompt_key, "data_source", "extra_info") if nested else (prompt_key, "data_source")
     extras = {k: v for k, v in record.items() if k not in skip}
-    if nested:  # a null field (parquet: every row has every struct field) hides no column
+    if isinstance(extra_info, Mapping):  # a null field hides no column (parquet: every row
+        # has every field of a struct column, null where the row has none)
         extras.update((k, v) for k, v in extra_info.items() if v is not None or k not in extras)
     uid = record.get("uid")  # a parquet column's null is None, not a uid
     return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
