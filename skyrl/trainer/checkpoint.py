@@ -7,7 +7,8 @@ previous checkpoint and ``latest`` untouched; the half-written temp dir is
 removed by the next run's resume or first save (one trainer owns the checkpoints dir, so
 every ``.tmp_global_step_*`` there is then a killed save's; a temp dir is never a resume
 target). The commit records the size of every file the workers wrote (``FILE_SIZES``): a
-resume names a file removed or cut short since, before any worker loads it.
+resume names a file removed or cut short since, before any worker loads it, and the last
+complete checkpoint before the damaged one (``last_complete_before``).
 
 A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
 step, or another run's) first points ``latest`` at it: the run drops the metrics
@@ -95,11 +96,16 @@ class CheckpointManager:
         """Point ``latest`` at ``checkpoint``, the one this run resumes from, unless it names it
         already (by name under ``root``, else by its full path). Called before the run drops
         the metrics records after the checkpoint's step; nothing is pruned, the temp dirs of
-        killed saves are removed."""
+        killed saves are removed. A pointer that names nothing (not text, NUL bytes: what
+        ``trainer.resume=auto`` refuses, saying to resume by path) is replaced."""
         self.remove_stale_temp_dirs()
         pointer = self.root / "latest"
         checkpoint = checkpoint.resolve()
-        if pointer.is_file() and (self.root / _read_pointer(pointer)).resolve() == checkpoint:
+        try:
+            named = (self.root / _read_pointer(pointer)).resolve() if pointer.is_file() else None
+        except ValueError:  # not UTF-8, or an embedded NUL byte
+            named = None
+        if named == checkpoint:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         name = checkpoint.name if checkpoint.parent == self.root.resolve() else str(checkpoint)
@@ -119,7 +125,10 @@ class CheckpointManager:
             return None
         path = self.root / _read_pointer(pointer)
         if not (path / TRAINER_STATE).is_file():
-            raise ValueError(f"{pointer} names {path}, which is not a complete checkpoint")
+            raise ValueError(
+                f"{pointer} names {path}, which is not a complete checkpoint"
+                + last_complete_before(path)
+            )
         return path
 
     def _prune(self, up_to: int) -> None:
@@ -252,6 +261,26 @@ def check_file_sizes(ckpt: Path) -> None:
             )
 
 
+def last_complete_before(ckpt: Path) -> str:
+    """For the line refusing the incomplete checkpoint ``ckpt`` (``global_step_N``): the newest
+    complete one of an earlier step beside it (its ``TRAINER_STATE`` there, its files at their
+    saved sizes), as ``"; the last complete checkpoint before it is <path>"`` (the line's key
+    says how to use it: ``trainer.resume``, ``eval.checkpoint``); ``""`` when there is none."""
+    step = STEP_DIR.match(ckpt.name)
+    if step is None or not ckpt.parent.is_dir():
+        return ""
+    for earlier in reversed(CheckpointManager(ckpt.parent, 0).steps()):
+        candidate = ckpt.parent / f"global_step_{earlier}"
+        if earlier >= int(step.group(1)) or not (candidate / TRAINER_STATE).is_file():
+            continue
+        try:
+            check_file_sizes(candidate)
+        except ValueError:
+            continue
+        return f"; the last complete checkpoint before it is {candidate}"
+    return ""
+
+
 ZERO_LAYOUT = {0: "0", 1: "1 or 2", 2: "1 or 2", 3: "3"}
 """The files a DeepSpeed checkpoint of each ZeRO stage holds: it loads at a stage of its layout."""
 
@@ -266,7 +295,7 @@ def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) 
     try:
         check_file_sizes(ckpt)
     except ValueError as exc:
-        raise ConfigError("trainer.resume", str(exc)) from None
+        raise ConfigError("trainer.resume", str(exc) + last_complete_before(ckpt)) from None
     saved = trainer_state.get("zero_stage")
     if saved is not None and ZERO_LAYOUT.get(saved) != ZERO_LAYOUT[zero_stage]:
         raise ConfigError(

@@ -486,7 +486,11 @@ class RLTrainer:
         return f"last checkpoint: {latest} (trainer.resume=auto continues from it)"
 
     def resume(self) -> Path | None:
-        """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh)."""
+        """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh).
+        An adaptive KL controller's coefficient is restored; a fixed one stays the config's
+        ``algorithm.init_kl_coef`` (a line says when it differs from the saved)."""
+        from skyrl.algorithms.kl_controllers import FixedKLController
+
         ckpt = resolve_resume(self.cfg.trainer.resume, self.checkpoints)
         if ckpt is None:
             return None
@@ -498,7 +502,15 @@ class RLTrainer:
         self.step = int(state["step"])
         self.rollouts.load_state_dict(state.get("rollouts") or {"loader": state.get("loader")})
         self.policy_version = int(state.get("policy_version", self.step))
-        self.kl_ctrl.value = float(state["kl_coef"])
+        saved_kl_coef = float(state["kl_coef"])
+        if not isinstance(self.kl_ctrl, FixedKLController):  # adaptive: its state
+            self.kl_ctrl.value = saved_kl_coef
+        elif self.kl_ctrl.value != saved_kl_coef:  # fixed: the config's, as kl_loss_coef is
+            print(
+                "resumed with the config's algorithm.init_kl_coef over the saved KL coefficient: "
+                f"{saved_kl_coef} -> {self.kl_ctrl.value}",
+                flush=True,
+            )
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         self.checkpoints.resume_from(ckpt)  # before the tracker drops the later records
         return ckpt
