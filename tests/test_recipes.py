@@ -148,6 +148,24 @@ def test_recipe_has_readme_and_experiment(name: str):
     assert f"experiment={name}" in commands[0] or f"recipes/{name}/" in commands[0]
 
 
+def test_every_python_dash_m_in_the_recipes_names_a_runnable_module(repo_on_path):
+    """``recipes/__init__.py`` said ``python -m skyrl.train``: "No module named skyrl.train"."""
+    import importlib.util
+
+    files = [p for p in (REPO / "recipes").rglob("*") if p.suffix in (".md", ".py", ".sh")]
+    commands = {
+        (p.relative_to(REPO), module.rstrip("."))
+        for p in files
+        for module in re.findall(r"python -m ([\w.]+)", p.read_text())
+    }
+    assert {m for _, m in commands} >= {"skyrl", "recipes.react_agent.agent"}
+    for path, module in sorted(commands):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:  # a package
+            spec = importlib.util.find_spec(f"{module}.__main__")
+        assert spec is not None, f"{path}: python -m {module}: no such runnable module"
+
+
 # -- custom_loss ---------------------------------------------------------------------
 
 
@@ -192,6 +210,29 @@ def test_custom_loss_hand_value_through_the_worker_objective(repo_on_path):
     assert sums.token_sums["approx_kl"] == pytest.approx(1 - math.log(2), abs=1e-6)
 
 
+def test_custom_loss_counts_the_tokens_ppo_would_clip(repo_on_path):
+    """``outside_clip`` is documented as the tokens PPO would clip: where the clip binds, which
+    depends on the advantage's sign, not every ratio outside [1 - eps_low, 1 + eps_high]."""
+    from recipes.custom_loss.loss import vanilla_pg
+    from skyrl.algorithms import POLICY_LOSSES
+
+    typed = validate(_compose("experiment=custom_loss"))
+    args = {
+        "logprobs": torch.log(torch.tensor([[0.5, 0.5, 0.125, 0.125]])),
+        "old_logprobs": torch.log(torch.full((1, 4), 0.25)),  # r = [2, 2, 0.5, 0.5]
+        "advantages": torch.tensor([[1.0, -1.0, -1.0, 1.0]]),
+        "loss_weights": torch.full((1, 4), 0.25),
+        "loss_mask": torch.ones(1, 4),
+        "cfg": typed.algorithm,
+    }
+    # PPO clips where -A * clip(r, 0.8, 1.2) > -A * r: r = 2 with A = 1 (-1.2 > -2) and
+    # r = 0.5 with A = -1 (0.8 > 0.5); not r = 2 with A = -1 (1.2 < 2) nor r = 0.5 with A = 1.
+    _, ppo_metrics = POLICY_LOSSES.get("ppo")(**args)
+    assert ppo_metrics["clip_tokens"] == 2
+    _, metrics = vanilla_pg(**args)
+    assert metrics["outside_clip_tokens"] == 2
+
+
 @pytest.mark.slow
 def test_custom_loss_cli_dry_run_from_the_repo_root(tmp_path: Path):
     result = subprocess.run(
@@ -204,6 +245,26 @@ def test_custom_loss_cli_dry_run_from_the_repo_root(tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr
     assert re.search(r"optimizer steps / step\s+1\n", result.stdout)
+
+
+# -- dapo ----------------------------------------------------------------------------
+
+
+def test_dapo_readme_says_a_step_short_of_signal_is_topped_up_with_flat_groups():
+    """After max_sample_batches rounds without 8 informative groups the step trains on flat
+    (zero-advantage) groups too; the README said every step trains on groups with signal."""
+    from skyrl.rollouts.sync import filled_batch
+
+    typed = validate(_compose("experiment=dapo"))
+    need = typed.trainer.train_batch_size  # 8 groups per step
+    good, flat = ["a", "b"], ["c", "d", "e", "f", "g", "h", "i"]  # after the last round
+    rounds = typed.algorithm.max_sample_batches  # 4
+    with pytest.warns(UserWarning, match="topped up with 6 flat groups"):
+        uids, _ = filled_batch(good, flat, need, rounds, step=1)
+    assert uids == ["a", "b", "c", "d", "e", "f", "g", "h"]  # 2 informative + 8 - 2 = 6 flat
+    readme = " ".join((REPO / "recipes" / "dapo" / "README.md").read_text().split())
+    assert "every step trains on groups with signal" not in readme
+    assert "topped up with flat groups (zero advantage" in readme
 
 
 # -- gsm8k_grpo: prepare.py ----------------------------------------------------------
@@ -355,7 +416,7 @@ def test_react_agent_cli_names_a_url_without_http(capsys, repo_on_path, url):
 CURRICULUM_SCRIPT = REPO / "recipes" / "reasoning_gym_curriculum" / "run.sh"
 
 
-def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
+def run_curriculum(tmp_path: Path, stages: str, *overrides: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "CURRICULUM_STAGES": stages,
@@ -364,7 +425,7 @@ def run_curriculum(tmp_path: Path, stages: str) -> subprocess.CompletedProcess:
         "SKYRL_TRAIN": f"{sys.executable} -m skyrl",
     }
     return subprocess.run(
-        ["bash", str(CURRICULUM_SCRIPT), "trainer.dry_run=true"],
+        ["bash", str(CURRICULUM_SCRIPT), "trainer.dry_run=true", *overrides],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -382,6 +443,23 @@ def test_curriculum_dry_run_checks_every_stage(tmp_path: Path):
     second = OmegaConf.load(tmp_path / "stage2-basic_arithmetic" / "resolved_config.yaml")
     assert (first.environment.dataset, first.model.path) == ("chain_sum", "skyrl-tiny")
     assert (second.environment.dataset, second.model.path) == ("basic_arithmetic", "skyrl-tiny")
+
+
+@pytest.mark.slow
+def test_curriculum_on_the_tiny_model_takes_the_prompt_length_the_readme_gives(tmp_path: Path):
+    """``CURRICULUM_MODEL=skyrl-tiny``, as recipes/README.md offers it: the tiny tokenizer spells
+    gsm_symbolic's questions (stage 3) in up to 518 tokens, over the experiment's 384, so the run
+    stopped at stage 3 after training stages 1 and 2; the README now gives the override."""
+    (tmp_path / "as_is").mkdir(), (tmp_path / "with_it").mkdir()
+    refused = run_curriculum(tmp_path / "as_is", "gsm_symbolic")
+    assert refused.returncode == 2  # a config error
+    assert "over generator.max_prompt_length=384; 12 of 160 train prompts" in refused.stderr
+    tiny = " ".join((REPO / "recipes" / "README.md").read_text().split()).split("skyrl-tiny", 1)[1]
+    needed = re.search(r"run\.sh`? also need `(generator\.max_prompt_length=\d+)`", tiny)
+    assert needed, "recipes/README.md: no prompt length for run.sh on the tiny model"
+    result = run_curriculum(tmp_path / "with_it", "gsm_symbolic", needed.group(1))
+    assert result.returncode == 0, result.stderr
+    assert "longest 518 tokens" in result.stdout
 
 
 @pytest.mark.slow
