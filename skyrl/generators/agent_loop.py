@@ -82,10 +82,19 @@ def checked_opening(env: TextEnv, row: PromptRow) -> list[Message]:
     return messages
 
 
+REWARD_MAX = 3.4028234663852886e38
+"""The largest reward magnitude the training rows hold (``rewards`` is float32, and this is
+``torch.finfo(torch.float32).max``): a larger finite one would be inf there, and every
+advantage of its group NaN."""
+
+
 def checked_step(env: TextEnv, action_text: str) -> StepResult:
-    """``env.step(action_text)``, refused unless ``step_result_problem`` finds nothing."""
+    """``env.step(action_text)``, refused unless ``step_result_problem`` finds nothing and the
+    reward fits the training rows' float32 (``REWARD_MAX``)."""
     result = env.step(action_text)
     problem = step_result_problem(result)
+    if problem is None and abs(float(result.reward)) > REWARD_MAX:
+        problem = f"reward is {float(result.reward):g}, beyond float32's +-{REWARD_MAX:.4g}"
     if problem is not None:
         raise BadEnvResult(problem)
     return result

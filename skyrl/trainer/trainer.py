@@ -157,7 +157,10 @@ class RLTrainer:
         )
         try:
             if resumed is not None:
-                print(f"resumed from {resumed} at step {self.step}", flush=True)
+                if self.step >= self.total_steps:
+                    print(self._nothing_to_train(resumed), flush=True)
+                else:
+                    print(f"resumed from {resumed} at step {self.step}", flush=True)
                 self.sync_weights(self.policy_version)
             if t.eval_before_train and self.step == 0 and self.rollouts.has_eval():
                 self.log(0, self.evaluate())
@@ -179,6 +182,16 @@ class RLTrainer:
             raise
         tracker.close()
         return self.history
+
+    def _nothing_to_train(self, resumed: Path) -> str:
+        """The line for a resume at or past ``total_steps``: no step runs; the export, if on,
+        writes the checkpoint's weights again (what ``export``'s error line promises)."""
+        export = "; exporting its weights" if self.cfg.trainer.export_hf else ""
+        return (
+            f"checkpoint {resumed} is at step {self.step} and trainer.total_steps is "
+            f"{self.total_steps}: nothing to train (raise trainer.total_steps to continue)"
+            f"{export}"
+        )
 
     def run_step(self, step: int) -> dict[str, float]:
         """One training step; returns its metrics (timings included)."""
@@ -272,7 +285,7 @@ class RLTrainer:
             num_trajectories = sum(batch.metadata.get("is_last_step") or [True] * len(batch))
             self.kl_ctrl.update(mean_kl, num_trajectories)
         inputs = AdvantageInputs(
-            batch.require("rewards"),
+            self._finite_rewards(batch),
             batch.loss_mask,
             batch.metadata["uids"],
             batch.values,
@@ -285,6 +298,25 @@ class RLTrainer:
         else:
             adv, ret = compute_advantages(inputs, a)
         return batch.replace(advantages=adv, returns=ret), metrics
+
+    def _finite_rewards(self, batch: TrainingInputBatch) -> torch.Tensor:
+        """The rows' rewards; a non-finite one (a custom driver's ``Trajectory.reward``, or one
+        past float32's range, inf in these float32 rows) would make every advantage of its
+        group NaN and the steps be refused as a non-finite loss: ``TrainingAborted`` naming the
+        trajectory and its reward instead. The built-in loop and the external-agent harness
+        count a NaN or inf reward as an env error before it gets here."""
+        rewards = batch.require("rewards")
+        bad = (~torch.isfinite(rewards)).nonzero().flatten().tolist()
+        if bad:
+            ids = batch.metadata.get("trajectory_ids") or batch.metadata["uids"]
+            first = float(rewards[bad[0]])
+            raise TrainingAborted(
+                f"step {self.step}: trajectory {ids[bad[0]]!r} has reward {first:g} "
+                f"in the training rows (float32; {len(bad)} of {len(rewards)} rows non-finite): "
+                f"generator.agent={self.cfg.generator.agent} must give finite rewards within "
+                f"+-3.4e38; {self._last_checkpoint('last checkpoint')}"
+            )
+        return rewards
 
     def train_on(
         self, batch: TrainingInputBatch, step: int

@@ -17,7 +17,7 @@ checked and what trains.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -59,9 +59,10 @@ def policy_loss(
     """The policy objective on rows ``[n, S]`` of one micro batch; ``LossSums.loss`` is the
     registered policy loss term alone (the KL and entropy terms have their token sums)."""
     weights, mask = _field(rows, "loss_weights"), rows.loss_mask
-    loss, metrics = POLICY_LOSSES.get(cfg.policy_loss)(
+    returned = POLICY_LOSSES.get(cfg.policy_loss)(
         logprobs, rows.old_logprobs, rows.advantages, weights, mask, cfg, rows.rollout_logprobs
     )
+    loss, metrics = _loss_and_metrics(cfg.policy_loss, returned)
     sums = LossSums.from_loss_metrics(float(loss.detach()), metrics)
     if cfg.use_kl_loss:
         kl_term, kl_metrics = kl_loss(
@@ -75,6 +76,30 @@ def policy_loss(
         entropy_sum = float(torch.where(mask > 0, entropy.detach(), 0.0).sum())
         sums.token_sums[names.ENTROPY_TERM] = entropy_sum
     return loss, sums
+
+
+def _loss_and_metrics(name: str, returned: object) -> tuple[torch.Tensor, Mapping[str, float]]:
+    """A registered policy loss's ``(loss, metrics)``: a one-element loss tensor and a mapping
+    of additive metrics; anything else (the loss alone, a float, a per-row loss ``[N]``) is
+    a ``TypeError`` naming ``algorithm.policy_loss`` and what the function returned."""
+    if isinstance(returned, tuple | list) and len(returned) == 2:
+        loss, metrics = returned
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and isinstance(metrics, Mapping):
+            return loss, metrics
+    raise TypeError(
+        f"algorithm.policy_loss={name} returned {_describe(returned)}; a policy loss returns "
+        "(loss, metrics): a scalar loss tensor and a dict of additive metrics "
+        "(see recipes/custom_loss/loss.py)"
+    )
+
+
+def _describe(value: object) -> str:
+    """What a loss returned, in a few words: types and tensor shapes, never the values."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(item) for item in value) + ")"
+    return f"a {type(value).__name__}"
 
 
 def critic_loss(
