@@ -85,10 +85,13 @@ class AlgorithmConfig:
     one prompt uid). ``reward_variance`` keeps groups whose last-step rewards are not all equal."""
     max_sample_batches: int = 4
     """Dynamic sampling (``filter``): most generate rounds per training step, each on a new
-    batch of ``trainer.train_batch_size`` prompts from the loader. The step count stays
-    ``trainer.epochs`` x batches per epoch, and the loader keeps drawing, so an epoch passes
-    over the prompts up to ``max_sample_batches`` times; use ``trainer.total_steps`` to set
-    the step count directly."""
+    batch of ``trainer.train_batch_size`` prompts from the loader that the step has not drawn
+    yet, past an epoch's end too (a step never trains two groups of one prompt; a prompt so
+    skipped comes in a later step); the rounds end early when fewer than a batch of those
+    are left, the batch then topped up with flat groups as when the rounds run out. The step
+    count stays ``trainer.epochs`` x batches per epoch, and the loader keeps drawing, so an
+    epoch passes over the prompts up to ``max_sample_batches`` times; use
+    ``trainer.total_steps`` to set the step count directly."""
     overlong_buffer_len: int = 0
     """DAPO soft overlong penalty: tokens before max_generate_length where it ramps; 0 = off."""
     overlong_penalty_factor: float = 1.0

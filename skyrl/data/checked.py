@@ -221,18 +221,28 @@ def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
 
 
 def _check_extras(env, env_cfg, row: PromptRow, key: str, where: str) -> None:
-    """``row`` carries every field the env reads (``TextEnv.required_extras``), not null and
-    not NaN (``json.dumps`` writes a missing float as ``NaN``; nothing grades equal to it)."""
+    """``row`` carries every field the env reads (``TextEnv.required_extras``), not null, not
+    NaN (``json.dumps`` writes a missing float as ``NaN``; nothing grades equal to it) and not
+    an empty or blank string (the math grader scores an empty final answer 1 against it)."""
     for name in getattr(env, "required_extras", ()):
         label = env_cfg._target_ or env_cfg.name
-        value = row.extras.get(name)
-        nan = isinstance(value, float) and math.isnan(value)
-        problem = f"{name!r} is NaN" if nan else f"no {name!r}"
+        problem = _extra_problem(name, row.extras.get(name))
         require(
-            value is not None and not nan,
+            problem is None,
             key,
             f"{where}: {problem} (environment {label!r} grades against it)",
         )
+
+
+def _extra_problem(name: str, value) -> str | None:
+    """Why ``value`` cannot be graded against (None: it can)."""
+    if value is None:
+        return f"no {name!r}"
+    if isinstance(value, float) and math.isnan(value):
+        return f"{name!r} is NaN"
+    if isinstance(value, str) and not value.strip():
+        return f"{name!r} is empty" if not value else f"{name!r} is blank ({value!r})"
+    return None
 
 
 def _prompt_tokens(chat, env, row: PromptRow, key: str, where: str, tools=None) -> int:

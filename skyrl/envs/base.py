@@ -76,7 +76,8 @@ class TextEnv:
 
     required_extras: tuple[str, ...] = ()
     """Row fields (``PromptRow.extras``) the env reads, e.g. the answer it grades against: a
-    row without one, or with null, is refused when the prompts load."""
+    row without one, or with null, NaN or an empty or blank string, is refused when the prompts
+    load."""
 
     def __init__(self, max_observation_chars: int = 2048, **unknown: Any):
         """``unknown``: what no constructor of the subclass took (a subclass passes its

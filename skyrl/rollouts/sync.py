@@ -5,7 +5,10 @@ sampling round), shape rewards (DAPO's overlong penalty / filter), and apply
 dynamic sampling: ``filter`` keeps drawing rounds until ``train_batch_size``
 informative groups are collected (at most ``algorithm.max_sample_batches``
 rounds, then topped up with flat groups so the optimizer-step count stays
-fixed); ``replace`` swaps each flat group for a copy of an informative one.
+fixed; each further round draws prompts the step has not drawn yet, past an
+epoch's end too, and the rounds end early when fewer than a batch of those are
+left: ``PromptLoader.draw(refill=True)``); ``replace`` swaps each flat group
+for a copy of an informative one.
 The generator's output is never changed in place: shaping and selection return
 new outputs. Groups are selected on the shaped rewards; the shaping metrics
 (``reward/overlong_...``) are those of the rows the returned batch holds.
@@ -112,8 +115,8 @@ class SyncRollouts:
         good: list[str] = []
         flat: list[str] = []
         keep = ds.group_filter(a.dynamic_filter)
+        rows = self.loader.next_batch(f"s{step}r0")
         while True:
-            rows = self.loader.next_batch(f"s{step}r{len(rounds)}")
             generated.append(self.generate(rows, base_seed(self.cfg, step, len(rounds))))
             out, _ = shape_rewards(self.cfg, generated[-1])
             rounds.append(out)
@@ -124,9 +127,13 @@ class SyncRollouts:
             flat += [u for u in ds.group_rows(out) if u not in informative]
             if len(good) >= need or len(rounds) >= a.max_sample_batches:
                 break
+            # prompts this step has not drawn: none when fewer than a batch are left
+            rows = self.loader.next_batch(f"s{step}r{len(rounds)}", refill=True)
+            if not rows:
+                break
         metrics = merge_rollout_metrics(rounds)
         if a.dynamic_sampling == "filter":
-            uids, ds_metrics = filled_batch(good, flat, need, len(rounds), step)
+            uids, ds_metrics = filled_batch(good, flat, need, len(rounds), step, bool(rows))
             picked = ds.keep_groups(GeneratorOutput.concat(generated), uids)
         elif a.dynamic_sampling == "replace":
             judged = set(ds.informative_uids(rounds[0], keep))
@@ -206,17 +213,27 @@ def base_seed(cfg: SkyRLConfig, step: int, round_: int) -> int:
 
 
 def filled_batch(
-    good: list[str], flat: list[str], need: int, num_rounds: int, step: int
+    good: list[str],
+    flat: list[str],
+    need: int,
+    num_rounds: int,
+    step: int,
+    prompts_left: bool = True,
 ) -> tuple[list[str], dict[str, float]]:
     """The batch's ``need`` group uids from the informative (``good``) and the rejected
     (``flat``) uids of every round, in round order: informative first; when
-    ``max_sample_batches`` ran out first, topped up with flat groups (zero advantage) so the
+    ``max_sample_batches`` ran out first, or the prompts the step had not drawn
+    (``prompts_left`` False), topped up with flat groups (zero advantage) so the
     optimizer-step count stays fixed."""
     if len(good) < need:
+        why = (
+            "algorithm.max_sample_batches"
+            if prompts_left
+            else "fewer than trainer.train_batch_size prompts left that the step had not drawn"
+        )
         warnings.warn(
             f"step {step}: dynamic sampling: {len(good)} informative groups after {num_rounds} "
-            f"rounds (algorithm.max_sample_batches); topped up with {need - len(good)} flat "
-            "groups",
+            f"rounds ({why}); topped up with {need - len(good)} flat groups",
             stacklevel=1,
         )
     metrics = {

@@ -112,7 +112,7 @@ def _source(
         return _output(r) if isinstance(r, dict) else r
 
     source.cfg = cfg
-    source.loader = type("Loader", (), {"next_batch": lambda self, name: [name]})()
+    source.loader = type("Loader", (), {"next_batch": lambda self, name, refill=False: [name]})()
     source.generate = generate  # type: ignore[method-assign]
     return source, drawn
 
