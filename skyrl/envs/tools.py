@@ -63,13 +63,19 @@ shown as an integer: ``10**16/3`` is ``3333333333333333.0``)."""
 _LOG2_10 = math.log2(10)
 
 
-def _check_bits(bits: float) -> None:
-    if bits > MAX_INT_BITS:
+def _check_bits(numerator_bits: float, denominator_bits: float = 0.0) -> None:
+    """Refuse a result whose numerator or denominator is past ``MAX_INT_BITS``, saying which:
+    a denominator that big is a tiny or too precise result (``10**-5000``), not a large one."""
+    if denominator_bits > MAX_INT_BITS:
+        raise ValueError(
+            f"result too small or too precise (its denominator is over {MAX_INT_BITS} bits)"
+        )
+    if numerator_bits > MAX_INT_BITS:
         raise ValueError(f"result too large (over {MAX_INT_BITS} bits)")
 
 
-def _bits(value: Fraction) -> int:
-    return max(value.numerator.bit_length(), value.denominator.bit_length())
+def _log2(n: int) -> float:
+    return math.log2(n) if n else 0.0
 
 
 def _literal(node: ast.Constant, source: str) -> Fraction:
@@ -81,8 +87,9 @@ def _literal(node: ast.Constant, source: str) -> Fraction:
     written = Decimal(ast.get_source_segment(source, node) or repr(node.value))
     _, digits, exponent = written.as_tuple()
     assert isinstance(exponent, int)  # a literal is finite
-    _check_bits((len(digits) + max(exponent, 0)) * _LOG2_10)  # numerator
-    _check_bits(-min(exponent, 0) * _LOG2_10)  # denominator: a power of ten
+    _check_bits(  # the numerator, and the denominator: a power of ten
+        (len(digits) + max(exponent, 0)) * _LOG2_10, -min(exponent, 0) * _LOG2_10
+    )
     return Fraction(written)
 
 
@@ -90,7 +97,12 @@ def _apply(op: ast.operator, left: Number, right: Number) -> Number:
     """``left op right``, refusing a power past ``MAX_INT_BITS`` before computing it."""
     if isinstance(op, ast.Pow):  # a float result overflows, raising, instead of growing
         if isinstance(left, Fraction) and isinstance(right, Fraction) and right.denominator == 1:
-            _check_bits(_bits(left) * abs(right.numerator))
+            # (p/q)**n has |n| log2 p bits above the line and |n| log2 q below (swapped for n < 0)
+            n = right.numerator
+            top, bottom = abs(left.numerator), left.denominator
+            if n < 0:
+                top, bottom = bottom, top
+            _check_bits(abs(n) * _log2(top), abs(n) * _log2(bottom))
     value = _OPS[type(op)](left, right)  # a non-integer power of a Fraction is a float
     if isinstance(value, complex):  # (-8) ** (1/3)
         raise ValueError("the result is not a real number")
@@ -99,7 +111,7 @@ def _apply(op: ast.operator, left: Number, right: Number) -> Number:
     if isinstance(value, int):  # // of Fractions is an int
         value = Fraction(value)
     if isinstance(value, Fraction):  # + - * / build at most twice their operands' bits
-        _check_bits(_bits(value))
+        _check_bits(value.numerator.bit_length(), value.denominator.bit_length())
     return value
 
 

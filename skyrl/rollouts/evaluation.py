@@ -7,7 +7,10 @@ unbiased estimator over the ``n`` samples of a prompt with ``c`` passes:
 ``evaluate_prompts`` is the one evaluation pass: the trainer's (through
 ``SyncRollouts.evaluate``) and ``skyrl-eval``'s. A trajectory whose env (or external
 agent) failed scores 0, a fail like any other; ``eval/env_errors`` counts them, so a pass@1
-of 0 from a broken env or agent is not taken for the model's.
+of 0 from a broken env or agent is not taken for the model's. A custom driver's
+(``generator.agent``) reward that is NaN, inf or beyond float32's range (``REWARD_MAX``), which
+would stop training (``RLTrainer._finite_rewards``), counts the same way here, with a warning
+naming the trajectory, instead of making every pass@1 and reward_mean NaN.
 
 Its rows carry uids ``eval<i>`` (``is_eval_row``): nothing trains on them, so an external
 agent's eval sessions are not held to the training sampling (``skyrl.serve.backend``).
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
+import math
 import re
 import time
 from collections import defaultdict
@@ -24,10 +29,13 @@ from math import comb
 
 from skyrl.config.generator import GeneratorConfig
 from skyrl.data import PromptRow
+from skyrl.generators.agent_loop import REWARD_MAX
 from skyrl.generators.generator import Generator
 from skyrl.generators.output import GeneratorOutput
 from skyrl.inference.base import SamplingParams
 from skyrl.tracking import metric_names as names
+
+logger = logging.getLogger(__name__)
 
 _EVAL_UID = re.compile(r"eval\d+")
 """The uid of an eval row (training rows': the dataloader's ``s<step>r<round>p<j>``)."""
@@ -54,10 +62,32 @@ def evaluate_prompts(
     sampling.seed = seed
     rows = [dataclasses.replace(copy.deepcopy(r), uid=f"eval{i}") for i, r in enumerate(rows)]
     out = generator.generate(rows, n, sampling)
+    refused = _refuse_bad_rewards(out, cfg.agent)
     metrics = eval_metrics(out, n)
-    metrics[names.EVAL_ENV_ERRORS] = out.metrics.get(names.ENV_ERRORS, 0.0)
+    metrics[names.EVAL_ENV_ERRORS] = out.metrics.get(names.ENV_ERRORS, 0.0) + refused
     metrics[names.EVAL_SECONDS] = time.perf_counter() - started
     return metrics, out
+
+
+def _refuse_bad_rewards(out: GeneratorOutput, agent: str) -> int:
+    """Score 0 (stop reason ``env_error``) every trajectory whose reward is not finite or is
+    beyond ``REWARD_MAX``, as the built-in loop does with such an env reward; how many."""
+    bad = [
+        i
+        for i, (reward, last) in enumerate(zip(out.rewards, out.is_last_step, strict=True))
+        if last and not (math.isfinite(reward) and abs(reward) <= REWARD_MAX)
+    ]
+    if bad:
+        logger.warning(
+            "eval: trajectory %r has reward %g from generator.agent=%s, not a finite reward "
+            "within +-%.4g; scored 0 and counted in %s (%d of %d trajectories)",
+            out.trajectory_ids[bad[0]], out.rewards[bad[0]], agent, REWARD_MAX,
+            names.EVAL_ENV_ERRORS, len(bad), sum(out.is_last_step),
+        )  # fmt: skip
+    for i in bad:
+        out.rewards[i] = 0.0
+        out.stop_reasons[i] = "env_error"
+    return len(bad)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

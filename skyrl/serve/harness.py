@@ -11,7 +11,8 @@ training rows by ``skyrl.serve.reconcile``.
 The reward is what ``rollout`` returns, or, with ``generator.agent_reward_fn``,
 ``reward_fn(row, messages)`` of the conversation (the last request's messages
 and the reply): any real number (a ``numpy`` scalar, a bool) is taken as a float. An agent
-that raises, returns no number (or not a finite one), or runs past
+that raises, returns no number (or not a finite one, or one beyond float32's range,
+``REWARD_MAX``, as the built-in loop's ``checked_step``), or runs past
 ``generator.agent_timeout_s`` gets reward 0 and counts in ``env/errors``; its
 requests so far still train. All trajectories of a step run concurrently.
 
@@ -34,6 +35,7 @@ import numpy as np
 
 from skyrl.config.errors import ConfigError, exception_line
 from skyrl.data.prompts import PromptRow
+from skyrl.generators.agent_loop import REWARD_MAX
 from skyrl.generators.trajectory import DriverContext, Trajectory
 from skyrl.inference.base import SamplingParams
 from skyrl.registry import import_path
@@ -214,4 +216,6 @@ class HarnessDriver:
         reward = float(result)
         if not math.isfinite(reward):
             raise ValueError(f"{source} returned {result}, not a finite reward")
+        if abs(reward) > REWARD_MAX:  # inf in the float32 training rows
+            raise ValueError(f"{source} returned {reward:g}, beyond float32's +-{REWARD_MAX:.4g}")
         return reward

@@ -130,17 +130,18 @@ def test_a_custom_system_prompt_is_added_to_the_rows_own(tok):
 
 
 def test_slow_calls_in_one_reply_time_out_within_the_env_step_limit(tok):
-    # 3 calls of a tool that sleeps 5 s, 1.2 s each, would run 3.6 s: past the loop's 3 s
+    # 3 calls of a tool that sleeps 20 s, 4 s each, would run 12 s: past the loop's 10 s
     # limit on env.step, which would cancel the step (reward 0, an env error). They share a
-    # deadline at 3 - min(1, 0.3) = 2.7 s instead, and the episode goes on to its answer.
+    # deadline at 10 - min(1, 10 / 10) = 9 s instead, and the episode goes on to its answer.
+    # (At a 3 s limit the margin, 0.3 s, was missed on a machine loaded 5x over its cores.)
     sleep = CALL.replace('"calculator"', '"python"').replace(
-        '"expression": "6 * 7"', '"code": "import time; time.sleep(5)"'
+        '"expression": "6 * 7"', '"code": "import time; time.sleep(20)"'
     )
     replies = ["\n".join([sleep] * 3), "<answer>42</answer>"]
-    traj, _ = run(tok, replies, tool_timeout_s=1.2, step_timeout_s=3.0)
+    traj, _ = run(tok, replies, tool_timeout_s=4.0, step_timeout_s=10.0)
     assert traj.env_errors == 0 and traj.reward == 1.0 and len(traj.turns) == 2
     notes = tok.decode(traj.turns[0].appended_ids).split("<tool_response>\n")[1:]
-    assert len(notes) == 3 and notes[0].startswith("error: timed out after 1.2 s")
+    assert len(notes) == 3 and notes[0].startswith("error: timed out after 4 s")
     assert all(n.startswith(("error: timed out after ", "error: not run")) for n in notes)
 
 
