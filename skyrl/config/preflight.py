@@ -226,8 +226,6 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     except ValueError as exc:  # not a checkpoint, or `latest` naming an incomplete one
         problem = str(exc)
     else:
-        if ckpt is None and manager.steps():  # auto, with no pointer to them
-            _warn_unpublished(manager)
         if ckpt is not None:
             state = _check_checkpoint(ckpt, TRAINER_STATE)
             _check_critic_saved(cfg, ckpt)
@@ -236,6 +234,8 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
             _check_resume_mode(cfg, ckpt, state)
             _check_dp_size(cfg, ckpt)
             _check_lora_matches(cfg, ckpt)
+        if t.resume == "auto" and manager.steps() and not (manager.root / "latest").is_file():
+            _note_unpublished(manager, ckpt)
         return ckpt
     raise ConfigError("trainer.resume", problem)
 
@@ -253,17 +253,30 @@ def _check_critic_saved(cfg: SkyRLConfig, ckpt: Path) -> None:
     )
 
 
-def _warn_unpublished(manager) -> None:
-    """``trainer.resume=auto`` found checkpoints but no ``latest`` naming one: a run stopped
-    after a save but before it logged the step (a checkpoint is published only then), or the
-    pointer was deleted. The fresh run replaces them as it saves: say so, once."""
+def _note_unpublished(manager, ckpt: Path | None) -> None:
+    """``trainer.resume=auto`` found checkpoints but no ``latest`` naming one: a run killed
+    after its first save but before it logged that step (a checkpoint is published only
+    then), or the pointer was deleted. The run continues from the newest complete one
+    (``resolve_resume``; a fresh run replaced them all as it reached their steps), or starts
+    fresh when none is complete: say which, once."""
     import sys
 
+    from skyrl.trainer.checkpoint import TRAINER_STATE
+
     names = ", ".join(f"global_step_{s}" for s in manager.steps())
+    if ckpt is not None:
+        then = (
+            f"resuming from the newest complete one, {ckpt} (to start fresh instead, use "
+            "another trainer.output_dir)"
+        )
+    else:
+        then = (
+            f"none is complete (no {TRAINER_STATE}, or files cut short): this run starts "
+            "fresh and replaces them"
+        )
     print(
         f"warning: trainer.resume=auto: {manager.root} holds {names} but no 'latest' pointer (a "
-        "run stopped before it published them, or the pointer was removed): this run starts "
-        "fresh and replaces them; to continue from one instead, set trainer.resume=<its path>",
+        f"run stopped before it published them, or the pointer was removed): {then}",
         file=sys.stderr,
         flush=True,
     )

@@ -13,7 +13,9 @@ complete checkpoint before the damaged one (``last_complete_before``).
 A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
 step, or another run's) first points ``latest`` at it: the run drops the metrics
 records after its step, and a kill from then on resumes where the records end,
-never from a later checkpoint it is about to replace.
+never from a later checkpoint it is about to replace. ``trainer.resume=auto`` with no
+``latest`` (a run killed after its first save but before it published it, a pointer deleted
+by hand) resumes from the newest complete checkpoint: a fresh run replaced them all.
 
 The run's export, ``<output_dir>/final_hf``, records the step whose weights it holds
 (``EXPORT_RECORD``): a run resumed past its export that stops before exporting again (or
@@ -131,6 +133,20 @@ class CheckpointManager:
             )
         return path
 
+    def newest_complete(self, before: int | None = None) -> Path | None:
+        """The newest checkpoint (of a step below ``before``, if given) that is complete: its
+        ``TRAINER_STATE`` there, its files at their saved sizes; None when there is none."""
+        for step in reversed(self.steps()):
+            candidate = self.root / f"global_step_{step}"
+            if (before is not None and step >= before) or not (candidate / TRAINER_STATE).is_file():
+                continue
+            try:
+                check_file_sizes(candidate)
+            except ValueError:
+                continue
+            return candidate
+        return None
+
     def _prune(self, up_to: int) -> None:
         """Keep the newest ``max_to_keep`` checkpoints up to step ``up_to`` (the one just
         published). Later ones are a rewound run's abandoned steps: a re-run of their step
@@ -165,13 +181,18 @@ def free_space(path: Path) -> str:
 
 
 def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
-    """``trainer.resume``: ``none`` -> None; ``auto`` -> ``latest`` if any; else a checkpoint dir
-    (or a run dir / checkpoints dir whose ``latest`` is used). ``ValueError`` for anything else,
-    saying whether the path is missing, a file, or a dir holding no checkpoint."""
+    """``trainer.resume``: ``none`` -> None; ``auto`` -> ``latest``, else (no pointer) the newest
+    complete checkpoint, if any; else a checkpoint dir (or a run dir / checkpoints dir whose
+    ``latest`` is used). ``ValueError`` for anything else, saying whether the path is missing,
+    a file, or a dir holding no checkpoint.
+
+    ``auto`` without a pointer: a run killed after its first save but before it logged that
+    step (``publish``), or a pointer deleted by hand. A fresh run there replaced the saved
+    checkpoints as it reached their steps; the resume points ``latest`` at the one it takes."""
     if resume == "none":
         return None
     if resume == "auto":
-        return manager.latest()
+        return manager.latest() or manager.newest_complete()
     path = Path(resume).expanduser()
     if TEMP_DIR.match(path.name):  # the resumed run would remove it (remove_stale_temp_dirs)
         raise ValueError(
@@ -267,18 +288,10 @@ def last_complete_before(ckpt: Path) -> str:
     saved sizes), as ``"; the last complete checkpoint before it is <path>"`` (the line's key
     says how to use it: ``trainer.resume``, ``eval.checkpoint``); ``""`` when there is none."""
     step = STEP_DIR.match(ckpt.name)
-    if step is None or not ckpt.parent.is_dir():
+    if step is None:
         return ""
-    for earlier in reversed(CheckpointManager(ckpt.parent, 0).steps()):
-        candidate = ckpt.parent / f"global_step_{earlier}"
-        if earlier >= int(step.group(1)) or not (candidate / TRAINER_STATE).is_file():
-            continue
-        try:
-            check_file_sizes(candidate)
-        except ValueError:
-            continue
-        return f"; the last complete checkpoint before it is {candidate}"
-    return ""
+    found = CheckpointManager(ckpt.parent, 0).newest_complete(before=int(step.group(1)))
+    return f"; the last complete checkpoint before it is {found}" if found else ""
 
 
 ZERO_LAYOUT = {0: "0", 1: "1 or 2", 2: "1 or 2", 3: "3"}

@@ -108,19 +108,19 @@ def test_a_fresh_run_over_an_earlier_runs_checkpoints_is_refused(tmp_path):
     dry_run(run, "trainer.resume=auto")  # continuing it is fine
 
 
-def test_unpublished_checkpoints_without_latest_are_named_when_auto_starts_fresh(tmp_path, capsys):
+def test_unpublished_checkpoints_without_latest_are_resumed_and_named(tmp_path, capsys):
     # a run killed after saving step 4 but before writing its metrics record never pointed
-    # `latest` at it (or the pointer was deleted): auto starts fresh and will replace it, which
-    # it did without a word
+    # `latest` at it (or the pointer was deleted): auto started fresh and replaced it, with a
+    # warning; it resumes from it now (tests/config/test_run_dir_no_latest_bm.py)
     run = tmp_path / "run"
-    checkpoint(run, 4)
+    ckpt = checkpoint(run, 4)
     (run / "checkpoints" / "latest").unlink()
     dry_run(run)
     assert capsys.readouterr().err == (
         f"warning: trainer.resume=auto: {run / 'checkpoints'} holds global_step_4 but no "
         "'latest' pointer (a run stopped before it published them, or the pointer was "
-        "removed): this run starts fresh and replaces them; to continue from one instead, set "
-        "trainer.resume=<its path>\n"
+        f"removed): resuming from the newest complete one, {ckpt} (to start fresh instead, "
+        "use another trainer.output_dir)\n"
     )
 
 
