@@ -11,11 +11,13 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   train_batch_size``. Counted from the batches taken, so a refused step (no
   weight sync) cannot stall the stream.
 - **Batches are cut in admission order**: a batch is the next
-  ``train_batch_size`` kept groups in the order they were admitted, so which
-  prompts a step trains on does not depend on timing, a fast prompt is never
-  preferred to a slow one, and a resumed run consumes the prompts the
-  uninterrupted one would have. The trainer waits for the slowest group of its
-  batch while the engines go on with the next ones.
+  ``train_batch_size`` kept groups in the order they were admitted, one per prompt
+  (past an epoch's end the filter's drops can move the next shuffle's group of a prompt
+  up into a batch that holds one: it heads the next batch instead, as the synchronous
+  source's refills skip the step's prompts), so which prompts a step trains on does
+  not depend on timing, a fast prompt is never preferred to a slow one, and a resumed
+  run consumes the prompts the uninterrupted one would have. The trainer waits for the
+  slowest group of its batch while the engines go on with the next ones.
 - **Versions are data**: every turn records the policy version at dispatch and
   at finish; each batch reports the staleness it holds (``async/...``). A group
   whose oldest turn is older than the bound (impossible under the admission
@@ -497,24 +499,65 @@ class AsyncRollouts:
             ) from None
 
     def _ready_head(self) -> list[Group] | None:
-        """The first ``batch_size`` groups of the line when all are done, else None. Groups past
-        the staleness bound are dropped on the way and their prompts queued again."""
-        version = self.trained_version
-        for group in list(self.line)[: self.batch_size]:
-            if not group.done:
+        """The first ``batch_size`` groups of the line, one per prompt, when all are done, else
+        None. Groups past the staleness bound are dropped on the way and their prompts queued
+        again.
+
+        A group of a prompt the batch already holds stays in line, first for the next batch:
+        past an epoch's end the next shuffle hands out the batch's prompts again, and the
+        filter's drops move them up into it (the synchronous source's refills skip them the
+        same way). Only when the line is full, all done, and still holds fewer prompts than a
+        batch is the batch cut as the line stands (with a warning), as nothing else can come."""
+        batch: list[Group] = []
+        prompts: set[int] = set()
+        for group in list(self.line):
+            if len(batch) == self.batch_size:
+                break
+            if group.index in prompts:
+                continue  # not in this batch, done or not: the next one's
+            if not group.done or self._dropped_stale(group):
                 return None
-            oldest = group.oldest_version
-            if oldest is not None and oldest < version - self.max_staleness:
-                self.line.remove(group)
-                self.counts["stale"] += 1
-                self.dropped += group.trajectories
-                self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
-                self.admission.drop()
-                self.admit_wake.set()
-                return None
-        if len(self.line) < self.batch_size:
+            batch.append(group)
+            prompts.add(group.index)
+        if len(batch) < self.batch_size:
+            return self._repeating_head()
+        for group in batch:
+            self.line.remove(group)
+        return batch
+
+    def _repeating_head(self) -> list[Group] | None:
+        """The first ``batch_size`` groups of the line, repeats included, when the line can
+        change no more (full and all done) and holds fewer prompts than a batch; else None."""
+        line = list(self.line)
+        if len(line) < self.batch_size or self.admission.can_admit():
             return None
-        return [self.line.popleft() for _ in range(self.batch_size)]
+        if not all(g.done for g in line):
+            return None
+        if any([self._dropped_stale(g) for g in line[: self.batch_size]]):
+            return None
+        batch = [self.line.popleft() for _ in range(self.batch_size)]
+        repeats = self.batch_size - len({g.index for g in batch})
+        warnings.warn(
+            f"dynamic sampling: a batch holds {repeats} repeated prompt(s): the groups in line "
+            f"({len(line)}, as many as trainer.max_staleness allows) hold fewer than "
+            f"trainer.train_batch_size={self.batch_size} prompts",
+            stacklevel=1,
+        )
+        return batch
+
+    def _dropped_stale(self, group: Group) -> bool:
+        """Whether ``group`` is past the staleness bound; if so it is dropped and its prompt
+        queued again, first."""
+        oldest = group.oldest_version
+        if oldest is None or oldest >= self.trained_version - self.max_staleness:
+            return False
+        self.line.remove(group)
+        self.counts["stale"] += 1
+        self.dropped += group.trajectories
+        self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
+        self.admission.drop()
+        self.admit_wake.set()
+        return True
 
     async def _admit_forever(self) -> None:
         try:
