@@ -409,7 +409,7 @@ def interrupted_line(output_dir: Path, signum: int) -> str:
 
     what = _stopped_by(signum)
     try:
-        latest = CheckpointManager(output_dir / "checkpoints", 0).latest()
+        latest = CheckpointManager(output_dir / "checkpoints", 0).resumable()
     except (OSError, ValueError):  # a pointer to an incomplete checkpoint
         latest = None
     if latest is None:

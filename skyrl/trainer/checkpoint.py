@@ -133,6 +133,11 @@ class CheckpointManager:
             )
         return path
 
+    def resumable(self) -> Path | None:
+        """The checkpoint ``trainer.resume=auto`` continues from: ``latest``, else (no pointer)
+        the newest complete one; None when there is none. ``ValueError`` as ``latest``'s."""
+        return self.latest() or self.newest_complete()
+
     def newest_complete(self, before: int | None = None) -> Path | None:
         """The newest checkpoint (of a step below ``before``, if given) that is complete: its
         ``TRAINER_STATE`` there, its files at their saved sizes; None when there is none."""
@@ -192,7 +197,7 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
     if resume == "none":
         return None
     if resume == "auto":
-        return manager.latest() or manager.newest_complete()
+        return manager.resumable()
     path = Path(resume).expanduser()
     if TEMP_DIR.match(path.name):  # the resumed run would remove it (remove_stale_temp_dirs)
         raise ValueError(

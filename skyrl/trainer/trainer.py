@@ -512,7 +512,7 @@ class RLTrainer:
 
     def _resumes_from(self) -> str:
         """The checkpoint ``trainer.resume=auto`` continues from, for an error line."""
-        latest = self.checkpoints.latest()
+        latest = self.checkpoints.resumable()
         if latest is None:
             return "no checkpoint was saved"
         return f"last checkpoint: {latest} (trainer.resume=auto continues from it)"
@@ -589,8 +589,8 @@ class RLTrainer:
             )
 
     def _last_checkpoint(self, label: str) -> str:
-        """``<label>: <path>`` of the latest checkpoint, for an error line."""
-        latest = self.checkpoints.latest()
+        """``<label>: <path>`` of the checkpoint a resume continues from, for an error line."""
+        latest = self.checkpoints.resumable()
         return f"{label}: {latest}" if latest else "no checkpoint was saved"
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

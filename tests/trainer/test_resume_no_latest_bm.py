@@ -51,3 +51,18 @@ def test_auto_without_any_checkpoint_still_starts_fresh(tmp_path):
     assert resolve_resume("auto", manager) is None
     (manager.root / "global_step_5").mkdir(parents=True)  # no trainer state: not complete
     assert resolve_resume("auto", manager) is None
+
+
+def test_a_stopped_run_names_the_unpublished_checkpoint_auto_resumes_from(tmp_path):
+    # Ctrl-C during the eval of the first checkpointed step: the line said "no checkpoint was
+    # saved" although trainer.resume=auto continues from global_step_3
+    import signal
+
+    from skyrl.cli import interrupted_line
+
+    manager = CheckpointManager(tmp_path / "checkpoints", max_to_keep=2)
+    _save(manager, 3, publish=False)
+    assert interrupted_line(tmp_path, signal.SIGINT) == (
+        f"interrupted; last checkpoint: {manager.root / 'global_step_3'} "
+        "(trainer.resume=auto continues from it)"
+    )
