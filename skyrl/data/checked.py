@@ -242,6 +242,8 @@ def _extra_problem(name: str, value) -> str | None:
         return f"{name!r} is NaN"
     if isinstance(value, str) and not value.strip():
         return f"{name!r} is empty" if not value else f"{name!r} is blank ({value!r})"
+    if isinstance(value, list | tuple | dict) and not value:
+        return f"{name!r} is empty ({value!r})"
     return None
 
 

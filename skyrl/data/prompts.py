@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +89,16 @@ def row_from_record(
     nested = isinstance(extra_info, Mapping)  # verl's dict column, merged into the extras
     skip = (prompt_key, "data_source", "extra_info") if nested else (prompt_key, "data_source")
     extras = {k: v for k, v in record.items() if k not in skip}
-    if isinstance(extra_info, Mapping):  # a null field hides no column (parquet: every row
-        # has every field of a struct column, null where the row has none)
-        extras.update((k, v) for k, v in extra_info.items() if v is not None or k not in extras)
+    if isinstance(extra_info, Mapping):  # a null (or NaN) field hides no column (parquet:
+        # every row has every field of a struct column, null where the row has none)
+        extras.update((k, v) for k, v in extra_info.items() if not _absent(v) or k not in extras)
     uid = record.get("uid")  # a parquet column's null is None, not a uid
     return PromptRow(prompt, source, extras, uid="" if uid is None else str(uid))
+
+
+def _absent(value: Any) -> bool:
+    """A null, or a float NaN (pandas' and ``json.dumps``' missing value)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:

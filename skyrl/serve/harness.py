@@ -213,7 +213,13 @@ class HarnessDriver:
         # float(StepResult.reward); numpy's bool is no numbers.Real, so it is named
         if not isinstance(result, (numbers.Real, np.bool_)):
             raise TypeError(f"{source} returned {result!r}, not a number (the reward)")
-        reward = float(result)
+        try:
+            reward = float(result)
+        except OverflowError:  # 10**400: Python's own text ("int too large to convert to
+            # float") named neither the agent nor its reward function
+            raise ValueError(
+                f"{source} returned a number past any float, beyond float32's +-{REWARD_MAX:.4g}"
+            ) from None
         if not math.isfinite(reward):
             raise ValueError(f"{source} returned {result}, not a finite reward")
         if abs(reward) > REWARD_MAX:  # inf in the float32 training rows

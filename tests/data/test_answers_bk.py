@@ -46,7 +46,12 @@ def test_an_empty_gold_would_reward_an_empty_answer():
 
 @pytest.mark.parametrize(
     ("answer", "problem"),
-    [("", "'answer' is empty"), ("  \t", "'answer' is blank ('  \\t')")],
+    [
+        ("", "'answer' is empty"),
+        ("  \t", "'answer' is blank ('  \\t')"),
+        ([], "'answer' is empty ([])"),  # no element to grade against
+        ({}, "'answer' is empty ({})"),
+    ],
 )
 @pytest.mark.parametrize(
     "env", [(), ("environment=tools", "environment.tool_format=tags")], ids=["math", "tools"]

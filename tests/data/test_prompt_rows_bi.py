@@ -28,6 +28,14 @@ def test_parquet_extra_info_null_field_keeps_the_row_s_own_column(tmp_path):
     assert [r.extras for r in rows] == [{"answer": "2", "index": 0}, {"answer": "3", "index": 1}]
 
 
+def test_extra_info_nan_field_keeps_the_row_s_own_column(tmp_path):
+    """NaN is pandas' missing value (a frame saved with ``to_json``): like null, it does not
+    hide the row's own column."""
+    record = {"prompt": "p", "answer": "2", "extra_info": {"answer": float("nan"), "i": 0}}
+    (tmp_path / "n.jsonl").write_text(json.dumps(record) + "\n")  # json writes NaN
+    assert load_prompt_file(tmp_path / "n.jsonl")[0].extras == {"answer": "2", "i": 0}
+
+
 def test_extra_info_value_still_wins_over_a_top_level_one(tmp_path):
     """A non-null ``extra_info`` field is merged over a column of the same name, as before."""
     record = {"prompt": "p", "answer": "2", "extra_info": {"answer": "3"}}

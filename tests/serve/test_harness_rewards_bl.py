@@ -56,3 +56,14 @@ def test_a_reward_at_float32s_limit_is_kept(tiny_tokenizer, value):
     traj = _trajectory(tiny_tokenizer, value, by_reward_fn=False)
     assert (traj.reward, traj.stop_reason, traj.env_errors) == (value, "stop", 0)
     assert np.isfinite(np.float32(traj.reward))
+
+
+def test_an_int_past_any_float_is_named(tiny_tokenizer, caplog):
+    # float(10**400) raises OverflowError: its own text ("int too large to convert to float")
+    # named neither the agent nor the reward
+    with caplog.at_level(logging.WARNING, logger="skyrl.serve.harness"):
+        traj = _trajectory(tiny_tokenizer, 10**400, by_reward_fn=False)
+    assert (traj.reward, traj.stop_reason, traj.env_errors) == (0.0, "env_error", 1)
+    assert "the agent returned a number past any float, beyond float32's +-3.403e+38" in (
+        caplog.text
+    )
