@@ -20,10 +20,16 @@ by hand) resumes from the newest complete checkpoint: a fresh run replaced them 
 The run's export, ``<output_dir>/final_hf``, records the step whose weights it holds
 (``EXPORT_RECORD``): a run resumed past its export that stops before exporting again (or
 with ``trainer.export_hf=false``) leaves a ``final_hf`` older than ``latest``.
+
+A LoRA run's checkpoint holds only the adapters: its trainer state records a content
+fingerprint of the base model (``BASE_FINGERPRINT``), and a resume onto other weights of the
+same shapes, which the adapters would load onto without an error, is refused (``check_base_model``).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import re
@@ -322,6 +328,74 @@ def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) 
             f"{zero_stage}: DeepSpeed resumes it only at a stage of the same file layout (set "
             f"trainer.zero_stage={saved})",
         )
+
+
+BASE_FINGERPRINT = "base_fingerprint"
+"""In a LoRA run's ``TRAINER_STATE``: ``base_fingerprint(model.path)``, the base model its
+adapters were trained on (the checkpoint holds only the adapters). Absent: a full-weights run,
+a base without safetensors, a checkpoint saved before the record."""
+SAMPLED_TENSORS = 4
+SAMPLE_BYTES = 64 * 2**10
+
+
+@functools.cache
+def base_fingerprint(model_path: str) -> dict[str, str] | None:
+    """A content fingerprint of the model dir ``model_path``, by its weights, not its path (a
+    hub snapshot, a moved cache or another node's copy of the same weights match):
+    ``{"layout": sha256 of every tensor's name, dtype and shape, "weights": sha256 of the first
+    SAMPLE_BYTES of data of the first SAMPLED_TENSORS matrices by name}`` (the embedding and
+    the first layer's weights), read from the safetensors headers and those byte ranges only,
+    never the whole model. A sample: a fine-tune that moved none of those bytes matches.
+    ``None`` for a dir without ``*.safetensors`` (``pytorch_model.bin`` only): nothing is
+    recorded or compared. Cached: computed once per run (the save's and the resume's)."""
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        return None
+    tensors = {}  # name -> (file, header end, its header entry)
+    for file in files:
+        with open(file, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+        header.pop("__metadata__", None)
+        tensors.update({name: (file, 8 + header_len, entry) for name, entry in header.items()})
+    layout = [[name, e["dtype"], e["shape"]] for name, (_, _, e) in sorted(tensors.items())]
+    sampled = [n for n, (_, _, e) in sorted(tensors.items()) if len(e["shape"]) >= 2]
+    weights = hashlib.sha256()
+    for name in sampled[:SAMPLED_TENSORS]:
+        file, data_start, entry = tensors[name]
+        begin, end = entry["data_offsets"]
+        with open(file, "rb") as f:
+            f.seek(data_start + begin)
+            weights.update(name.encode() + f.read(min(end - begin, SAMPLE_BYTES)))
+    return {
+        "layout": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
+        "weights": weights.hexdigest(),
+    }
+
+
+def check_base_model(ckpt: Path, trainer_state: dict[str, Any], model_path: str) -> None:
+    """Raise ``ConfigError`` naming ``model.path`` when the LoRA checkpoint ``ckpt`` (with
+    ``trainer_state``, read from it) was trained on another base model than ``model_path``:
+    other tensor names/shapes, or the same ones with other weights (another fine-tune of the
+    architecture), which the adapters would load onto without an error. Passes when the
+    checkpoint records no fingerprint (a full-weights run, one saved before the record) or
+    either base has no safetensors (``base_fingerprint``)."""
+    from skyrl.config.errors import ConfigError
+
+    saved = trainer_state.get(BASE_FINGERPRINT)
+    current = base_fingerprint(model_path) if saved else None
+    if not saved or current is None or current == saved:
+        return
+    differs = (
+        "other tensor names or shapes (another architecture or size)"
+        if current.get("layout") != saved.get("layout")
+        else "the same tensor names and shapes but other weights (another fine-tune)"
+    )
+    raise ConfigError(
+        "model.path",
+        f"{model_path} is not the base model the LoRA adapters of {ckpt} were trained on: it "
+        f"has {differs}; resume with the model.path it was saved with",
+    )
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:

@@ -477,6 +477,7 @@ class RLTrainer:
         A save that fails (a full disk, a read-only dir) ends the run with ``TrainingAborted``
         saying where, the free space there, what resumes, and the original reason; its
         half-written temp dir is removed."""
+        from skyrl.trainer.checkpoint import BASE_FINGERPRINT, base_fingerprint
         from skyrl.workers.group import WorkerDiedError
 
         tmp = None
@@ -493,6 +494,9 @@ class RLTrainer:
                 "consecutive_nonfinite": self.consecutive_nonfinite,
                 "zero_stage": self.cfg.trainer.zero_stage,
             }
+            if self.cfg.model.lora.enabled:  # the adapters only: the base they fit is recorded
+                fingerprint = base_fingerprint(self.cfg.model.path)  # None: no safetensors
+                state.update({BASE_FINGERPRINT: fingerprint} if fingerprint else {})
             return self.checkpoints.commit(tmp, step, state, publish=publish)
         except WorkerDiedError:  # a dead worker: its own one-line error says it
             raise
@@ -519,15 +523,20 @@ class RLTrainer:
 
     def resume(self) -> Path | None:
         """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh).
-        An adaptive KL controller's coefficient is restored; a fixed one stays the config's
+        A LoRA checkpoint trained on another base model than ``model.path`` (its recorded
+        fingerprint: ``check_base_model``) is refused before the workers load it. An adaptive
+        KL controller's coefficient is restored; a fixed one stays the config's
         ``algorithm.init_kl_coef`` (a line says when it differs from the saved)."""
         from skyrl.algorithms.kl_controllers import FixedKLController
+        from skyrl.trainer.checkpoint import BASE_FINGERPRINT, check_base_model
 
         ckpt = resolve_resume(self.cfg.trainer.resume, self.checkpoints)
         if ckpt is None:
             return None
         state = read_trainer_state(ckpt)
         check_resumable(ckpt, state, self.cfg.trainer.zero_stage)  # before the workers load it
+        if BASE_FINGERPRINT in state:  # a LoRA run's: its adapters fit that base only
+            check_base_model(ckpt, state, self.cfg.model.path)
         for group in (self.policy, self.critic):
             if group is not None:
                 self._load_workers(group, ckpt)
