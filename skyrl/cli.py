@@ -43,11 +43,11 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from skyrl.api import TrainResult, config_error_line, train
-from skyrl.config import register_configs
+from skyrl.config import precheck, register_configs
 from skyrl.config.cli_errors import one_line_error
 from skyrl.config.errors import ConfigError, did_you_mean, exception_line
 from skyrl.config.help import command_help, wants_help
-from skyrl.config.precheck import command_line_problem, needs_objective
+from skyrl.config.precheck import needs_objective
 from skyrl.models.resolve import ModelNotFoundError
 from skyrl.tracking import metric_names as names
 
@@ -213,7 +213,7 @@ def check_command_line() -> None:
     argv = sys.argv[1:]
     problem = hydra_flags_problem(argv)
     if problem is None:
-        composed = command_line_problem(with_config_dir(argv))
+        composed = precheck.command_line_problem(with_config_dir(argv))
         problem = package_problem(argv) if composed is None else config_error_line(composed)
     if problem is not None:
         print(problem, file=sys.stderr)
