@@ -33,6 +33,8 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   another prompt admitted in its place; as many as the synchronous source's extra rounds
   hold, ``(max_sample_batches - 1) * train_batch_size`` per batch. Past that the groups it
   rejects are kept (their advantages are 0), so a stream of flat groups still makes batches.
+  The drops are decided in admission order (the first rejected groups of the batch's stretch
+  of the line), not in the order groups finish, so they too do not depend on timing.
   The rollout metrics of a batch (``generate/...``, ``env/errors``) count the groups dropped
   since the previous batch too, as the synchronous source's cover every sampling round.
 - **Resume**: a checkpoint holds the loader and every prompt drawn but not yet
@@ -137,6 +139,8 @@ class Group:
     output: GeneratorOutput | None = None
     shaping: dict[str, float] = field(default_factory=dict)
     done: bool = False
+    rejected: bool = False
+    """The dynamic filter rejected it (judged when it heads the line: ``_passes_filter``)."""
     flat_kept: bool = False
     """The dynamic filter rejected it but it was kept (its batch's drops were spent)."""
 
@@ -472,15 +476,17 @@ class AsyncRollouts:
         while True:
             if self.failure is not None:
                 raise self.failure
-            groups = self._ready_head()
+            groups = self._pop_ready()
             if groups is not None:
                 break
             self.progress.clear()
             await self._wait_for_progress()
         self.admission.take(len(groups))
+        metrics = self._metrics(groups)  # before the next batch's drops
         self.rejects_left = self._reject_allowance()
+        self._ready_head()  # the next batch's done groups: the filter's drops free their room
         self.admit_wake.set()
-        return groups, self._metrics(groups)
+        return groups, metrics
 
     async def _wait_for_progress(self) -> None:
         """Until a group changes or the gate opens or closes (``_hold``, ``_resume``); while a
@@ -498,10 +504,31 @@ class AsyncRollouts:
                 "the inference engines to load the weights (the next batch waits for them)"
             ) from None
 
+    def _pop_ready(self) -> list[Group] | None:
+        """``_ready_head``, taken out of the line (None: not ready)."""
+        groups = self._ready_head()
+        if groups is None:
+            return None
+        repeats = len(groups) - len({g.index for g in groups})
+        if repeats:  # ``_repeating_head``
+            warnings.warn(
+                f"dynamic sampling: a batch holds {repeats} repeated prompt(s): the groups in "
+                f"line ({len(self.line)}, as many as trainer.max_staleness allows) hold fewer "
+                f"than trainer.train_batch_size={self.batch_size} prompts",
+                stacklevel=1,
+            )
+        for group in groups:
+            self.line.remove(group)
+        return groups
+
     def _ready_head(self) -> list[Group] | None:
         """The first ``batch_size`` groups of the line, one per prompt, when all are done, else
-        None. Groups past the staleness bound are dropped on the way and their prompts queued
-        again.
+        None (``_pop_ready`` takes them out of the line). Groups past the staleness bound are
+        dropped on the way and their prompts queued again; the groups the dynamic filter
+        rejected are dropped on the way while the batch's allowance lasts
+        (``_passes_filter``): judged in line order, up to the first group not done, so which
+        ones are dropped does not depend on which finished first. Run whenever a group
+        finishes, so a drop frees its room as soon as the groups before it are done.
 
         A group of a prompt the batch already holds stays in line, first for the next batch:
         past an epoch's end the next shuffle hands out the batch's prompts again, and the
@@ -517,12 +544,12 @@ class AsyncRollouts:
                 continue  # not in this batch, done or not: the next one's
             if not group.done or self._dropped_stale(group):
                 return None
+            if not self._passes_filter(group):
+                continue
             batch.append(group)
             prompts.add(group.index)
         if len(batch) < self.batch_size:
             return self._repeating_head()
-        for group in batch:
-            self.line.remove(group)
         return batch
 
     def _repeating_head(self) -> list[Group] | None:
@@ -535,15 +562,9 @@ class AsyncRollouts:
             return None
         if any([self._dropped_stale(g) for g in line[: self.batch_size]]):
             return None
-        batch = [self.line.popleft() for _ in range(self.batch_size)]
-        repeats = self.batch_size - len({g.index for g in batch})
-        warnings.warn(
-            f"dynamic sampling: a batch holds {repeats} repeated prompt(s): the groups in line "
-            f"({len(line)}, as many as trainer.max_staleness allows) hold fewer than "
-            f"trainer.train_batch_size={self.batch_size} prompts",
-            stacklevel=1,
-        )
-        return batch
+        if not all([self._passes_filter(g) for g in line[: self.batch_size]]):
+            return None  # room freed: another prompt can come
+        return line[: self.batch_size]
 
     def _dropped_stale(self, group: Group) -> bool:
         """Whether ``group`` is past the staleness bound; if so it is dropped and its prompt
@@ -595,9 +616,9 @@ class AsyncRollouts:
             out = trajectories_to_output(group.trajectories, g.step_wise)
             out.validate()
             group.output, group.shaping = shape_rewards(self.cfg, out)
+            group.rejected = self.keep is not None and not self.keep(group.output)
             group.done = True
-            if self.keep is not None and not self.keep(group.output):
-                self._reject(group)
+            self._ready_head()  # judges the groups now done at the line's head
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # re-raised on the trainer's thread by next_batch
@@ -610,18 +631,22 @@ class AsyncRollouts:
         sampling rounds, ``(max_sample_batches - 1) * train_batch_size``."""
         return (self.cfg.algorithm.max_sample_batches - 1) * self.batch_size
 
-    def _reject(self, group: Group) -> None:
-        """The dynamic filter rejected ``group``: dropped while the batch's allowance lasts,
-        kept past it (marked ``flat_kept``; counted with the batch that takes it)."""
+    def _passes_filter(self, group: Group) -> bool:
+        """Whether the done ``group`` stays in line: the dynamic filter kept it, or rejected it
+        past the batch's allowance (marked ``flat_kept``; counted with the batch that takes
+        it). A rejected group within the allowance is dropped: False."""
+        if not group.rejected or group.flat_kept:
+            return True
         if self.rejects_left <= 0:
             group.flat_kept = True
-            return
+            return True
         self.rejects_left -= 1
         self.line.remove(group)
         self.counts["filtered"] += 1
         self.dropped += group.trajectories
         self.admission.drop()
         self.admit_wake.set()
+        return False
 
     async def _hold(self, deadline: float | None, version: int) -> None:
         """A sync starts: new requests wait for the new weights, so groups admitted from now on
@@ -704,7 +729,7 @@ class AsyncRollouts:
                 names.ASYNC_STALE_GROUPS: float(self.counts["stale"]),
             }
         )
-        # the batch's own groups: a group may finish (and be judged) batches ahead of its own
+        # the batch's own groups (judged in its stretch of the line, as they finished)
         flat_kept = sum(g.flat_kept for g in groups)
         self.counts = dict.fromkeys(self.counts, 0)
         if self.keep is not None:

@@ -52,7 +52,7 @@ def test_a_batch_skips_a_second_group_of_its_prompt_which_heads_the_next(tmp_pat
     try:
         line = [_group(source, i, k) for k, i in enumerate([1, 6, 1, 5, 7, 0])]
         source.line.extend(line)
-        batch = source._ready_head()
+        batch = source._pop_ready()
         assert batch is not None
         assert [g.index for g in batch] == [1, 6, 5, 7]
         assert list(source.line) == [line[2], line[5]]
@@ -62,7 +62,7 @@ def test_a_batch_skips_a_second_group_of_its_prompt_which_heads_the_next(tmp_pat
         source.line.clear()
         line[2].done = False
         source.line.extend(line)
-        assert [g.index for g in source._ready_head() or []] == [1, 6, 5, 7]
+        assert [g.index for g in source._pop_ready() or []] == [1, 6, 5, 7]
         assert list(source.line) == [line[2], line[5]]
     finally:
         source.close()
@@ -75,7 +75,7 @@ def test_a_batch_is_cut_only_once_its_prompts_are_done(tmp_path):
             [_group(source, 1, 0), _group(source, 6, 1), _group(source, 1, 2),
              _group(source, 5, 3), _group(source, 7, 4, done=False)]
         )  # fmt: skip
-        assert source._ready_head() is None  # 7 may still be dropped
+        assert source._pop_ready() is None  # 7 may still be dropped
         assert [g.index for g in source.line] == [1, 6, 1, 5, 7]
     finally:
         source.close()
@@ -84,8 +84,8 @@ def test_a_batch_is_cut_only_once_its_prompts_are_done(tmp_path):
 def test_the_stream_never_trains_two_groups_of_a_prompt_in_one_batch(tmp_path):
     # The filter keeps prompt 1 only; a batch may drop (3 - 1) x 4 = 8 groups. Admission
     # order: E0 (chunks 1, 2: uids s1r0p0-3, s2r0p4-7), then E1 (chunk 3: s3r0p8-15).
-    # E0: 1 kept, its 7 others dropped; the 8th drop is E1's first group to be rejected
-    # (3, the first, when groups finish in order); the rest are kept flat. Before, batch 1 was
+    # E0: 1 kept, its 7 others dropped; the 8th drop is E1's first group, 3 (drops go in
+    # admission order); the rest are kept flat. Before, batch 1 was
     # 1 6 1 5 (or 1 3 6 1): E1's group of prompt 1 (E1[2], uid s3r0p10) joined E0's.
     source = _source(tmp_path)
     index_of: dict[str, int] = {}
@@ -111,8 +111,7 @@ def test_the_stream_never_trains_two_groups_of_a_prompt_in_one_batch(tmp_path):
                 pass
             second, _ = next_batch_within(source, 2)
         uids = list(dict.fromkeys(second.metadata["uids"]))
-        # E1's group of prompt 1, skipped by batch 1, heads batch 2 (when groups finished in
-        # order; a slow one can shift which groups the 8 drops hit, never this)
+        # E1's group of prompt 1, skipped by batch 1, heads batch 2
         assert "s3r0p10" in uids
         assert len({index_of[u] for u in uids}) == 4
     finally:
@@ -128,10 +127,10 @@ def test_a_full_line_of_fewer_prompts_than_a_batch_is_cut_as_it_stands_with_a_wa
         line = [_group(source, i, k) for k, i in enumerate([1, 6] * 4)]
         source.line.extend(line)
         source.admission.in_line = 7
-        assert source._ready_head() is None  # one more group may come
+        assert source._pop_ready() is None  # one more group may come
         source.admission.in_line = 8
         with pytest.warns(UserWarning) as caught:
-            batch = source._ready_head()
+            batch = source._pop_ready()
         assert batch == line[:4]
         assert [str(w.message) for w in caught] == [
             "dynamic sampling: a batch holds 2 repeated prompt(s): the groups in line (8, as "
