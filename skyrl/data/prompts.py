@@ -1,10 +1,10 @@
 """Prompt rows and their loading from parquet / jsonl files or local ``datasets``.
 
-A row is a prompt (a string, or a list of chat messages with string ``role`` and
-``content``), the ``data_source`` it belongs to (metrics such as pass@n are reported per
-source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
-``extra_info`` column are merged in, over a column of the same name unless null), handed to
-the env's ``init``.
+A row is a prompt (a string, or a list of chat messages with string ``content`` and a
+``role`` of ``ROLES``), the ``data_source`` it belongs to (metrics such as pass@n are
+reported per source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
+``extra_info`` column are merged in, over a column of the same name unless null or NaN),
+handed to the env's ``init``.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -26,6 +26,11 @@ PARQUET_BATCH_ROWS = 1024
 """Parquet rows read at a time when streaming a file."""
 UTF8_BOM = b"\xef\xbb\xbf"
 """The byte order mark an editor may start a UTF-8 file with (``json.loads`` skips it)."""
+ROLES = ("system", "user", "assistant", "tool")
+"""The roles a prompt's messages may have. Another one may render under a template that
+takes any role (Qwen's), but the endpoint an external agent sends it to refuses it
+(``skyrl.serve.chat_format.ROLES``); OpenAI's ``developer``, which the endpoint renders as
+``system``, would reach the template as it is in the agent loop, so it is refused too."""
 
 
 class PromptDataError(ValueError):
@@ -63,6 +68,8 @@ def _check_prompt(prompt: Any) -> str | None:
                 if not isinstance(m.get(key), str):
                     has = "" if key in m else f" (has {sorted(m)})"
                     return f"message {j} has no string {key!r}{has}"
+            if m["role"] not in ROLES:
+                return f"message {j} has role {m['role']!r}, not one of {', '.join(ROLES)}"
         return None
     return f"prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}"
 
