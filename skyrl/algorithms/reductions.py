@@ -11,7 +11,8 @@ Counts are over *sequences that have at least one loss token*, so adding
 all-zero padding rows never changes the weights, whenever the reduction runs.
 
 - ``token_mean``: every loss token weighs the same (DAPO, Yu et al. 2025).
-- ``sequence_mean``: mean over sequences of each sequence's token mean (GRPO, Shao et al. 2024).
+- ``sequence_mean``: mean over sequences of each sequence's token mean (the GRPO paper's, Shao
+  et al. 2024; the ``grpo`` preset reduces with ``token_mean``).
 - ``seq_mean_token_sum_norm``: each sequence's token *sum* divided by the constant
   ``max_seq_len``, mean over sequences (Dr.GRPO, Liu et al. 2025: no length bias).
 - ``prompt_mean``: token mean within each prompt group (all its samples and turns),
