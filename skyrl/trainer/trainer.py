@@ -32,6 +32,7 @@ from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import check_critic_only_steps, weight_sync_path
 from skyrl.dispatch import MeshDispatch
+from skyrl.generators.agent_loop import REWARD_MAX
 from skyrl.inference.base import WeightItems
 from skyrl.inference.client import EngineClient
 from skyrl.models.resolve import with_local_model_paths
@@ -314,7 +315,7 @@ class RLTrainer:
                 f"step {self.step}: trajectory {ids[bad[0]]!r} has reward {first:g} "
                 f"in the training rows (float32; {len(bad)} of {len(rewards)} rows non-finite): "
                 f"generator.agent={self.cfg.generator.agent} must give finite rewards within "
-                f"+-3.4e38; {self._last_checkpoint('last checkpoint')}"
+                f"+-{REWARD_MAX:.4g}; {self._last_checkpoint('last checkpoint')}"
             )
         return rewards
 

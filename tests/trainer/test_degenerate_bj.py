@@ -122,7 +122,7 @@ def test_a_non_finite_reward_a_custom_driver_gives_is_one_line_naming_it(tmp_pat
     assert str(err.value) == (
         f"step 3: trajectory 'p/1' has reward {shown} in the training rows (float32; 1 of 4 "
         "rows non-finite): generator.agent=my_pkg.driver.factory must give finite rewards "
-        "within +-3.4e38; no checkpoint was saved"
+        "within +-3.403e+38; no checkpoint was saved"
     )
 
 
