@@ -59,7 +59,9 @@ def step_result_problem(result: object) -> str | None:
 
 def messages_problem(messages: object, name: str) -> str | None:
     """What makes ``messages`` (called ``name``) not a list of chat messages with string
-    ``role`` and ``content`` (None: nothing)."""
+    ``content`` and a ``role`` of ``ROLES`` (None: nothing)."""
+    from skyrl.data.prompts import ROLES
+
     if not isinstance(messages, list):
         return f"{name} is a {type(messages).__name__}, not a list of messages"
     for i, message in enumerate(messages):
@@ -68,6 +70,9 @@ def messages_problem(messages: object, name: str) -> str | None:
         for key in ("role", "content"):
             if not isinstance(message.get(key), str):
                 return f"{name}[{i}][{key!r}] is {reprlib.repr(message.get(key))}, not a string"
+        if message["role"] not in ROLES:
+            role = reprlib.repr(message["role"])
+            return f"{name}[{i}]['role'] is {role}, not one of {', '.join(ROLES)}"
     return None
 
 

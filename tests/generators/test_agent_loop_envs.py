@@ -134,6 +134,7 @@ class Malformed(TextEnv):
         "tuple": lambda: ([], 1.0, True),
         "int content": lambda: StepResult([{"role": "user", "content": 42}], 0.0, False),
         "one message": lambda: StepResult({"role": "user", "content": "hi"}, 0.0, False),
+        "unknown role": lambda: StepResult([{"role": "wizard", "content": "hi"}], 0.0, False),
     }
 
     def step(self, action_text):
@@ -151,6 +152,12 @@ class Malformed(TextEnv):
         ("tuple", "returned a tuple, not a StepResult"),
         ("int content", "observations[0]['content'] is 42, not a string"),
         ("one message", "observations is a dict, not a list of messages"),
+        # a template that renders any role (the tiny model's) took it; an external agent's
+        # endpoint refuses it, and a prompt file's row with it is refused at load
+        (
+            "unknown role",
+            "observations[0]['role'] is 'wizard', not one of system, user, assistant, tool",
+        ),
     ],
 )
 def test_a_malformed_step_result_is_an_env_error_of_its_trajectory_alone(tok, caplog, bad, problem):
