@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from skyrl.config.errors import ConfigError, exception_line
 from skyrl.config.root import LoraConfig, SkyRLConfig
+from skyrl.models.fingerprint import BASE_FINGERPRINT, base_difference, base_fingerprint
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +32,11 @@ PEFT_PREFIX = "base_model.model."
 ALL_LINEAR = "all-linear"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+BASE_RECORD = "skyrl_base.json"
+"""In an adapter directory written with its base model (a run's ``final_adapter``):
+``{BASE_FINGERPRINT: base_fingerprint(base)}``, the base its adapters were trained on (PEFT and
+vLLM read only the files they know). Absent: a base without safetensors, an older run's
+adapters, adapters from elsewhere; then nothing is checked."""
 
 
 def engine_lora(cfg: SkyRLConfig) -> LoraConfig | None:
@@ -110,7 +116,8 @@ def write_adapter_dir(
     base_model: str | None = None,
 ) -> Path:
     """A PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``)
-    from wire-named ``tensors``: what ``PeftModel.from_pretrained`` and vLLM load."""
+    from wire-named ``tensors``: what ``PeftModel.from_pretrained`` and vLLM load; with
+    ``base_model``, its fingerprint in ``BASE_RECORD``."""
     from safetensors.torch import save_file
 
     out = Path(path)
@@ -119,6 +126,10 @@ def write_adapter_dir(
     config.base_model_name_or_path = base_model
     config.save_pretrained(str(out))
     save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, out / ADAPTER_WEIGHTS)
+    fingerprint = base_fingerprint(str(base_model)) if base_model else None  # None: no safetensors
+    (out / BASE_RECORD).unlink(missing_ok=True)  # an earlier write's, of another base
+    if fingerprint:
+        (out / BASE_RECORD).write_text(json.dumps({BASE_FINGERPRINT: fingerprint}) + "\n")
     return out
 
 
@@ -144,8 +155,8 @@ def merge_adapter_dir(
     """A ``from_pretrained`` directory at ``out_dir`` (with ``tokenizer``'s files): the model
     at ``base_model`` with the adapter directory ``adapter_dir`` merged in, in fp32 (merged
     in bf16, a small update is mostly lost to rounding). An adapter directory without
-    readable weights, or adapters that do not fit ``base_model`` (``load_adapter_dir``), raise
-    ``ConfigError`` under ``key``."""
+    readable weights, one that records another base (``check_adapter_base``), or adapters that
+    do not fit ``base_model`` (``load_adapter_dir``), raise ``ConfigError`` under ``key``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -156,10 +167,34 @@ def merge_adapter_dir(
     base = AutoModelForCausalLM.from_pretrained(
         base_model, dtype=torch.float32, **remote, **IN_MEMORY
     )
-    merged = load_adapter_dir(base, adapter_dir, base_model, key).merge_and_unload()
+    adapted = load_adapter_dir(base, adapter_dir, base_model, key)  # a misfit: layer, shapes
+    check_adapter_base(adapter_dir, base_model, key)  # they fit: the base they were trained on?
+    merged = adapted.merge_and_unload()
     merged.save_pretrained(out_dir, safe_serialization=True)
     AutoTokenizer.from_pretrained(tokenizer, **remote).save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def check_adapter_base(adapter_dir: str | Path, base_model: str, key: str) -> None:
+    """``ConfigError`` under ``key`` naming ``adapter_dir`` and ``base_model`` when the adapter
+    directory records (``BASE_RECORD``) another base than ``base_model``: the adapters fit one
+    of the same shapes (another fine-tune), or of other dtypes or untargeted shapes, without an
+    error. A directory without the record passes."""
+    record = Path(adapter_dir).expanduser() / BASE_RECORD
+    if not record.is_file():
+        return
+    try:
+        saved = dict(json.loads(record.read_text())[BASE_FINGERPRINT])
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # ValueError: bad JSON or UTF-8
+        raise ConfigError(key, f"{record} is not a base record ({exception_line(exc)})") from None
+    differs = base_difference(saved, base_model)
+    if differs is not None:
+        raise ConfigError(
+            key,
+            f"{adapter_dir}: its adapters were trained on another base model than {base_model}, "
+            f"which has {differs} (its {BASE_RECORD} records the base); the "
+            f"base_model_name_or_path of its {ADAPTER_CONFIG} must name the model the run trained",
+        )
 
 
 def load_adapter_dir(base: nn.Module, adapter_dir: str | Path, base_model: str, key: str):

@@ -22,20 +22,21 @@ The run's export, ``<output_dir>/final_hf``, records the step whose weights it h
 with ``trainer.export_hf=false``) leaves a ``final_hf`` older than ``latest``.
 
 A LoRA run's checkpoint holds only the adapters: its trainer state records a content
-fingerprint of the base model (``BASE_FINGERPRINT``), and a resume onto other weights of the
-same shapes, which the adapters would load onto without an error, is refused (``check_base_model``).
+fingerprint of the base model (``BASE_FINGERPRINT``), and a resume or an export onto other weights
+of the same shapes, which the adapters would load onto without an error, is refused
+(``check_base_model``, ``export_checkpoint_hf``).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+from skyrl.models.fingerprint import BASE_FINGERPRINT, base_difference
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
 TEMP_DIR = re.compile(r"^\.tmp_global_step_(\d+)$")
@@ -330,49 +331,6 @@ def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) 
         )
 
 
-BASE_FINGERPRINT = "base_fingerprint"
-"""In a LoRA run's ``TRAINER_STATE``: ``base_fingerprint(model.path)``, the base model its
-adapters were trained on (the checkpoint holds only the adapters). Absent: a full-weights run,
-a base without safetensors, a checkpoint saved before the record."""
-SAMPLED_TENSORS = 4
-SAMPLE_BYTES = 64 * 2**10
-
-
-@functools.cache
-def base_fingerprint(model_path: str) -> dict[str, str] | None:
-    """A content fingerprint of the model dir ``model_path``, by its weights, not its path (a
-    hub snapshot, a moved cache or another node's copy of the same weights match):
-    ``{"layout": sha256 of every tensor's name, dtype and shape, "weights": sha256 of the first
-    SAMPLE_BYTES of data of the first SAMPLED_TENSORS matrices by name}`` (the embedding and
-    the first layer's weights), read from the safetensors headers and those byte ranges only,
-    never the whole model. A sample: a fine-tune that moved none of those bytes matches.
-    ``None`` for a dir without ``*.safetensors`` (``pytorch_model.bin`` only): nothing is
-    recorded or compared. Cached: computed once per run (the save's and the resume's)."""
-    files = sorted(Path(model_path).glob("*.safetensors"))
-    if not files:
-        return None
-    tensors = {}  # name -> (file, header end, its header entry)
-    for file in files:
-        with open(file, "rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(header_len))
-        header.pop("__metadata__", None)
-        tensors.update({name: (file, 8 + header_len, entry) for name, entry in header.items()})
-    layout = [[name, e["dtype"], e["shape"]] for name, (_, _, e) in sorted(tensors.items())]
-    sampled = [n for n, (_, _, e) in sorted(tensors.items()) if len(e["shape"]) >= 2]
-    weights = hashlib.sha256()
-    for name in sampled[:SAMPLED_TENSORS]:
-        file, data_start, entry = tensors[name]
-        begin, end = entry["data_offsets"]
-        with open(file, "rb") as f:
-            f.seek(data_start + begin)
-            weights.update(name.encode() + f.read(min(end - begin, SAMPLE_BYTES)))
-    return {
-        "layout": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
-        "weights": weights.hexdigest(),
-    }
-
-
 def check_base_model(ckpt: Path, trainer_state: dict[str, Any], model_path: str) -> None:
     """Raise ``ConfigError`` naming ``model.path`` when the LoRA checkpoint ``ckpt`` (with
     ``trainer_state``, read from it) was trained on another base model than ``model_path``:
@@ -382,15 +340,9 @@ def check_base_model(ckpt: Path, trainer_state: dict[str, Any], model_path: str)
     either base has no safetensors (``base_fingerprint``)."""
     from skyrl.config.errors import ConfigError
 
-    saved = trainer_state.get(BASE_FINGERPRINT)
-    current = base_fingerprint(model_path) if saved else None
-    if not saved or current is None or current == saved:
+    differs = base_difference(trainer_state.get(BASE_FINGERPRINT), model_path)
+    if differs is None:
         return
-    differs = (
-        "other tensor names or shapes (another architecture or size)"
-        if current.get("layout") != saved.get("layout")
-        else "the same tensor names and shapes but other weights (another fine-tune)"
-    )
     raise ConfigError(
         "model.path",
         f"{model_path} is not the base model the LoRA adapters of {ckpt} were trained on: it "
@@ -443,8 +395,10 @@ def export_checkpoint_hf(
     """The checkpoint's policy as a ``from_pretrained`` directory (with ``tokenizer``'s
     files): the architecture of the local model dir ``base_model``, the checkpoint's weights.
     Weights tied to a loaded one (the output layer of tied-embedding models) may be absent;
-    anything else missing or unexpected is an error. ``trust_remote_code``: the model's and
-    tokenizer's own code may run (``model.trust_remote_code``)."""
+    anything else missing or unexpected is an error, as is a LoRA checkpoint that records
+    another base model than ``base_model`` (``BASE_FINGERPRINT``), even one of the same shapes.
+    ``trust_remote_code``: the model's and tokenizer's own code may run
+    (``model.trust_remote_code``)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     remote = {"trust_remote_code": trust_remote_code}
@@ -472,10 +426,27 @@ def export_checkpoint_hf(
     return out_dir
 
 
+def _check_lora_base(ckpt: Path, base_model: str) -> None:
+    """``WeightsMismatchError`` naming ``ckpt`` and ``base_model`` when the LoRA checkpoint
+    records (``BASE_FINGERPRINT``) another base than ``base_model``: the adapters fit one of
+    the same shapes (another fine-tune), or of other dtypes or untargeted shapes, without an
+    error. A checkpoint without the record (saved before it, or without its trainer state)
+    passes."""
+    state = read_trainer_state(ckpt) if (ckpt / TRAINER_STATE).is_file() else {}
+    differs = base_difference(state.get(BASE_FINGERPRINT), base_model)
+    if differs is not None:
+        raise WeightsMismatchError(
+            f"{ckpt}: its LoRA adapters were trained on another base model than {base_model}, "
+            f"which has {differs}"
+        )
+
+
 def _merged_lora_policy(
     ckpt: Path, base_model: str, weights: dict[str, Any], trust_remote_code: bool
 ):
-    """The base model at ``base_model`` with a LoRA checkpoint's adapters merged in."""
+    """The base model at ``base_model`` with a LoRA checkpoint's adapters merged in. Adapters
+    that fit its shapes are still refused when the checkpoint records another base
+    (``_check_lora_base``); a misfit is named first, its layer and shapes."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -485,6 +456,7 @@ def _merged_lora_policy(
 
     config = LoraConfig.from_pretrained(str(ckpt / "policy"))
     config.base_model_name_or_path = None  # PEFT warned it "renamed" a hub id to its folder
+    config.inference_mode = False  # the adapters are found as the trainable parameters below
 
     # in memory: the merged model may be saved over the base model's own files; in fp32, as
     # the run trained and served it (a bf16-stored base merged in bf16 lost most of an update)
@@ -509,6 +481,7 @@ def _merged_lora_policy(
             f"missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
     _load_fitting(model, weights, ckpt, base_model, "LoRA adapters")
+    _check_lora_base(ckpt, base_model)  # the same shapes: other weights are not told apart
     return model.merge_and_unload()
 
 

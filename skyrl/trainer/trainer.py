@@ -478,7 +478,7 @@ class RLTrainer:
         A save that fails (a full disk, a read-only dir) ends the run with ``TrainingAborted``
         saying where, the free space there, what resumes, and the original reason; its
         half-written temp dir is removed."""
-        from skyrl.trainer.checkpoint import BASE_FINGERPRINT, base_fingerprint
+        from skyrl.models.fingerprint import BASE_FINGERPRINT, base_fingerprint
         from skyrl.workers.group import WorkerDiedError
 
         tmp = None

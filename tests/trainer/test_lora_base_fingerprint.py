@@ -12,11 +12,10 @@ import pytest
 
 from skyrl.algorithms.kl_controllers import FixedKLController
 from skyrl.config import ConfigError
+from skyrl.models.fingerprint import BASE_FINGERPRINT, base_fingerprint
 from skyrl.models.tiny import build_tiny_model
 from skyrl.trainer.checkpoint import (
-    BASE_FINGERPRINT,
     CheckpointManager,
-    base_fingerprint,
     check_base_model,
     read_trainer_state,
 )
@@ -76,7 +75,7 @@ def test_a_base_of_other_shapes_says_so(tmp_path):
     base = build_tiny_model(tmp_path / "base")
     state = {BASE_FINGERPRINT: base_fingerprint(base)}
     deeper = build_tiny_model(tmp_path / "deeper", num_hidden_layers=3)
-    with pytest.raises(ConfigError, match="other tensor names or shapes") as err:
+    with pytest.raises(ConfigError, match="other tensor names, dtypes or shapes") as err:
         check_base_model(tmp_path / "global_step_2", state, deeper)
     assert err.value.key == "model.path" and "\n" not in str(err.value)
 
