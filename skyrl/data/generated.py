@@ -27,7 +27,11 @@ repeat), so eval depends on ``data.num_train_prompts`` as well.
 
 from __future__ import annotations
 
+import os
+import pickle
 import random
+import subprocess
+import sys
 import warnings
 import zlib
 from collections.abc import Callable
@@ -184,13 +188,11 @@ def reasoning_gym_rows(
     """
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    if split == "train":
-        entries = list(_create_dataset(dataset, num_prompts, seed))
-    elif num_train_prompts is None:
+    if split == "eval" and num_train_prompts is None:
         raise TypeError("reasoning_gym_rows(split='eval') needs num_train_prompts")
-    else:
-        train = _create_dataset(dataset, num_train_prompts, seed)
-        entries = _held_out_entries(dataset, num_prompts, seed, {e["question"] for e in train})
+    entries = _without_hash_randomization(
+        _reasoning_gym_entries, dataset, num_prompts, seed, split, num_train_prompts
+    )
     rows = [
         PromptRow(
             f"{entry['question']}\n{REASONING_GYM_INSTRUCTION}",
@@ -200,6 +202,60 @@ def reasoning_gym_rows(
         for entry in entries
     ]
     return assign_uids(rows, prefix=f"{dataset}-{split}")
+
+
+def _reasoning_gym_entries(
+    dataset: str, num_prompts: int, seed: int, split: str, num_train_prompts: int | None
+) -> list[dict]:
+    """The entries of ``reasoning_gym_rows`` (generated in this process)."""
+    if split == "train":
+        return list(_create_dataset(dataset, num_prompts, seed))
+    assert num_train_prompts is not None  # reasoning_gym_rows checks it
+    train = _create_dataset(dataset, num_train_prompts, seed)
+    return _held_out_entries(dataset, num_prompts, seed, {e["question"] for e in train})
+
+
+_CHILD = """
+import pickle, sys, warnings
+paths, module, name, args = pickle.loads(sys.stdin.buffer.read())
+sys.path[:0] = paths
+import importlib
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        out = ("ok", getattr(importlib.import_module(module), name)(*args))
+    except (ValueError, TypeError) as exc:
+        out = ("error", type(exc).__name__, str(exc))
+sys.stdout.buffer.write(pickle.dumps((out, [(w.category.__name__, str(w.message)) for w in caught])))
+"""
+"""Runs ``module.name(*args)`` in ``_without_hash_randomization``'s child process and pickles
+back its result (or its ``ValueError`` / ``TypeError``) and the warnings it raised."""
+
+
+def _without_hash_randomization(fn: Callable, *args):
+    """``fn(*args)`` as a process with ``PYTHONHASHSEED=0`` computes it: some generators
+    iterate over sets of strings (reasoning-gym's ``ransom_note``, ``isomorphic_strings``,
+    ``list_functions``, ``polynomial_multiplication``), so what they generate changed from one
+    process to the next, a resumed run's prompts among them. In this process when it has hash
+    randomization off, else in a child process (about a second). ``fn``'s ``ValueError`` or
+    ``TypeError`` and its ``TooFewProblems`` warnings come back as they were raised."""
+    if not sys.flags.hash_randomization:
+        return fn(*args)
+    payload = pickle.dumps((sys.path, fn.__module__, fn.__name__, args))
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD], input=payload, capture_output=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise RuntimeError(f"generating {fn.__name__}{args!r} failed: {' '.join(last)}")
+    out, caught = pickle.loads(done.stdout)
+    for category, message in caught:
+        warnings.warn(message, TooFewProblems if category == "TooFewProblems" else UserWarning,
+                      stacklevel=3)  # fmt: skip
+    if out[0] == "error":
+        raise (ValueError if out[1] == "ValueError" else TypeError)(out[2])
+    return out[1]
 
 
 def _create_dataset(dataset: str, size: int, seed: int):
