@@ -85,6 +85,11 @@ def compose(
 
     from skyrl.config import register_configs
 
+    if not isinstance(config_name, str):  # None: Hydra's empty config, without the schema
+        raise ConfigError(
+            "config_name",
+            f"{config_name!r} is not a config's name, one of {CONF_DIR}'s ({_config_names()})",
+        )
     lines = _override_strings(overrides)
     _check_override_lines(lines)
     register_configs()
@@ -164,6 +169,11 @@ def _check_override_lines(lines: list[str]) -> None:
             raise ConfigError(override.key_or_group, message)
 
 
+def _config_names() -> str:
+    """The names ``compose``'s ``config_name`` may take: the YAML files of ``CONF_DIR``."""
+    return ", ".join(sorted(p.stem for p in CONF_DIR.glob("*.yaml")))
+
+
 def _compose_error(exc: Exception, config_name: str) -> ConfigError | None:
     """Hydra's error for a bad override (or ``config_name``) as the ``ConfigError`` that
     ``skyrl-train``'s line shows (the key, then the message); None for a bug, or an error
@@ -176,9 +186,8 @@ def _compose_error(exc: Exception, config_name: str) -> ConfigError | None:
         return None
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file == config_name:
         # Hydra's message went on with its search path, over four lines
-        primary = ", ".join(sorted(p.stem for p in CONF_DIR.glob("*.yaml")))
         return ConfigError(
-            "config_name", f"{config_name!r}: no such config in {CONF_DIR} ({primary})"
+            "config_name", f"{config_name!r}: no such config in {CONF_DIR} ({_config_names()})"
         )
     key, named, message = config_error_line(exc).removeprefix("error: ").partition(": ")
     return ConfigError(key, message) if named and " " not in key else None

@@ -193,6 +193,11 @@ def test_compose_names_a_config_name_naming_nothing():
     assert caught.value.key == "config_name"
     conf = Path(skyrl.__file__).parent / "conf"
     assert caught.value.message == f"'nope': no such config in {conf} (config)"
+    # None composed Hydra's empty config: no schema, no key, no error until much later
+    with pytest.raises(ConfigError) as caught:
+        skyrl.compose([], config_name=None)  # type: ignore[arg-type]
+    assert caught.value.key == "config_name"
+    assert caught.value.message == f"None is not a config's name, one of {conf}'s (config)"
 
 
 def test_ctrl_c_ends_an_eval_in_one_line(monkeypatch, capsys):
