@@ -18,7 +18,6 @@ SAMPLED_TENSORS = 4
 SAMPLE_BYTES = 64 * 2**10
 
 
-@functools.cache
 def base_fingerprint(model_path: str) -> dict[str, str] | None:
     """A content fingerprint of the model dir ``model_path``, by its weights, not its path (a
     hub snapshot, a moved cache or another node's copy of the same weights match):
@@ -27,10 +26,20 @@ def base_fingerprint(model_path: str) -> dict[str, str] | None:
     the first layer's weights), read from the safetensors headers and those byte ranges only,
     never the whole model. A sample: a fine-tune that moved none of those bytes matches.
     ``None`` for a dir without ``*.safetensors`` (``pytorch_model.bin`` only): nothing is
-    recorded or compared. Cached: computed once per run (the save's and the resume's)."""
+    recorded or compared. Cached while the files stay as they are (path, size, modification
+    time): a base overwritten in place in a long-lived process (a notebook) is read again."""
     files = sorted(Path(model_path).glob("*.safetensors"))
     if not files:
         return None
+    stamps = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
+    return dict(_fingerprint(stamps))
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprint(stamps: tuple[tuple[str, int, int], ...]) -> dict[str, str]:
+    """``base_fingerprint`` of the safetensors files ``stamps`` names (each with its size and
+    modification time, the cache's key)."""
+    files = [Path(name) for name, _, _ in stamps]
     tensors = {}  # name -> (file, header end, its header entry)
     for file in files:
         with open(file, "rb") as f:

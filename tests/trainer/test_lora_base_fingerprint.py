@@ -6,6 +6,7 @@ folder resume. The trainer is built with ``__new__`` and fake workers (no Ray)."
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -99,3 +100,13 @@ def test_a_base_without_safetensors_records_and_compares_nothing(tmp_path):
     assert BASE_FINGERPRINT not in read_trainer_state(saved)
     state = {BASE_FINGERPRINT: base_fingerprint(build_tiny_model(tmp_path / "base"))}
     check_base_model(saved, state, str(bin_only))  # nothing to compare with
+
+
+def test_a_base_overwritten_in_place_is_fingerprinted_again(tmp_path):
+    # Cached by path alone, a notebook that replaced the base's files at the same path (another
+    # fine-tune of the same shapes) kept the old fingerprint, and a resume onto it passed.
+    base = Path(build_tiny_model(tmp_path / "base"))
+    other = Path(build_tiny_model(tmp_path / "other", seed=1))
+    before = base_fingerprint(str(base))
+    shutil.copyfile(other / "model.safetensors", base / "model.safetensors")
+    assert base_fingerprint(str(base)) == base_fingerprint(str(other)) != before
