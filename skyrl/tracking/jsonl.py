@@ -22,17 +22,23 @@ FILENAME = "metrics.jsonl"
 
 
 class JsonlSink:
-    """Appends one record per step; on resume first drops records after the resumed step. A
-    fresh run finding a file (an earlier run killed before its first checkpoint) moves it
-    aside to ``metrics.jsonl.N`` and starts its own. A run that fails before writing a record
-    to the file it created (a tracker that did not start) removes that empty file, so the
-    next try has no empty file to move aside."""
+    """Appends one record per step; a resumed run drops the records after the resumed step
+    when it writes its first one, so a resume that fails before that (another sink that would
+    not start, a crash before the first step ends) leaves the file as it was: a resume from
+    an earlier checkpoint than ``latest`` that failed does not lose the later steps' records
+    that a resume from ``latest`` still needs. A fresh run finding a file (an earlier run
+    killed before its first checkpoint) moves it aside to ``metrics.jsonl.N`` and starts its
+    own. A run that fails before writing a record to the file it created (a tracker that did
+    not start) removes that empty file, so the next try has no empty file to move aside."""
 
     def __init__(self, run: RunInfo) -> None:
         self.path = run.output_dir / FILENAME
+        self.drop_after: int | None = None
+        """The resumed step whose later records go before the first ``log`` writes."""
         if self.path.exists():
             if run.start_step > 0:
-                drop_records_after(self.path, run.start_step)
+                read_records(self.path)  # a damaged line is refused now, before any step
+                self.drop_after = run.start_step
             else:
                 move_aside(self.path)
         self.created = not self.path.exists()
@@ -41,7 +47,12 @@ class JsonlSink:
         self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Write and flush the step's record."""
+        """Write and flush the step's record (a resumed run's first drops the later ones)."""
+        if self.drop_after is not None:
+            self.file.close()  # the drop replaces the file: append to the new one
+            drop_records_after(self.path, self.drop_after)
+            self.drop_after = None
+            self.file = open(self.path, "a", encoding="utf-8")
         record = {"step": step, **{k: v if math.isfinite(v) else None for k, v in metrics.items()}}
         self.logged = True  # before writing: a write that fails half-way leaves the file be
         self.file.write(json.dumps(record, allow_nan=False) + "\n")

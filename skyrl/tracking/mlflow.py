@@ -8,7 +8,11 @@ which ``mlflow-skinny`` does not install. The experiment is ``MLFLOW_EXPERIMENT_
 ``skyrl``.
 
 MLflow refuses names outside ``[A-Za-z0-9_-. /]`` (and ``:`` except on Windows), so for this
-sink only ``eval/pass@1`` becomes ``eval/pass_at_1`` and other characters become ``_``.
+sink only ``eval/pass@1`` becomes ``eval/pass_at_1`` and other characters become ``_``. The
+file store keeps each metric as a file at its name's path, so ``rollout/logprob_abs_diff``
+(a file) and ``rollout/logprob_abs_diff/staleness_1`` (which needs it as a folder) could not
+both be logged: a name keeps its first ``/`` (its section, by which MLflow's charts group) and
+joins its deeper levels with ``.`` (``rollout/logprob_abs_diff.staleness_1``), on every store.
 """
 
 from __future__ import annotations
@@ -88,10 +92,13 @@ class MlflowSink:
 
 
 def sanitize_name(name: str) -> str:
-    """A name MLflow accepts on every OS: ``@`` -> ``_at_``, other refused characters -> ``_``,
-    empty and dot path segments dropped, at most ``MAX_KEY_CHARS`` long."""
+    """A name MLflow accepts on every OS and store: ``@`` -> ``_at_``, other refused characters
+    -> ``_``, empty and dot path segments dropped, the segments after the first joined with
+    ``.`` (no name is a folder of another in the file store), at most ``MAX_KEY_CHARS`` long."""
     name = re.sub(r"[^/\w.\- ]", "_", name.replace("@", "_at_"))
-    name = "/".join(part for part in name.split("/") if part not in ("", ".", ".."))
+    parts = [part for part in name.split("/") if part not in ("", ".", "..")]
+    section, *deeper = parts or [""]
+    name = f"{section}/{'.'.join(deeper)}" if deeper else section
     return name[:MAX_KEY_CHARS]
 
 
