@@ -45,7 +45,8 @@ class AlgorithmConfig:
     ``ASYNC_TIS_CAP`` (2.0) when ``trainer.max_staleness > 0``."""
     uncorrected_off_policy: bool = False
     """Asynchronous training without an off-policy correction (no TIS, no sequence mask): an
-    explicit opt-out, refused together with ``tis_cap`` or ``seq_ratio_bounds``."""
+    explicit opt-out, refused together with ``tis_cap`` or ``seq_ratio_bounds``, and in
+    synchronous training (``trainer.max_staleness=0``: nothing is stale)."""
     seq_ratio_bounds: list[float] | None = None
     """Sequence-level off-policy mask ``[low, high]`` (e.g. ``[0.99, 1.01]``): a sequence whose
     geometric-mean ratio pi_old / pi_rollout over its loss tokens, ``exp(mean(old_logprobs -

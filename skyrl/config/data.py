@@ -21,7 +21,8 @@ class DataConfig:
     eval_files: list[str] = field(default_factory=list)
     """files: held-out prompt files."""
     prompt_key: str = "prompt"
-    """Column holding the prompt (a string or a list of chat messages)."""
+    """Column holding the prompt (a string or a list of chat messages, each with a string
+    ``content`` and a role of system, user, assistant or tool)."""
     num_train_prompts: int = 512
     """Generated sources: training prompts to generate."""
     num_eval_prompts: int = 64

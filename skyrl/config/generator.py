@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skyrl.config.errors import require
+from skyrl.config.errors import require, require_finite
 
 MIN_TEMPERATURE = 0.01
 """The smallest temperature other than 0 (greedy): vLLM raises a smaller one to this, with a
@@ -140,6 +140,8 @@ class GeneratorConfig:
             "num_cpus_per_engine",
             f"must be >= 0, got {self.num_cpus_per_engine}",
         )
+        # Ray refuses an inf resource request, and the CPUs to reserve are rounded up at start
+        require_finite(self, ("num_gpus_per_engine", "num_cpus_per_engine"))
         cap = self.max_tokens_per_turn
         require(cap is None or cap >= 1, "max_tokens_per_turn", f"must be >= 1 or null, got {cap}")
         require(

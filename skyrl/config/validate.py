@@ -41,6 +41,7 @@ def validate(cfg: DictConfig) -> SkyRLConfig:
     typed.trainer.precision = resolve_precision(typed)
     _check_batch_sizes(typed)
     _check_algorithm(typed)
+    _check_fake_steps(typed)
     _check_something_trains(typed)
     _check_weight_sync(typed)
     _check_async(typed)
@@ -178,6 +179,13 @@ def _check_async(cfg: SkyRLConfig) -> None:
             "applies to asynchronous training only (trainer.max_staleness > 0): a synchronous "
             "step has no request in flight when the weights change",
         )
+        require(  # nothing else reads it: with tis_cap set the run was corrected anyway
+            not a.uncorrected_off_policy,
+            "algorithm.uncorrected_off_policy",
+            "applies to asynchronous training only (trainer.max_staleness > 0): a synchronous "
+            "step trains on rollouts of the current weights, with nothing stale to leave "
+            "uncorrected; set it to false",
+        )
         return
     require(
         cfg.data.source != "fake",
@@ -237,6 +245,29 @@ def _check_algorithm(cfg: SkyRLConfig) -> None:
     from skyrl.rollouts.dynamic_sampling import check_dynamic_filter  # imports the rollout side
 
     check_dynamic_filter(cfg)
+    _check_dynamic_sampling_greedy(cfg)
+
+
+def _check_dynamic_sampling_greedy(cfg: SkyRLConfig) -> None:
+    """The ``reward_variance`` filter drops a group whose samples' rewards are all equal:
+    greedy sampling in the agent loop gives a prompt's samples one reply, so every round would
+    drop every group (the estimators that compare samples refuse greedy sampling anyway)."""
+    a, g = cfg.algorithm, cfg.generator
+    if not (a.dynamic_sampling and a.dynamic_filter == "reward_variance"):
+        return
+    if g.agent != "agent_loop" or cfg.data.source == "fake":
+        return
+    greedy = {"temperature 0": g.sampling.temperature == 0, "top_k 1": g.sampling.top_k == 1}
+    for setting, is_greedy in greedy.items():
+        require(
+            not is_greedy,
+            "algorithm.dynamic_sampling",
+            f"{a.dynamic_sampling}: the 'reward_variance' filter keeps groups whose samples' "
+            f"rewards differ, and greedy sampling ({setting}) gives every sample of a prompt "
+            "the same reply, so every group would be dropped; sample with "
+            "generator.sampling.temperature > 0 and top_k -1 or >= 2, or use another "
+            "algorithm.dynamic_filter",
+        )
 
 
 def known_total_steps(cfg: SkyRLConfig) -> int | None:
@@ -261,6 +292,23 @@ def check_critic_only_steps(cfg: SkyRLConfig, total_steps: int) -> None:
         critic_only_steps < total_steps,
         "trainer.critic_only_steps",
         f"the policy would never train: {critic_only_steps} critic-only steps of {total_steps}",
+    )
+
+
+def _check_fake_steps(cfg: SkyRLConfig) -> None:
+    """``data=fake`` runs ``trainer.epochs`` x (``data.num_train_prompts`` //
+    ``trainer.train_batch_size``) steps unless ``trainer.total_steps`` is set: at least one.
+    (A generated source's prompt count is the pre-flight's: an eval reads no train prompts.)"""
+    t, d = cfg.trainer, cfg.data
+    if d.source != "fake":
+        return
+    require(
+        known_total_steps(cfg) != 0,
+        "data.num_train_prompts",
+        f"{d.num_train_prompts} training prompts, fewer than trainer.train_batch_size="
+        f"{t.train_batch_size}: data=fake runs trainer.epochs x ({d.num_train_prompts} // "
+        f"{t.train_batch_size}) = 0 steps; set data.num_train_prompts >= {t.train_batch_size} "
+        "or trainer.total_steps",
     )
 
 
@@ -290,7 +338,9 @@ def _check_something_trains(cfg: SkyRLConfig) -> None:
             f"{t.critic_only_steps} steps: set it to 0",
         )
         total = known_total_steps(cfg)
-        if total is not None:  # else checked once the prompts load (pre-flight, trainer)
+        # unknown, or 0 (fewer generated prompts than a step, which the pre-flight's prompt
+        # count names): checked once the prompts load (pre-flight, trainer)
+        if total:
             check_critic_only_steps(cfg, total)
     # group baselines compare a prompt's samples: identical samples all get advantage 0
     compares_samples = (
