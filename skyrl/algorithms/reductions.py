@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from skyrl.algorithms.registry import LOSS_REDUCTIONS
+from skyrl.algorithms.shapes import check_tensor
 
 
 def _as_bool(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -84,13 +85,20 @@ def compute_loss_weights(
     Call once per mini-batch before padding or packing; store the result with the batch
     and reduce each micro batch as ``(per_token_loss * loss_weights).sum()``.
     """
+    check_tensor("loss_mask", loss_mask, "[B, S]")
     if loss_mask.dim() != 2:
         raise ValueError(f"loss_mask must be 2-D [B, S], got shape {tuple(loss_mask.shape)}")
     if len(uids) != loss_mask.shape[0]:
         raise ValueError(f"got {len(uids)} uids for loss_mask of shape {tuple(loss_mask.shape)}")
     weights = LOSS_REDUCTIONS.get(name)(loss_mask, uids, max_seq_len)
-    if weights.shape != loss_mask.shape:
+    if not isinstance(weights, torch.Tensor) or weights.shape != loss_mask.shape:
+        got = (
+            f"shape {tuple(weights.shape)}"
+            if isinstance(weights, torch.Tensor)
+            else type(weights).__name__
+        )
         raise ValueError(
-            f"loss reduction {name!r} returned shape {tuple(weights.shape)}, expected {tuple(loss_mask.shape)}"
+            f"loss reduction {name!r} returned {got}, expected a tensor of shape "
+            f"{tuple(loss_mask.shape)} (one weight per token)"
         )
     return torch.where(loss_mask > 0, weights.float(), 0.0)

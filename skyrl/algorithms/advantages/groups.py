@@ -12,7 +12,16 @@ import torch
 
 
 def group_index(uids: list[str], device: torch.device | str | None = None) -> torch.Tensor:
-    """``[B]`` int64 group number of each row, numbered in order of first appearance."""
+    """``[B]`` int64 group number of each row, numbered in order of first appearance.
+
+    A tensor of ids is refused: its elements hash by identity, so every row would be a group
+    of its own (GRPO advantages all 0, ``prompt_mean`` weighing each row as a prompt).
+    """
+    if isinstance(uids, torch.Tensor):
+        raise TypeError(
+            "uids must be a list of prompt ids, one per row, got a torch.Tensor (its elements "
+            "never compare equal as ids); pass uids.tolist()"
+        )
     numbers: dict[str, int] = {}
     index = [numbers.setdefault(uid, len(numbers)) for uid in uids]
     return torch.tensor(index, dtype=torch.long, device=device)
@@ -53,8 +62,10 @@ def masked_whiten(values: torch.Tensor, loss_mask: torch.Tensor, eps: float = 1e
     """``(x - mean) / (std + eps)`` over the loss tokens (unbiased std); 0 off the mask.
 
     Fewer than two loss tokens: only the mean is removed (the std is undefined). Computed in
-    float64, returned in ``values``' dtype.
+    float64, returned in ``values``' dtype, or float32 for integer values (whitened values are
+    fractions: an integer dtype would truncate them).
     """
+    out_dtype = values.dtype if values.is_floating_point() else torch.float32
     mask = loss_mask > 0
     x = torch.where(mask, values.to(torch.float64), 0.0)
     n = mask.sum()
@@ -62,4 +73,4 @@ def masked_whiten(values: torch.Tensor, loss_mask: torch.Tensor, eps: float = 1e
     centered = torch.where(mask, x - mean, 0.0)
     var = (centered**2).sum() / (n - 1).clamp(min=1)
     scale = torch.where(n > 1, var.sqrt() + eps, 1.0)
-    return torch.where(mask, centered / scale, 0.0).to(values.dtype)
+    return torch.where(mask, centered / scale, 0.0).to(out_dtype)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from skyrl.algorithms.shapes import check_same_shape
+from skyrl.algorithms.shapes import check_same_shape, check_tensor
 
 
 @dataclass
@@ -32,6 +32,7 @@ class AdvantageInputs:
         check_same_shape(
             loss_mask=self.loss_mask, values=self.values, token_rewards=self.token_rewards
         )
+        check_tensor("rewards", self.rewards, "[B]")
         batch = self.loss_mask.shape[0]
         if tuple(self.rewards.shape) != (batch,):
             raise ValueError(f"rewards must be [B]={batch}, got shape {tuple(self.rewards.shape)}")
