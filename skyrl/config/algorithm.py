@@ -61,7 +61,9 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     """Subtract a per-token KL penalty from the reward instead."""
     kl_estimator: str = "k3"
-    """k1, k2, k3 or abs."""
+    """k1, k2, k3 or abs. As a loss term (``use_kl_loss``) k1's gradient averages to zero over
+    samples of the current policy (E[grad log pi] = 0), so it barely holds the policy back:
+    the loss wants k2 or k3; k1 suits the reward penalty (``use_kl_in_reward``)."""
     kl_ctrl: str = "fixed"
     """KL-in-reward coefficient controller: fixed or adaptive."""
     init_kl_coef: float = 0.001
