@@ -97,6 +97,20 @@ def logprob_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
+SEED_RANGE = (-(2**63), 2**64)
+"""The seeds a torch generator takes, ``[low, high)``; each engine seeds one per request."""
+
+
+def seed_refusal(seed: int | None) -> str | None:
+    """Why no engine can seed a request with ``seed`` (None: it can). Outside ``SEED_RANGE``
+    torch raised "Overflow when unpacking long long" for the whole batch (hf engine) or out
+    of vLLM's step, ending the serving loop."""
+    low, high = SEED_RANGE
+    if seed is None or low <= seed < high:
+        return None
+    return f"seed {seed} is outside [-2**63, 2**64), the seeds a torch generator takes"
+
+
 def request_seed(base: int, uid: str, sample: int, turn: int) -> int:
     """A 31-bit seed for turn ``turn`` of sample ``sample`` of prompt ``uid`` (a stable hash:
     the same arguments give the same seed in every process; different prompts differ)."""

@@ -46,6 +46,7 @@ from skyrl.inference.base import (
     iter_named_tensors,
     logprob_temperature,
     report_once,
+    seed_refusal,
     truncate_at_stop,
 )
 from skyrl.inference.local import LocalEngine, Request
@@ -209,7 +210,8 @@ class HFEngine(LocalEngine):
         """Why ``request`` cannot join a batch (None: it can): an empty prompt, a prompt
         that fills the model's context (as in vLLM: no room for a token), a token id outside
         the embedding (both an IndexError, on CUDA a device assert, for the whole batch), an
-        empty stop string (in every text: the completion would end at its first token)."""
+        empty stop string (in every text: the completion would end at its first token), a
+        stop token id outside it (vLLM refuses it), a seed torch cannot take (``seed_refusal``)."""
         ids = request.prompt_ids
         if not ids:
             return "empty prompt"
@@ -222,9 +224,13 @@ class HFEngine(LocalEngine):
         if min(ids) < 0 or max(ids) >= vocab_size:
             bad = next(i for i in ids if not 0 <= i < vocab_size)
             return f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})"
-        if "" in request.sampling.stop:
+        sampling = request.sampling
+        if "" in sampling.stop:
             return "empty stop string (every text holds one)"
-        return None
+        unknown = [t for t in sampling.stop_token_ids if not 0 <= t < vocab_size]
+        if unknown:  # as vLLM: no token has that id, the request would never stop on it
+            return f"stop_token_ids {unknown} are outside the vocabulary [0, {vocab_size})"
+        return seed_refusal(sampling.seed)
 
     def _within_context(self, request: Request) -> SamplingParams:
         """``request.sampling`` with ``max_tokens`` cut to the room its prompt leaves in the

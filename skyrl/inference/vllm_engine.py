@@ -64,6 +64,7 @@ from skyrl.inference.base import (
     WeightItems,
     iter_named_tensors,
     report_once,
+    seed_refusal,
 )
 from skyrl.inference.local import LocalEngine, Request
 from skyrl.models.lora import is_adapter_name
@@ -375,9 +376,14 @@ def cache_memory_kwargs(
 
 
 def _vllm_params(sp: SamplingParams):
-    """vLLM's sampling parameters for one sample (``sp.n`` is ``generate_batch``'s)."""
+    """vLLM's sampling parameters for one sample (``sp.n`` is ``generate_batch``'s); a
+    ``ValueError`` for a seed vLLM would take and then fail its step on (``seed_refusal``)."""
     from vllm import SamplingParams as VSP
     from vllm.sampling_params import RequestOutputKind
+
+    refusal = seed_refusal(sp.seed)
+    if refusal is not None:
+        raise ValueError(f"vllm engine: {refusal}")
 
     return VSP(
         n=1,
