@@ -253,7 +253,9 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     ``trainer.dry_run=true``). ``output_dir`` defaults to ``trainer.output_dir``, else
     ``outputs/<date>/<time>``; a leading ``~`` is the home directory, as for
     ``trainer.resume`` and ``eval.checkpoint``, and a relative one is taken from the working
-    directory now (``TrainResult``'s paths are absolute)."""
+    directory now (``TrainResult``'s paths are absolute). A run that resumes the checkpoints
+    in its output dir and fails or is interrupted before it saves one puts back the saved
+    config they were trained with (``skyrl-eval`` reads their model from it)."""
     require_composed(cfg)
     if output_dir is not None:
         require_output_dir(output_dir, "skyrl.train")
@@ -265,6 +267,7 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "resolved_config.yaml"
+    earlier = _config_of_checkpoints(saved)
     rows = [*checked.plan_rows(), ("output dir", str(out))]
     if typed.trainer.dry_run and saved.exists():  # an earlier run's: skyrl-eval reads it
         rows.append(("saved config", f"{saved.name} kept as it is (dry run)"))
@@ -275,7 +278,45 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
         print(f"  {name:<22}  {value}", flush=True)
     if typed.trainer.dry_run:
         return TrainResult(out)
-    return _run(checked, out)
+    try:
+        return _run(checked, out)
+    except BaseException:
+        _put_back_if_none_saved(saved, earlier)
+        raise
+
+
+_Checkpoints = dict[str, tuple[int, int]]
+"""A run dir's checkpoint folders by name, each with its inode and modification time: a new
+save, or one that replaced a folder, changes them."""
+
+
+def _checkpoints_in(run_dir: Path) -> _Checkpoints:
+    found = (run_dir / "checkpoints").glob("global_step_*")
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in found if p.is_dir()}
+
+
+def _config_of_checkpoints(saved: Path) -> tuple[bytes, _Checkpoints] | None:
+    """The text of ``saved`` (``resolved_config.yaml``) and the checkpoints beside it, which it
+    describes, before a run resuming them overwrites it; None without both."""
+    try:
+        checkpoints = _checkpoints_in(saved.parent)
+        if checkpoints and saved.is_file():
+            return saved.read_bytes(), checkpoints
+    except OSError:  # unreadable: nothing to put back
+        pass
+    return None
+
+
+def _put_back_if_none_saved(saved: Path, earlier: tuple[bytes, _Checkpoints] | None) -> None:
+    """After a failed run, the config the dir's checkpoints were trained with back in ``saved``
+    if the run saved none: a resume the workers refused (another ``model.path``, say) left the
+    failed run's config there, and ``skyrl-eval`` of the checkpoints exported them with its
+    model."""
+    try:
+        if earlier is not None and _checkpoints_in(saved.parent) == earlier[1]:
+            saved.write_bytes(earlier[0])
+    except OSError as exc:  # the run's own error is what the caller sees
+        logger.warning("%s: could not put back the config of its checkpoints: %s", saved, exc)
 
 
 def _show_warnings_again() -> None:
