@@ -66,8 +66,14 @@ def require_dir(folder: Path, key: str) -> None:
 
 
 def dir_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be used or made as a directory (None: it can): the first of it
-    and its parents that exists is a file, or a directory we may not write into."""
+    """Why ``folder`` cannot be used or made as a directory (None: it can): a name the
+    filesystem refuses (too long), or the first of it and its parents that exists is a file,
+    or a directory we may not write into."""
+    for name in reversed((folder, *folder.parents)):
+        try:
+            name.exists()
+        except OSError as exc:  # ENAMETOOLONG: not "absent", which exists() says as False
+            return f"{name}: {exc.strerror}"
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
         return f"{existing} is a file, not a directory"

@@ -44,6 +44,15 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
         assert f"{tmp_path / 'afile'} is a file, not a directory" in error.message
 
 
+def test_an_output_dir_whose_name_is_too_long_is_refused(tmp_path):
+    # a 300-character name, past the filesystem's 255: Path.exists raised OSError [Errno 36]
+    # out of the check, a traceback instead of the key's line
+    long = tmp_path / ("x" * 300) / "run"
+    error = refused(long)
+    assert error.key == "trainer.output_dir"
+    assert error.message.endswith(f"{tmp_path / ('x' * 300)}: File name too long")
+
+
 def test_a_resume_target_that_is_not_a_checkpoint_is_refused_before_the_run(tmp_path):
     error = refused(tmp_path / "run", f"trainer.resume={tmp_path / 'nowhere'}")
     assert error.key == "trainer.resume" and "not a checkpoint" in error.message
