@@ -405,7 +405,10 @@ def _report(output_dir: Path, heading: str | None = None) -> list[dict[str, floa
         print(heading, flush=True)
     elif heading is not None:
         return history  # stopped before a step: nothing to show
-    plot_history(history, output_dir / "metrics.png")
+    try:
+        plot_history(history, output_dir / "metrics.png")
+    except OSError as exc:  # a full disk at the end: the run's work is saved, say so and go on
+        logger.warning("%s not written: %s", output_dir / "metrics.png", exc)
     print(format_summary(history, output_dir), flush=True)
     return history
 
