@@ -47,6 +47,16 @@ def compute_prompt_boundaries(uids: Sequence[str]) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(uids)], strict=True))
 
 
+def _check_sizes(train_batch_size: int, mini_batch_size: int) -> None:
+    """A ``ValueError`` naming both unless ``train_batch_size`` is a positive multiple of a
+    positive ``mini_batch_size``."""
+    if mini_batch_size < 1 or train_batch_size < 1 or train_batch_size % mini_batch_size:
+        raise ValueError(
+            f"train_batch_size ({train_batch_size}) must be a positive multiple of "
+            f"mini_batch_size ({mini_batch_size})"
+        )
+
+
 def compute_prompt_mini_batch_boundaries(
     uids: Sequence[str],
     mini_batch_size: int,
@@ -61,11 +71,7 @@ def compute_prompt_mini_batch_boundaries(
     ``len(uids) // train_batch_size``) and boundary ``i`` is exactly
     ``[i*n*m, (i+1)*n*m)``: the same as fixed-size slicing.
     """
-    if mini_batch_size < 1 or train_batch_size % mini_batch_size:
-        raise ValueError(
-            f"train_batch_size ({train_batch_size}) must be a positive multiple of "
-            f"mini_batch_size ({mini_batch_size})"
-        )
+    _check_sizes(train_batch_size, mini_batch_size)
     prompts = compute_prompt_boundaries(uids)
     if len(prompts) != train_batch_size:
         raise ValueError(
@@ -89,6 +95,7 @@ def optimizer_steps_per_batch(
     train_batch_size: int, mini_batch_size: int, update_epochs_per_batch: int = 1
 ) -> int:
     """Optimizer steps per training batch: ``train_batch_size / mini_batch_size * epochs``."""
-    if train_batch_size % mini_batch_size:
-        raise ValueError(f"{train_batch_size} is not a multiple of {mini_batch_size}")
+    _check_sizes(train_batch_size, mini_batch_size)
+    if update_epochs_per_batch < 1:
+        raise ValueError(f"update_epochs_per_batch must be >= 1, got {update_epochs_per_batch}")
     return train_batch_size // mini_batch_size * update_epochs_per_batch

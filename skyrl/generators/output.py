@@ -51,7 +51,8 @@ class GeneratorOutput:
     forks: list[str] = field(default_factory=list)
     """[B] why the row does not extend the previous row of its trajectory (``""``: it does,
     or it is the trajectory's first row; else the reconciler's reason, e.g. ``edited``).
-    Built with fewer entries (older callers), every row is ``""``."""
+    Built without it (older callers), every row is ``""``; a list of another length is an
+    error (``validate``)."""
     step_wise: bool = False
     """Whether rows are turns (True) or whole trajectories (False)."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -106,12 +107,16 @@ class GeneratorOutput:
                 )
         seen: set[str] = set()
         prev_tid = None
+        turn = 0  # rows of ``tid`` before row i (its rows are contiguous): linear, not quadratic
         for i, tid in enumerate(self.trajectory_ids):
             if tid != prev_tid:
                 if tid in seen:
                     raise ValueError(f"row {i}: trajectory {tid!r} rows are not contiguous")
                 seen.add(tid)
                 prev_tid = tid
+                turn = 0
+            else:
+                turn += 1
             last = i + 1 == n or self.trajectory_ids[i + 1] != tid
             if self.is_last_step[i] != last:
                 raise ValueError(
@@ -130,7 +135,7 @@ class GeneratorOutput:
                     self.prompt_token_ids[i - 1] + self.response_token_ids[i - 1],
                     self.prompt_token_ids[i],
                     tid,
-                    turn=int(sum(1 for t in self.trajectory_ids[:i] if t == tid)),
+                    turn=turn,
                 )
             if self.uids[i] != tid.rsplit("/", 1)[0]:
                 raise ValueError(
