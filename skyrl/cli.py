@@ -11,8 +11,9 @@ the rollout driver), for a dry run too; what it finds is a ``ConfigError`` as we
 checked whole (every job, its pre-flight too) before its first job starts; a job that fails
 anyway ends the sweep with the line and exit code a single run would give, after Hydra's line
 naming the job's overrides. A run that fails once started (a worker or engine dying, an
-exception raised in a worker, such as a user's policy loss raising) ends with one ``error:``
-line, exit 1; the worker's exception names where it was raised.
+exception raised in a worker, such as a user's policy loss raising, env calls hung past
+``environment.max_hung_calls``) ends with one ``error:`` line, exit 1; the worker's exception
+names where it was raised.
 
 Ctrl-C (SIGINT) and SIGTERM end a run, and a sweep (no later job starts), with one line
 naming the checkpoint ``trainer.resume=auto`` continues from, and exit code 128 + the
@@ -124,6 +125,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from skyrl.generators.agent_loop import EnvHangError
     from skyrl.inference.client import EngineDiedError
     from skyrl.trainer.trainer import TrainingAborted
     from skyrl.workers.group import WorkerDiedError
@@ -135,7 +137,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         fail_job(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
     except ModelNotFoundError as exc:  # a config value naming nothing: its key, then what was tried
         fail_job(f"error: {exc}", EXIT_CONFIG_ERROR, multirun, exc)
-    except (WorkerDiedError, EngineDiedError, TrainingAborted) as exc:
+    except (WorkerDiedError, EngineDiedError, EnvHangError, TrainingAborted) as exc:
         fail_job(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
     except Exception as exc:
         line = raised_in_ray_line(exc)

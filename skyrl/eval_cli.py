@@ -28,7 +28,9 @@ Bad input (an output file that cannot be written, a checkpoint without weights, 
 source without eval prompts) is a ``ConfigError`` raised before any weights are read or
 any prompt is generated; a checkpoint whose weights do not fit ``model.path`` (another
 architecture than the run trained) is one too, found as its weights are read.
-``data.source=files`` needs no ``data.train_files`` here.
+``data.source=files`` needs no ``data.train_files`` here. A sweep (``-m``) whose jobs would all
+write one ``eval.output_file``, each over the last one's results, is refused before its first
+job (``_shared_output_file``).
 """
 
 from __future__ import annotations
@@ -465,16 +467,18 @@ def _write_results(result: EvalResult, cfg: SkyRLConfig) -> None:
 
 
 def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
-    """One row per data source and one for all: prompts, samples, pass@1, pass@k, reward, and
-    the samples whose env (or agent) failed when there are any (``eval/env_errors``: counted
-    over all sources, so in the ``all`` row, or the one source's)."""
+    """One row per data source and one for all (``all``; ``(all)`` beside a source named
+    ``all``): prompts, samples, pass@1, pass@k, reward, and the samples whose env (or agent)
+    failed when there are any (``eval/env_errors``: counted over all sources, so in the
+    ``all`` row, or the one source's)."""
     from skyrl.tracking.metric_names import EVAL_ENV_ERRORS
 
     k = cfg.generator.eval_n_samples_per_prompt
     m = result.metrics
     columns = ["pass@1"] + ([f"pass@{k}"] if k > 1 else []) + ["reward_mean"]
     env_errors = m.get(EVAL_ENV_ERRORS, 0.0)
-    width = max(len("source"), *(len(s) for s in result.num_prompts), len("all"))
+    overall = "(all)" if "all" in result.num_prompts else "all"  # a source may be named all
+    width = max(len("source"), *(len(s) for s in result.num_prompts), len(overall))
     header = f"{'source':<{width}}  {'prompts':>7}  {'samples':>7}" + "".join(
         f"  {c:>11}" for c in columns
     )
@@ -487,7 +491,7 @@ def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
     ]
     sources = [(s, f"eval/{s}", n) for s, n in result.num_prompts.items()]
     if len(sources) > 1:
-        sources.append(("all", "eval", sum(result.num_prompts.values())))
+        sources.append((overall, "eval", sum(result.num_prompts.values())))
     for i, (name, prefix, n) in enumerate(sources):
         values = "".join(f"  {m.get(f'{prefix}/{c}', float('nan')):>11.3f}" for c in columns)
         if env_errors and i == len(sources) - 1:  # the all row, or the one source's
@@ -506,6 +510,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     from skyrl.cli import EXIT_CONFIG_ERROR, EXIT_RUN_FAILED, fail_job
     from skyrl.config.cli_errors import one_line_error
+    from skyrl.generators.agent_loop import EnvHangError
     from skyrl.inference.client import EngineDiedError
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -513,7 +518,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         evaluate(cfg, HydraConfig.get().runtime.output_dir)
     except ConfigError as exc:
         fail_job(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
-    except EngineDiedError as exc:
+    except (EngineDiedError, EnvHangError) as exc:
         fail_job(f"error: {exc}", EXIT_RUN_FAILED, multirun, exc)
 
 
@@ -539,10 +544,39 @@ def _check_command_line() -> None:
         problem = command_line_problem(with_files, preflight_jobs=False)
         if _is_train_files_rule(problem):  # no eval files either
             problem = ConfigError("data.eval_files", "source=files needs at least one eval file")
+    if problem is None:
+        problem = _shared_output_file(argv)
     line = package_problem(sys.argv[1:]) if problem is None else config_error_line(problem)
     if line is not None:
         print(line, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
+
+
+def _shared_output_file(argv: list[str]) -> ConfigError | None:
+    """For a sweep of several jobs (a swept override, or a search sweeper), one
+    ``eval.output_file`` for all of them: each job's results and samples would replace the last
+    one's, every job printing the file as its own. A swept value or one with an interpolation
+    (``${hydra:job.num}``) is taken as per job."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = get_args_parser().parse_known_args(argv)[0]
+    if not args.multirun:
+        return None
+    overrides = OverridesParser.create().parse_overrides(list(args.overrides))
+    if not any(o.is_sweep_override() or o.key_or_group == "hydra/sweeper" for o in overrides):
+        return None  # one job
+    fixed = [o.value() for o in overrides if o.key_or_group == "eval.output_file"]
+    if not fixed or not isinstance(fixed[-1], str) or "${" in fixed[-1]:
+        return None  # unset (null), swept, or per job
+    path = Path(fixed[-1])
+    per_job = path.with_name(f"{path.stem}_${{hydra:job.num}}{path.suffix}")
+    return ConfigError(
+        "eval.output_file",
+        f"{path}: every job of the sweep writes its results there (and its samples to "
+        f"{samples_file_for(path)}), each over the last one's; leave it unset (each job's own "
+        f"directory) or make it per job, e.g. eval.output_file={per_job}",
+    )
 
 
 def _is_train_files_rule(problem: Exception | None) -> bool:
