@@ -136,6 +136,7 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     status, error = _status(job_dir, finished)
     try:
         history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
+        history = history or _eval_history(output_dir)
     except ConfigError as exc:  # a line that is not a record (``read_records``)
         history, error = [], "; ".join(e for e in (error, exc.message) if e)
     return {
@@ -147,6 +148,26 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
         "output_dir": str(output_dir),
         "history": history,
     }
+
+
+EVAL_RESULTS = "eval_results.json"
+"""What a ``skyrl-eval`` job writes in its directory (``skyrl.eval_cli.RESULTS_FILE``)."""
+
+
+def _eval_history(job_dir: Path) -> list[dict[str, float]]:
+    """A ``skyrl-eval`` job's results as a history of one step-0 record (its metrics), as a
+    training run's eval before training is logged; [] without the file. A file that is not
+    JSON with a ``metrics`` object is a ``ConfigError`` naming it."""
+    path = job_dir / EVAL_RESULTS
+    if not path.is_file():
+        return []
+    try:
+        metrics = json.loads(path.read_text())["metrics"]
+        return [{"step": 0, **{k: float(v) for k, v in dict(metrics).items()}}]
+    except (ValueError, KeyError, TypeError) as exc:  # ValueError: not JSON, a value not a number
+        raise ConfigError(
+            "eval.output_file", f"{path} is not an eval results file ({exc})"
+        ) from None
 
 
 def parse_overrides(overrides: Iterable[object]) -> dict[str, str]:

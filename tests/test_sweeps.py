@@ -319,3 +319,20 @@ def test_an_eval_sweep_lists_its_failed_jobs(tmp_path):
         ("0", "failed", line.format("a")),
         ("1", "failed", line.format("b")),
     ]
+
+
+def test_an_eval_sweeps_job_reports_the_pass_at_1_of_its_results_file(tmp_path):
+    # skyrl-eval -m writes eval_results.json in each job's dir and no metrics.jsonl: the
+    # summary's eval/pass@1 column was empty for every job, which the docs read as "never
+    # evaluated". The eval's pass@1 (0.625) is now the job's, at 0 training steps.
+    job_dir = make_job(tmp_path, 0, ["generator.eval_sampling.temperature=0.5"], [], None)
+    (job_dir / "metrics.jsonl").unlink()
+    results = {"metrics": {"eval/pass@1": 0.625, "eval/reward_mean": 0.7}, "num_prompts": {}}
+    (job_dir / "eval_results.json").write_text(json.dumps(results))
+    (row,) = collect_jobs(tmp_path)
+    assert row["steps"] == 0 and row["eval/pass@1"] == 0.625
+    # a results file that is not JSON leaves the column empty and says why
+    (job_dir / "eval_results.json").write_text("{cut")
+    (row,) = collect_jobs(tmp_path)
+    assert math.isnan(row["eval/pass@1"])
+    assert f"{job_dir / 'eval_results.json'} is not an eval results file (Expecting" in row["error"]
