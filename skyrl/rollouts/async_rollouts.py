@@ -572,13 +572,19 @@ class AsyncRollouts:
         oldest = group.oldest_version
         if oldest is None or oldest >= self.trained_version - self.max_staleness:
             return False
-        self.line.remove(group)
-        self.counts["stale"] += 1
-        self.dropped += group.trajectories
+        self._drop(group, "stale")
         self.queued.appendleft((group.index, f"{group.row.uid}~", group.seed + 1))
+        return True
+
+    def _drop(self, group: Group, why: str) -> None:
+        """Take ``group`` out of the line untrained (``why``: ``stale`` or ``filtered``, the
+        count it adds to); its trajectories count in the next batch's rollout metrics and its
+        room goes to another prompt."""
+        self.line.remove(group)
+        self.counts[why] += 1
+        self.dropped += group.trajectories
         self.admission.drop()
         self.admit_wake.set()
-        return True
 
     async def _admit_forever(self) -> None:
         try:
@@ -641,11 +647,7 @@ class AsyncRollouts:
             group.flat_kept = True
             return True
         self.rejects_left -= 1
-        self.line.remove(group)
-        self.counts["filtered"] += 1
-        self.dropped += group.trajectories
-        self.admission.drop()
-        self.admit_wake.set()
+        self._drop(group, "filtered")
         return False
 
     async def _hold(self, deadline: float | None, version: int) -> None:
