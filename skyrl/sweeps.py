@@ -150,15 +150,13 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     }
 
 
-EVAL_RESULTS = "eval_results.json"
-"""What a ``skyrl-eval`` job writes in its directory (``skyrl.eval_cli.RESULTS_FILE``)."""
-
-
 def _eval_history(job_dir: Path) -> list[dict[str, float]]:
     """A ``skyrl-eval`` job's results as a history of one step-0 record (its metrics), as a
     training run's eval before training is logged; [] without the file. A file that is not
     JSON with a ``metrics`` object is a ``ConfigError`` naming it."""
-    path = job_dir / EVAL_RESULTS
+    from skyrl.eval_cli import RESULTS_FILE
+
+    path = job_dir / RESULTS_FILE
     if not path.is_file():
         return []
     try:
