@@ -291,8 +291,12 @@ save, or one that replaced a folder, changes them."""
 
 
 def _checkpoints_in(run_dir: Path) -> _Checkpoints:
-    found = (run_dir / "checkpoints").glob("global_step_*")
-    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in found if p.is_dir()}
+    from skyrl.trainer.checkpoint import CheckpointManager
+
+    root = run_dir / "checkpoints"
+    dirs = [root / f"global_step_{step}" for step in CheckpointManager(root, 0).steps()]
+    stats = {d.name: d.stat() for d in dirs}
+    return {name: (st.st_ino, st.st_mtime_ns) for name, st in stats.items()}
 
 
 def _config_of_checkpoints(saved: Path) -> tuple[bytes, _Checkpoints] | None:
