@@ -529,14 +529,15 @@ class RLTrainer:
         KL controller's coefficient is restored; a fixed one stays the config's
         ``algorithm.init_kl_coef`` (a line says when it differs from the saved)."""
         from skyrl.algorithms.kl_controllers import FixedKLController
-        from skyrl.trainer.checkpoint import check_base_model
+        from skyrl.trainer.checkpoint import BASE_FINGERPRINT, check_base_model
 
         ckpt = resolve_resume(self.cfg.trainer.resume, self.checkpoints)
         if ckpt is None:
             return None
         state = read_trainer_state(ckpt)
         check_resumable(ckpt, state, self.cfg.trainer.zero_stage)  # before the workers load it
-        check_base_model(ckpt, state, self.cfg.model.path)  # a LoRA run's adapters: their base
+        if BASE_FINGERPRINT in state:  # a LoRA run's: its adapters fit that base only
+            check_base_model(ckpt, state, self.cfg.model.path)
         for group in (self.policy, self.critic):
             if group is not None:
                 self._load_workers(group, ckpt)
