@@ -6,6 +6,7 @@ Nothing here starts Ray or loads a model.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ class RunPlan:
     overlap_cpus: str | None = None
     """Asynchronous runs on CPUs: the CPUs the policy workers and the engines ask for while
     both compute, when that exceeds this machine's cores (None otherwise)."""
+    warm_ups: tuple[str, ...] = ()
+    """A line per trained role whose LR warm-up outlasts its schedule (``short_warm_ups``);
+    empty when none does or the total depends on a dataset's length."""
 
 
 def has_reference_workers(cfg: SkyRLConfig) -> bool:
@@ -60,7 +64,7 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         roles["reference"] = "colocated with policy" if t.colocate_policy_ref else worker
     if a.uses_critic:
         roles["critic"] = worker
-    return RunPlan(
+    plan = RunPlan(
         prompts_per_step=t.train_batch_size,
         trajectories_per_step=t.train_batch_size * g.n_samples_per_prompt,
         step_wise=g.step_wise,
@@ -82,6 +86,9 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         engines=f"{g.num_engines} x {g.backend}",
         overlap_cpus=_overlap_cpus(cfg, _cores()),
     )
+    if plan.total_steps is None:  # the trainer checks once the prompts have loaded
+        return plan
+    return dataclasses.replace(plan, warm_ups=tuple(short_warm_ups(cfg, plan, plan.total_steps)))
 
 
 def optimizer_steps(cfg: SkyRLConfig, plan: RunPlan, total_steps: int) -> dict[str, int]:
@@ -93,6 +100,25 @@ def optimizer_steps(cfg: SkyRLConfig, plan: RunPlan, total_steps: int) -> dict[s
     if plan.critic_optimizer_steps_per_step:
         steps["critic"] = total_steps * plan.critic_optimizer_steps_per_step
     return steps
+
+
+def short_warm_ups(cfg: SkyRLConfig, plan: RunPlan, total_steps: int) -> list[str]:
+    """A warning per trained role whose ``lr_warmup_steps`` outlasts its LR schedule over
+    ``total_steps`` steps: its learning rate never reaches ``lr`` (optimizer step ``k``, from
+    0, runs at (k + 1) / warm-up of it; ``lr_lambda``)."""
+    t = cfg.trainer
+    optimizers = {"policy": t.policy_optimizer, "critic": t.critic_optimizer}
+    lines = []
+    for role, steps in optimizer_steps(cfg, plan, total_steps).items():
+        optimizer = optimizers[role]
+        if 0 < steps < optimizer.lr_warmup_steps:
+            lines.append(
+                f"trainer.{role}_optimizer.lr_warmup_steps={optimizer.lr_warmup_steps} outlasts "
+                f"the run's {steps} {role} optimizer steps: the learning rate never reaches "
+                f"lr={optimizer.lr:g} (its last step runs at "
+                f"{steps / optimizer.lr_warmup_steps:.0%} of it)"
+            )
+    return lines
 
 
 def _budget(plan: RunPlan) -> str:
@@ -174,6 +200,7 @@ def format_plan(plan: RunPlan) -> str:
         *((f"{role} workers", desc) for role, desc in plan.roles.items()),
         ("inference engines", plan.engines),
         *((("warning", plan.overlap_cpus),) if plan.overlap_cpus else ()),
+        *(("warning", line) for line in plan.warm_ups),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(["skyrl run plan"] + [f"  {name:<{width}}  {value}" for name, value in rows])

@@ -47,7 +47,12 @@ from skyrl.trainer.checkpoint import (
     write_export_record,
 )
 from skyrl.trainer.on_policy import describe, reuses_on_step, separate_forward_reason
-from skyrl.trainer.plan import has_reference_workers, make_plan, optimizer_steps
+from skyrl.trainer.plan import (
+    has_reference_workers,
+    make_plan,
+    optimizer_steps,
+    short_warm_ups,
+)
 from skyrl.trainer.step_stats import step_metrics
 from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
@@ -96,6 +101,9 @@ class RLTrainer:
             check_critic_only_steps(cfg, self.total_steps)  # before any worker starts
             # each LR schedule's length
             schedule = optimizer_steps(cfg, self.plan, self.total_steps)
+            if self.plan.total_steps is None:  # else the printed plan warned already
+                for line in short_warm_ups(cfg, self.plan, self.total_steps):
+                    print(f"warning: {line}", flush=True)
             self.policy = WorkerGroup("policy", cfg, schedule["policy"])
             colocate = self.policy if t.colocate_policy_ref else None
             self.reference = (
@@ -155,6 +163,8 @@ class RLTrainer:
             run_name=self.output_dir.name,
             total_steps=self.total_steps,
             start_step=self.step,
+            # another run's checkpoint: the records here are not its steps before the resume
+            history_here=resumed is None or self.checkpoints.holds(resumed),
         )
         try:
             if resumed is not None:
