@@ -14,6 +14,7 @@ a final ``#### n``) ends with one line naming the file and row; nothing is writt
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 from pathlib import Path
 from typing import Any
@@ -55,16 +56,20 @@ def convert_record(record: dict[str, Any]) -> dict[str, str]:
 
 def read_records(path: Path) -> list[tuple[int, Any]]:
     """``(1-based row, record)`` of a ``.jsonl`` or ``.parquet`` file (jsonl rows are line
-    numbers, blank lines skipped)."""
+    numbers, blank lines skipped). A jsonl line ends at ``\\n`` only, as skyrl's loader reads
+    it (a JSON string may hold a U+2028 or U+0085, which ``str.splitlines`` would split at:
+    ``json.dumps(..., ensure_ascii=False)`` writes them as they are); a UTF-8 BOM is skipped."""
     if path.suffix == ".jsonl":
         records = []
-        for i, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
+        for i, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+            if not line.strip().removeprefix(codecs.BOM_UTF8):
                 continue
             try:
-                records.append((i, json.loads(line)))
+                records.append((i, json.loads(line)))  # bytes: json skips a BOM
             except json.JSONDecodeError as exc:
                 raise ValueError(f"row {i}: invalid JSON ({exc.msg})") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"row {i}: not UTF-8 text") from None
         return records
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
