@@ -103,8 +103,9 @@ class PackingStats:
     """Tokens not computed because rows of a micro batch shared their prompt
     (``trainer.share_prompts``): the rows' own real tokens are ``local_tokens`` plus these."""
     rank_token_imbalance: float = 1.0
-    """Tokens of the busiest rank / the least busy one: per mini-batch over its ranks; the
-    step reports the max over its mini-batches."""
+    """Tokens the busiest rank computed / those the least busy one computed (data-parallel
+    padding rows included: a rank computes them as it does data): per mini-batch over its
+    ranks; the step reports the max over its mini-batches."""
     padding_tokens: float = 0.0
     """Tokens of the zero-loss rows that pad a mini-batch to the data-parallel size: computed,
     but not in ``local_tokens``."""
@@ -156,9 +157,10 @@ class TrainStats:
 def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:
     """The mini-batch's record from its ranks': loss sums and packing counts add, grad norm and
     lr are the same on every rank (rank 0's), refused if any rank refused, slowest rank's
-    compute seconds, rank token imbalance = busiest / least busy rank's tokens (1.0 when no
-    rank has any, as ``skyrl.dispatch.mesh.token_imbalance``)."""
-    tokens = [r.packing.local_tokens for r in per_rank]
+    compute seconds, rank token imbalance = busiest / least busy rank's computed tokens, its
+    padding rows' included (1.0 when no rank has any, as
+    ``skyrl.dispatch.mesh.token_imbalance``, which balanced them so)."""
+    tokens = [r.packing.local_tokens + r.packing.padding_tokens for r in per_rank]
     losses = LossSums()
     for record in per_rank:
         losses = losses + record.losses
