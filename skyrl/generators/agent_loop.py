@@ -30,7 +30,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,9 +55,28 @@ def opening_messages(env: TextEnv, row: PromptRow) -> list[Message]:
     """The messages a row's first turn is generated from: the env's ``init`` (which may add a
     system prompt). The first context is ``ChatTokens.prompt_ids`` of them, with the tools
     ``declared_tools`` gives; the prompt-length check at load (``skyrl.data.checked``)
-    renders a row with these same three calls."""
-    messages, _info = env.init(row.prompt, row.extras)
-    return messages
+    renders a row with these same three calls. An ``init`` that returns anything but the
+    pair ``(messages, info)`` (the messages alone, say) raises ``BadEnvResult``."""
+    result = env.init(row.prompt, row.extras)
+    problem = init_result_problem(result)
+    if problem is not None:
+        raise BadEnvResult(problem)
+    return result[0]
+
+
+def init_result_problem(result: object) -> str | None:
+    """Why ``result`` is not the pair ``(messages, info)`` an env's ``init`` returns (None: it
+    is one; its messages are checked on their own). A list of messages is the messages alone:
+    two of them would otherwise unpack as a message and an info."""
+    if isinstance(result, list) and all(isinstance(m, Mapping) for m in result):
+        what = f"a list of {len(result)} message{'s' if len(result) != 1 else ''}"
+    elif not isinstance(result, tuple | list):
+        what = f"a {type(result).__name__}"
+    elif len(result) != 2:
+        what = f"a {type(result).__name__} of {len(result)} items"
+    else:
+        return None
+    return f"it returned {what}, not the pair (messages, info)"
 
 
 class EnvHangError(RuntimeError):
