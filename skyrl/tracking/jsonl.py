@@ -28,15 +28,17 @@ class JsonlSink:
     an earlier checkpoint than ``latest`` that failed does not lose the later steps' records
     that a resume from ``latest`` still needs. A fresh run finding a file (an earlier run
     killed before its first checkpoint) moves it aside to ``metrics.jsonl.N`` and starts its
-    own. A run that fails before writing a record to the file it created (a tracker that did
-    not start) removes that empty file, so the next try has no empty file to move aside."""
+    own; so does a run resumed from another run dir's checkpoint (``RunInfo.history_here``):
+    the records here are not that checkpoint's steps. A run that fails before writing a record
+    to the file it created (a tracker that did not start) removes that empty file, so the next
+    try has no empty file to move aside."""
 
     def __init__(self, run: RunInfo) -> None:
         self.path = run.output_dir / FILENAME
         self.drop_after: int | None = None
         """The resumed step whose later records go before the first ``log`` writes."""
         if self.path.exists():
-            if run.start_step > 0:
+            if run.start_step > 0 and run.history_here:
                 read_records(self.path)  # a damaged line is refused now, before any step
                 self.drop_after = run.start_step
             else:

@@ -28,6 +28,11 @@ class RunInfo:
     """Training steps of the whole run (the progress bar's total)."""
     start_step: int = 0
     """Steps already done before this process (0 = fresh run; k = resumed after step k)."""
+    history_here: bool = True
+    """A resumed run's records of steps 1..``start_step`` are in ``output_dir`` (it resumed from
+    a checkpoint of this run dir). False: from another run's checkpoint, whose records are in
+    that run's dir; the files found here (``metrics.jsonl``, ``tensorboard``) are an earlier
+    run's, moved aside as a fresh run moves them, not continued."""
     config: dict[str, Any] = field(default_factory=dict)
     """The resolved run config (nested dicts), recorded by wandb, mlflow and tensorboard."""
 

@@ -6,7 +6,8 @@ at the first ``log``: a resume that failed before its first step (one from an ea
 checkpoint than ``latest``, say) hides nothing that a resume from ``latest`` keeps. A fresh
 run finding a ``tensorboard`` folder (an earlier run killed before its first checkpoint)
 moves it aside to ``tensorboard.N``, as the jsonl sink moves ``metrics.jsonl``: a second event
-file beside the old one would show both runs' steps as one.
+file beside the old one would show both runs' steps as one. So does a run resumed from another
+run dir's checkpoint (``RunInfo.history_here``): the events here are not that checkpoint's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class TensorBoardSink:
         self.writer_class = SummaryWriter
         self.run = run
         self.log_dir = run.output_dir / "tensorboard"
-        if run.start_step == 0 and self.log_dir.exists():
+        if (run.start_step == 0 or not run.history_here) and self.log_dir.exists():
             move_aside(self.log_dir)
         self.log_dir.mkdir(exist_ok=True)  # a folder it cannot make fails the start, not a step
         self.writer: SummaryWriter | None = None

@@ -58,7 +58,11 @@ class Tracker:
         config: Mapping[str, Any] | None = None,
         run_name: str | None = None,
         start_step: int = 0,
+        history_here: bool = True,
     ) -> None:
+        """``start_step``: steps done before (a resume); ``history_here``: their records are in
+        ``output_dir`` (``RunInfo.history_here``; False for a resume from another run's
+        checkpoint)."""
         if isinstance(loggers, str):
             raise TypeError(
                 f"loggers must be a list of logger names, got the string {loggers!r} "
@@ -75,6 +79,7 @@ class Tracker:
             run_name=run_name or output_dir.name,
             total_steps=total_steps,
             start_step=start_step,
+            history_here=history_here,
             config=dict(config or {}),
         )
         self.sinks: list[Sink] = []

@@ -12,8 +12,9 @@ complete checkpoint before the damaged one (``last_complete_before``).
 
 A run resumed from another checkpoint than ``latest`` names (rewound to an earlier
 step, or another run's) first points ``latest`` at it: the run drops the metrics
-records after its step, and a kill from then on resumes where the records end,
-never from a later checkpoint it is about to replace. ``trainer.resume=auto`` with no
+records after its step (another run's checkpoint: it moves the records found in its run
+dir aside, as a fresh run does; they are not that checkpoint's steps), and a kill from
+then on resumes where the records end, never from a later checkpoint it is about to replace. ``trainer.resume=auto`` with no
 ``latest`` (a run killed after its first save but before it published it, a pointer deleted
 by hand) resumes from the newest complete checkpoint: a fresh run replaced them all.
 
@@ -117,8 +118,13 @@ class CheckpointManager:
         if named == checkpoint:
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        name = checkpoint.name if checkpoint.parent == self.root.resolve() else str(checkpoint)
+        name = checkpoint.name if self.holds(checkpoint) else str(checkpoint)
         _write_atomic(pointer, name + "\n")
+
+    def holds(self, checkpoint: Path) -> bool:
+        """``checkpoint`` is one of this run's (a dir directly under ``root``), not another
+        run's: the run dir's metrics records are its history."""
+        return checkpoint.resolve().parent == self.root.resolve()
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints, ascending."""
