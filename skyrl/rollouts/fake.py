@@ -10,6 +10,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
+import torch
+
 from skyrl.batch import TrainingInputBatch
 from skyrl.config.root import SkyRLConfig
 from skyrl.inference.client import EngineClient
@@ -51,8 +53,10 @@ class FakeRollouts:
         per_trajectory: dict[str, float] = {}
         for tid, n in zip(batch.metadata["trajectory_ids"], tokens, strict=True):
             per_trajectory[tid] = per_trajectory.get(tid, 0.0) + n
+        # a trajectory's reward is on its last row (a step-wise trajectory's others hold 0)
+        rewards = batch.require("rewards")[torch.tensor(batch.metadata["is_last_step"])]
         return batch, {
-            names.REWARD: float(batch.require("rewards").mean()),
+            names.REWARD: float(rewards.mean()),
             names.RESPONSE_LENGTH: sum(per_trajectory.values()) / max(1, len(per_trajectory)),
         }
 
