@@ -77,8 +77,14 @@ class _HeldErrors(logging.Filter):
         if errors is None or not record.exc_info:
             return True
         exc = record.exc_info[1]
-        errors.append(f"{type(exc).__name__}: {exc}" if exc else record.getMessage())
+        errors.append(_one_line(exc) if exc else " ".join(record.getMessage().split()))
         return False
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: pydantic's ``ValidationError`` (a call whose ``name`` is
+    not a string) spans four lines, with a link."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 _held_errors = _HeldErrors()
@@ -126,7 +132,7 @@ class ToolCallParser:
                 info = self._cls(self.tokenizer).extract_tool_calls(text, request)
             except Exception as exc:  # the model's text broke the parser
                 info = None
-                errors.append(f"{type(exc).__name__}: {exc}")
+                errors.append(_one_line(exc))
         called = info is not None and info.tools_called
         if errors:  # raised, or caught and logged by the parser itself
             logger.warning(
