@@ -419,11 +419,14 @@ class OpenAIBackend:
         choices, prompt_ids = await self._sample(body, session, rendered, [], [])
         logprobs = body.get("logprobs") is not None  # 0: the sampled tokens' own
         out = []
-        for k, (completion, _record) in enumerate(choices):
+        for k, (completion, record) in enumerate(choices):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+            text = text[: _before_stop(text, stops)]
+            if record is not None:  # no messages were sent: the reply is the text given
+                record.reply = {"role": "assistant", "content": text}
             choice: dict[str, Any] = {
                 "index": k,
-                "text": text[: _before_stop(text, stops)],
+                "text": text,
                 "finish_reason": completion.finish_reason,
                 "logprobs": self._completion_logprobs(completion) if logprobs else None,
             }

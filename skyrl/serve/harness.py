@@ -10,7 +10,8 @@ training rows by ``skyrl.serve.reconcile``.
 
 The reward is what ``rollout`` returns, or, with ``generator.agent_reward_fn``,
 ``reward_fn(row, messages)`` of the conversation (the last request's messages
-and the reply): any real number (a ``numpy`` scalar, a bool) is taken as a float. An agent
+and the reply; a ``/v1/completions`` request sends none, so its reply alone, the text as
+content): any real number (a ``numpy`` scalar, a bool) is taken as a float. An agent
 that raises, returns no number (or not a finite one, or one beyond float32's range,
 ``REWARD_MAX``, as the built-in loop's ``checked_step``), or runs past
 ``generator.agent_timeout_s`` gets reward 0 and counts in ``env/errors``; its

@@ -176,9 +176,11 @@ class RequestRecord:
     dispatched_at: float = 0.0
     finished_at: float = 0.0
     messages: list[dict] = field(default_factory=list)
-    """The conversation the request sent (OpenAI message dicts)."""
+    """The conversation the request sent (OpenAI message dicts; none for a
+    ``/v1/completions`` request)."""
     reply: dict = field(default_factory=dict)
-    """The assistant message the server answered with."""
+    """The assistant message the server answered with (a ``/v1/completions`` reply: its text
+    as given, as the message's content)."""
 
 
 def to_turns(records: list[RequestRecord]) -> list[Turn]:
