@@ -216,7 +216,9 @@ def _reasoning_gym_entries(
 
 
 _CHILD = """
-import pickle, sys, warnings
+import os, pickle, sys, warnings
+result = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)  # what the generator prints (bf prints dots) goes to stderr, not into the pickle
 paths, module, name, args = pickle.loads(sys.stdin.buffer.read())
 sys.path[:0] = paths
 import importlib
@@ -226,10 +228,12 @@ with warnings.catch_warnings(record=True) as caught:
         out = ("ok", getattr(importlib.import_module(module), name)(*args))
     except (ValueError, TypeError) as exc:
         out = ("error", type(exc).__name__, str(exc))
-sys.stdout.buffer.write(pickle.dumps((out, [(w.category.__name__, str(w.message)) for w in caught])))
+result.write(pickle.dumps((out, [(w.category.__name__, str(w.message)) for w in caught])))
+result.flush()
 """
 """Runs ``module.name(*args)`` in ``_without_hash_randomization``'s child process and pickles
-back its result (or its ``ValueError`` / ``TypeError``) and the warnings it raised."""
+back its result (or its ``ValueError`` / ``TypeError``) and the warnings it raised on its
+stdout, which holds nothing else: the generator's own prints go to its stderr."""
 
 
 def _without_hash_randomization(fn: Callable, *args):
