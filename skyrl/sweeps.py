@@ -14,7 +14,9 @@ its directory; a job directory without one is ``running`` until the multirun end
 ``failed`` (its process died before Hydra could record the end). Each job also leaves
 ``job_output_dir.txt`` at its start: where its trainer writes, resolved while the job's Hydra
 config is current (Hydra saves ``.hydra/config.yaml`` unresolved, and ``${hydra:job.num}``
-re-resolved later would name another job, or fail once the multirun is over).
+re-resolved later would name another job, or fail once the multirun is over); a job that sets
+``eval.output_file`` (a ``skyrl-eval`` sweep's ``r_${hydra:job.num}.json``) leaves that file's
+path resolved the same way in ``job_eval_file.txt``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ JOB_RETURN = "job_return.json"
 (a non-finite objective, a dry run's placeholder for a search sweeper, is null)."""
 JOB_OUTPUT_DIR = "job_output_dir.txt"
 """Per job directory: the absolute directory the job's trainer writes to (its metrics.jsonl)."""
+JOB_EVAL_FILE = "job_eval_file.txt"
+"""Per job directory that sets ``eval.output_file``: that file, absolute (``skyrl-eval``'s
+results; without it they are ``eval_results.json`` in the job's output dir)."""
 METRIC_COLUMNS = ("steps", "reward_first5_mean", "reward_last5_mean", names.EVAL_PASS_AT_1)
 """Final metrics per job, after the override columns: training steps; the mean training reward
 of the first and of the last 5 rewarded steps, fewer in a job of under 10 so the two never
@@ -54,12 +59,14 @@ class SweepSummary(Callback):
     """Hydra callback: record each job's output dir and end, then rewrite the sweep summary."""
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Write the job's ``job_output_dir.txt`` while its Hydra config is the current one."""
+        """Write the job's ``job_output_dir.txt`` (and ``job_eval_file.txt``) while its Hydra
+        config is the current one."""
         from hydra.types import RunMode
 
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         write_job_output_dir(Path(config.hydra.runtime.output_dir), config)
+        write_job_eval_file(Path(config.hydra.runtime.output_dir), config)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         """Write the job's ``job_return.json``, then the summary so far (others may run)."""
@@ -105,6 +112,18 @@ def write_job_output_dir(job_dir: Path, config: DictConfig) -> Path:
     return path
 
 
+def write_job_eval_file(job_dir: Path, config: DictConfig) -> Path | None:
+    """``job_eval_file.txt``: ``eval.output_file`` resolved now (absolute, as ``skyrl-eval``
+    takes it: ``~`` expanded, relative to the working directory) if the job sets it; None
+    when it does not."""
+    configured = OmegaConf.select(config, "eval.output_file")
+    if not configured:
+        return None
+    path = job_dir / JOB_EVAL_FILE
+    _write_atomic(path, os.path.abspath(os.path.expanduser(configured)))
+    return path
+
+
 def write_summary(sweep_dir: Path, finished: bool = True) -> tuple[Path, Path]:
     """Write ``summary.csv`` and ``summary.png`` for every job found under ``sweep_dir``."""
     rows = collect_jobs(sweep_dir, finished)
@@ -136,7 +155,7 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     status, error = _status(job_dir, finished)
     try:
         history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
-        history = history or _eval_history(output_dir)
+        history = history or _eval_history(_eval_file(job_dir, output_dir))
     except ConfigError as exc:  # a line that is not a record (``read_records``)
         history, error = [], "; ".join(e for e in (error, exc.message) if e)
     return {
@@ -150,14 +169,27 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     }
 
 
-def _eval_history(job_dir: Path) -> list[dict[str, float]]:
-    """A ``skyrl-eval`` job's results as a history of one step-0 record (its metrics), as a
-    training run's eval before training is logged; [] without the file. A file that is not
-    JSON with a ``metrics`` object is a ``ConfigError`` naming it."""
+def _eval_file(job_dir: Path, output_dir: Path) -> Path | None:
+    """Where a ``skyrl-eval`` job wrote its results: the ``eval.output_file`` it recorded at its
+    start, else ``eval_results.json`` in its output dir. None when the recorded file is older
+    than the record: an earlier eval's, which this job (failed, or still running) did not
+    replace."""
     from skyrl.eval_cli import RESULTS_FILE
 
-    path = job_dir / RESULTS_FILE
-    if not path.is_file():
+    recorded = job_dir / JOB_EVAL_FILE
+    if not recorded.is_file():
+        return output_dir / RESULTS_FILE
+    path = Path(recorded.read_text())
+    if path.is_file() and path.stat().st_mtime_ns < recorded.stat().st_mtime_ns:
+        return None
+    return path
+
+
+def _eval_history(path: Path | None) -> list[dict[str, float]]:
+    """A ``skyrl-eval`` job's results file ``path`` as a history of one step-0 record (its
+    metrics), as a training run's eval before training is logged; [] without the file. A file
+    that is not JSON with a ``metrics`` object is a ``ConfigError`` naming it."""
+    if path is None or not path.is_file():
         return []
     try:
         metrics = json.loads(path.read_text())["metrics"]
