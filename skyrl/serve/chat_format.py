@@ -6,7 +6,9 @@ given to the template as objects), rendered with ``apply_chat_template`` (with
 built-in loop encodes a first prompt (``skyrl.generators.chat.ChatTokens``).
 Tool calls are parsed from the model's output by vLLM's maintained tool parsers
 (``generator.tool_parser``, ``hermes`` by default; ``skyrl.generators.tool_calls``),
-imported on the first request that declares tools.
+imported on the first request that declares tools. A reply's content before its calls
+leaves out the whitespace the template writes itself before a call
+(``ChatFormat.content_as_sampled``), so the reply sent back renders as sampled.
 
 Logprobs give each sampled token's raw bytes (``ChatFormat.token_bytes``), as OpenAI's
 ``bytes`` are: a byte-level BPE token that holds part of a multi-byte character is that part,
@@ -260,10 +262,50 @@ class ChatFormat:
     def parse_reply(
         self, response_ids: list[int], tools: list[dict] | None, messages: list[dict]
     ) -> tuple[str | None, list[dict]]:
-        """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format."""
+        """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format (the content
+        as ``content_as_sampled`` gives it)."""
         if not tools:
             return self.reply_text(response_ids, keep_special=False), []
-        content, calls = self.parser.parse(self.reply_text(response_ids, keep_special=True), tools)
+        sampled = self.reply_text(response_ids, keep_special=True)
+        content, calls = self.parser.parse(sampled, tools)
         if not calls:
             return self.reply_text(response_ids, keep_special=False), []
-        return content, calls
+        return self.content_as_sampled(content, calls, sampled, messages, tools), calls
+
+    def content_as_sampled(
+        self,
+        content: str | None,
+        calls: list[dict],
+        sampled: str,
+        messages: list[dict],
+        tools: list[dict],
+    ) -> str | None:
+        """The content of a reply with tool calls, such that the chat template renders the
+        reply back to the ``sampled`` text. The parser's content is all the text before the
+        first call, the separator the model wrote before it included ("Let me compute.\n");
+        a template that puts that separator back itself (Qwen2.5's: ``'\n' + content +
+        '\n<tool_call>'``) rendered it twice when the agent sent the reply back, so every
+        reply with text before its call forked the session's row. The longest of the content
+        and its cuts in its trailing whitespace (down to none of it) that renders back to the
+        sampled text; else as parsed (a template that renders the reply otherwise)."""
+        from jinja2 import TemplateError
+
+        text = content or ""
+        kept = len(text.rstrip())
+        if kept == len(text):
+            return content
+        ids_calls = [_template_call(c, "tool_calls") for c in calls]
+        kwargs = {"tools": tools, "tokenize": False}
+        try:
+            head = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, **kwargs
+            )
+            for end in range(len(text), kept - 1, -1):
+                candidate = text[:end] or None
+                reply = {"role": "assistant", "content": candidate, "tool_calls": ids_calls}
+                whole = self.tokenizer.apply_chat_template(messages + [reply], **kwargs)
+                if whole.startswith(head + sampled):
+                    return candidate
+        except TemplateError:  # the template refuses the reply: nothing to match
+            pass
+        return content
