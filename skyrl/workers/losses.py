@@ -57,12 +57,15 @@ def policy_loss(
     cfg: AlgorithmConfig,
 ) -> tuple[torch.Tensor, LossSums]:
     """The policy objective on rows ``[n, S]`` of one micro batch; ``LossSums.loss`` is the
-    registered policy loss term alone (the KL and entropy terms have their token sums)."""
+    registered policy loss term alone (the KL and entropy terms have their token sums). A
+    registered loss may return a constant for rows of no loss token (``_joined_to_graph``)."""
     weights, mask = _field(rows, "loss_weights"), rows.loss_mask
     returned = POLICY_LOSSES.get(cfg.policy_loss)(
         logprobs, rows.old_logprobs, rows.advantages, weights, mask, cfg, rows.rollout_logprobs
     )
     loss, metrics = _loss_and_metrics(cfg.policy_loss, returned)
+    if logprobs.requires_grad and not loss.requires_grad:
+        loss = _joined_to_graph(cfg.policy_loss, loss, logprobs, mask)
     sums = LossSums.from_loss_metrics(float(loss.detach()), metrics)
     if cfg.use_kl_loss:
         kl_term, kl_metrics = kl_loss(
@@ -91,6 +94,25 @@ def _loss_and_metrics(name: str, returned: object) -> tuple[torch.Tensor, Mappin
         "(loss, metrics): a scalar loss tensor and a dict of additive metrics "
         "(see recipes/custom_loss/loss.py)"
     )
+
+
+def _joined_to_graph(
+    name: str, loss: torch.Tensor, logprobs: torch.Tensor, loss_mask: torch.Tensor
+) -> torch.Tensor:
+    """A registered policy loss's ``loss`` that has no gradient, on rows of no loss token (a
+    micro batch of a data-parallel padding row, of responses masked whole), e.g. a constant 0
+    returned when there is nothing to train: the same value joined to the graph at zero, so
+    its backward still reaches the parameters (DeepSpeed refuses a loss without a gradient,
+    and every rank's backward must run its collectives). On rows with loss tokens it trains
+    nothing: a ``TypeError`` naming ``algorithm.policy_loss``."""
+    num_tokens = int((loss_mask > 0).sum())
+    if num_tokens:
+        raise TypeError(
+            f"algorithm.policy_loss={name} returned a loss with no gradient on rows of "
+            f"{num_tokens} loss tokens (computed without the logprobs, or detached): it would "
+            "train nothing"
+        )
+    return logprobs.sum() * 0.0 + loss.to(logprobs.device, logprobs.dtype)
 
 
 def _describe(value: object) -> str:
