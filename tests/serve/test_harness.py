@@ -79,7 +79,10 @@ def test_an_agent_that_rewrites_a_reply_forks_into_step_rows(engine, tiny_tokeni
 @pytest.mark.parametrize("agent", ["agents.raises", "agents.hangs", "agents.garbage"])
 def test_a_failing_agent_costs_its_trajectories_only(engine, tiny_tokenizer, agent):
     rows = ROWS[:2]
-    out = generate(engine, tiny_tokenizer, agent, rows=rows, agent_timeout_s=2.0)
+    # only the hanging agent is timed out: at 2 s for all three, a loaded machine's engine
+    # took longer on the raising agent's one request and the timeout cancelled it
+    timeout_s = 2.0 if agent == "agents.hangs" else 120.0
+    out = generate(engine, tiny_tokenizer, agent, rows=rows, agent_timeout_s=timeout_s)
     assert out.rewards == [0.0] * 4 and set(out.stop_reasons) == {"env_error"}
     assert out.metrics["env/errors"] == 4
     if agent == "agents.raises":  # the request it made before raising still trains
