@@ -51,7 +51,7 @@ from pathlib import Path
 
 from skyrl.config.errors import ConfigError, exception_line, require, require_dir
 from skyrl.config.root import SkyRLConfig
-from skyrl.config.validate import check_critic_only_steps, known_total_steps
+from skyrl.config.validate import check_critic_only_steps, known_total_steps, resolve_precision
 from skyrl.data.checked import SPLITS, PromptSplits, SplitReport, check_prompts
 
 
@@ -197,8 +197,8 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
     """The run directory ``out`` before anything is written to it: not a file (nor under
     one); the checkpoint ``trainer.resume`` names is complete (its ``trainer_state.json``
     parses and has a step, its policy weights are there, its files at their saved sizes) and
-    fits the run (its ZeRO stage's file layout, its dp_size, its asynchronous prompts, its
-    LoRA adapters or full weights); a fresh run
+    fits the run (its ZeRO stage's file layout, its precision, its dp_size, its asynchronous
+    prompts, its LoRA adapters or full weights); a fresh run
     (``trainer.resume=none``) is not pointed at an earlier run's checkpoints, which it would
     overwrite and prune as it goes. Returns the checkpoint to resume from (None: fresh)."""
     from skyrl.trainer.checkpoint import (
@@ -230,7 +230,7 @@ def check_run_dir(cfg: SkyRLConfig, out: Path) -> Path | None:
             state = _check_checkpoint(ckpt, TRAINER_STATE)
             _check_critic_saved(cfg, ckpt)
             # its files as saved (a missing rng_rank1.pt is "missing", not another dp_size)
-            check_resumable(ckpt, state, t.zero_stage)
+            check_resumable(ckpt, state, t.zero_stage, resolve_precision(cfg))
             _check_resume_mode(cfg, ckpt, state)
             _check_dp_size(cfg, ckpt)
             _check_lora_matches(cfg, ckpt)

@@ -313,14 +313,21 @@ def last_complete_before(ckpt: Path) -> str:
 
 
 ZERO_LAYOUT = {0: "0", 1: "1 or 2", 2: "1 or 2", 3: "3"}
-"""The files a DeepSpeed checkpoint of each ZeRO stage holds: it loads at a stage of its layout."""
+"""The files a DeepSpeed checkpoint of each ZeRO stage holds: it loads at a stage of its layout,
+in the precision it was saved in (``check_resumable``)."""
 
 
-def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) -> None:
+def check_resumable(
+    ckpt: Path, trainer_state: dict[str, Any], zero_stage: int, precision: str | None = None
+) -> None:
     """Raise ``ConfigError`` unless ``ckpt`` (with ``trainer_state``, read from it) can resume a
-    run at ``trainer.zero_stage=zero_stage``: its files all there at their saved sizes
-    (``check_file_sizes``), saved at a ZeRO stage of the same file layout (its trainer state
-    records the stage; checkpoints saved before that pass)."""
+    run at ``trainer.zero_stage=zero_stage`` in ``trainer.precision=precision`` (None: not
+    compared): its files all there at their saved sizes (``check_file_sizes``), saved at a
+    ZeRO stage of the same file layout and in the same precision (its trainer state records
+    both; checkpoints saved before either record pass on it). In bf16 DeepSpeed keeps other
+    optimizer files: at ZeRO 0 its bf16 wrapper's state in the model states file (fp32 loads
+    it as torch's: ``KeyError: 'param_groups'``), at ZeRO 1-3 ``bf16_zero_pp_rank_*`` files
+    where fp32 looks for ``zero_pp_rank_*`` (and the reverse)."""
     from skyrl.config.errors import ConfigError
 
     try:
@@ -328,7 +335,17 @@ def check_resumable(ckpt: Path, trainer_state: dict[str, Any], zero_stage: int) 
     except ValueError as exc:
         raise ConfigError("trainer.resume", str(exc) + last_complete_before(ckpt)) from None
     saved = trainer_state.get("zero_stage")
-    if saved is not None and ZERO_LAYOUT.get(saved) != ZERO_LAYOUT[zero_stage]:
+    same_layout = saved is None or ZERO_LAYOUT.get(saved) == ZERO_LAYOUT[zero_stage]
+    saved_precision = trainer_state.get("precision")
+    if precision is not None and saved_precision not in (None, precision):
+        stage_too = "" if same_layout else f" trainer.zero_stage={saved}"
+        raise ConfigError(
+            "trainer.precision",
+            f"{ckpt} was saved in trainer.precision={saved_precision}, but this run trains in "
+            f"{precision}: DeepSpeed resumes it only in the precision it was saved in (set "
+            f"trainer.precision={saved_precision}{stage_too})",
+        )
+    if not same_layout:
         raise ConfigError(
             "trainer.zero_stage",
             f"{ckpt} was saved at trainer.zero_stage={saved}, but trainer.zero_stage="

@@ -30,7 +30,7 @@ from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
-from skyrl.config.validate import check_critic_only_steps, weight_sync_path
+from skyrl.config.validate import check_critic_only_steps, resolve_precision, weight_sync_path
 from skyrl.dispatch import MeshDispatch
 from skyrl.generators.agent_loop import REWARD_MAX
 from skyrl.inference.base import WeightItems
@@ -504,6 +504,7 @@ class RLTrainer:
                 "kl_coef": self.kl_ctrl.value,
                 "consecutive_nonfinite": self.consecutive_nonfinite,
                 "zero_stage": self.cfg.trainer.zero_stage,
+                "precision": resolve_precision(self.cfg),  # its files: ``check_resumable``
             }
             if self.cfg.model.lora.enabled:  # the adapters only: the base they fit is recorded
                 fingerprint = base_fingerprint(self.cfg.model.path)  # None: no safetensors

@@ -35,7 +35,7 @@ class FakeWorkers:
 def _trainer(tmp_path, model_path: str, lora: bool = True) -> RLTrainer:
     tr = RLTrainer.__new__(RLTrainer)
     tr.cfg = SimpleNamespace(
-        trainer=SimpleNamespace(resume="auto", zero_stage=0),
+        trainer=SimpleNamespace(resume="auto", zero_stage=0, precision="fp32"),
         model=SimpleNamespace(path=model_path, lora=SimpleNamespace(enabled=lora)),
     )
     tr.checkpoints = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
