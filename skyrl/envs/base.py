@@ -208,8 +208,10 @@ def env_class(name: str | None = None, target: str | None = None) -> type[TextEn
 def make_checked_env(cfg) -> TextEnv:
     """One env from an ``EnvironmentConfig``, with every way that fails raised as a
     ``ConfigError`` naming its key: a ``_target_`` that does not import, an unknown ``name``,
-    a constructor that rejects ``kwargs`` (an unknown key: ``environment.kwargs.<key>``). The
-    pre-flight check calls this before anything starts; the caller closes the env."""
+    a constructor that rejects ``kwargs`` (an unknown key: ``environment.kwargs.<key>``), a
+    ``_target_`` that builds something without the methods the loop calls (``LOOP_CALLS``:
+    not a ``TextEnv``). The pre-flight check calls this before anything starts; the caller
+    closes the env."""
     key = "environment._target_" if cfg._target_ else "environment.name"
     if not cfg._target_:
         import skyrl.envs.builtin  # noqa: F401  (registers the built-ins)
@@ -227,7 +229,7 @@ def make_checked_env(cfg) -> TextEnv:
         problem = f"cannot import {cfg._target_!r}: {exc}"
     else:
         try:
-            return factory()
+            env = factory()
         except ConfigError as exc:  # the env names the key, or the argument (no dot) it took
             key, problem = exc.key, exc.message
             if "." not in key:
@@ -242,7 +244,30 @@ def make_checked_env(cfg) -> TextEnv:
         except Exception as exc:
             key = "environment.kwargs" if isinstance(exc, TypeError) else key
             problem = f"cannot build the environment: {type(exc).__name__}: {exc}"
+        else:
+            not_an_env = _not_an_env(env, cfg._target_ or cfg.name)
+            if not_an_env is None:
+                return env
+            if callable(getattr(env, "close", None)):
+                env.close()
+            problem = not_an_env
     raise ConfigError(key, problem)  # raised here, outside the handlers: no exception context
+
+
+LOOP_CALLS = ("init", "step", "tool_schemas", "close")
+"""The methods the agent loop calls on every env (``TextEnv`` has them all)."""
+
+
+def _not_an_env(env: object, source: str) -> str | None:
+    """Why ``env``, built from ``source``, cannot serve the agent loop (None: it can): a
+    method of ``LOOP_CALLS`` it lacks, which the loop would call on every trajectory."""
+    missing = [name for name in LOOP_CALLS if not callable(getattr(env, name, None))]
+    if not missing:
+        return None
+    return (
+        f"{source} built a {type(env).__name__}, which has no {', '.join(missing)} (the agent "
+        "loop calls them): make it a subclass of skyrl.envs.TextEnv"
+    )
 
 
 def make_env_factory(cfg) -> Callable[[], TextEnv]:
