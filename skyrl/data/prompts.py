@@ -1,7 +1,8 @@
 """Prompt rows and their loading from parquet / jsonl files or local ``datasets``.
 
 A row is a prompt (a string, or a list of chat messages with string ``content`` and a
-``role`` of ``ROLES``), the ``data_source`` it belongs to (metrics such as pass@n are
+``role`` of ``ROLES``; not blank: a whitespace string, or messages whose every content is
+whitespace, is refused), the ``data_source`` it belongs to (metrics such as pass@n are
 reported per source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
 ``extra_info`` column are merged in, over a column of the same name unless null or NaN),
 handed to the env's ``init``.
@@ -70,6 +71,8 @@ def _check_prompt(prompt: Any) -> str | None:
                     return f"message {j} has no string {key!r}{has}"
             if m["role"] not in ROLES:
                 return f"message {j} has role {m['role']!r}, not one of {', '.join(ROLES)}"
+        if not any(m["content"].strip() for m in prompt):  # as a blank string prompt is
+            return "empty prompt (every message's content is blank)"
         return None
     return f"prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}"
 
