@@ -218,6 +218,12 @@ def resolve_resume(resume: str, manager: CheckpointManager) -> Path | None:
             f"killed while saving), which a resumed run removes: resume from a global_step_N "
             f"beside it (or, if it holds {TRAINER_STATE}, rename it to global_step_N first)"
         )
+    above = _checkpoint_above(path) if resume and path.is_dir() else None
+    if above is not None:  # its ``policy`` holds DeepSpeed's own ``latest``, naming ``state``
+        raise ValueError(
+            f"trainer.resume={resume}: not a checkpoint: {path} is a folder inside the checkpoint "
+            f"{above} (name the checkpoint itself: trainer.resume={above})"
+        )
     found = find_checkpoint(path) if resume and path.is_dir() else None
     if found is None:
         reason = _why_not_a_checkpoint(resume, path)
@@ -244,6 +250,15 @@ def _why_not_a_checkpoint(resume: str, path: Path) -> str:
     if STEP_DIR.match(path.name):
         return f"{path} has no {TRAINER_STATE} (a save or a copy that did not finish)"
     return f"no {TRAINER_STATE} and no 'latest' pointer in {path} or {path / 'checkpoints'}"
+
+
+def _checkpoint_above(path: Path) -> Path | None:
+    """The complete checkpoint (``global_step_N`` with its ``TRAINER_STATE``) that ``path`` lies
+    inside (``.../global_step_N/policy``), or None."""
+    for parent in path.absolute().parents:
+        if STEP_DIR.match(parent.name) and (parent / TRAINER_STATE).is_file():
+            return parent
+    return None
 
 
 def find_checkpoint(path: Path) -> Path | None:
