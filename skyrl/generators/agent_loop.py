@@ -169,6 +169,7 @@ class EnvThreads:
         self.stuck = 0
         """Abandoned calls still running."""
         self._hung: dict[int, _Call] = {}  # id(env) -> its abandoned call
+        self._logged_closes: set[str] = set()
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
 
@@ -239,7 +240,8 @@ class EnvThreads:
     async def close(self, env, timeout_s: float) -> None:
         """``env.close()``: now, or on the thread of its hung call once that returns. Cancelled
         while waiting for a slot, the close still runs, on a thread of its own
-        (``close_detached``)."""
+        (``close_detached``). A close that raises or times out is logged, one line per
+        distinct failure (``_close_failed``)."""
         if self._close_after_hung_call(env):
             return
         started = False
@@ -249,12 +251,12 @@ class EnvThreads:
                 await self._watch(env, env.close, (), timeout_s)
         except asyncio.CancelledError:
             if not started:
-                _detach(env.close)
+                _detach(lambda: self._close_logged(env))
             raise
         except EnvHangError:
             raise
-        except Exception:
-            logger.exception("env.close failed")
+        except Exception as exc:  # EnvTimeout included
+            self._close_failed(env, exc)
         finally:  # a hung close leaves nothing to run after it (and ids are reused)
             with self.lock:
                 self._hung.pop(id(env), None)
@@ -264,28 +266,41 @@ class EnvThreads:
         away): on the thread of its hung call once that returns, else on a daemon thread of
         its own, outside ``max_running`` and with no time limit (as a hung call's thread)."""
         if not self._close_after_hung_call(env):
-            _detach(env.close)
+            _detach(lambda: self._close_logged(env))
 
     def _close_after_hung_call(self, env) -> bool:
         """Whether a call of ``env`` hangs: then its close is queued to run after it."""
         with self.lock:
             call = self._hung.pop(id(env), None)
             if call is not None and not call.returned:
-                call.then.append(env.close)
+                call.then.append(lambda: self._close_logged(env))
                 return True
         return False
 
+    def _close_logged(self, env) -> None:
+        """``env.close()`` here and now, a failure logged as ``_close_failed`` does."""
+        try:
+            env.close()
+        except Exception as exc:
+            self._close_failed(env, exc)
+
+    def _close_failed(self, env, exc: Exception) -> None:
+        """One warning line per distinct failure of a close: an env whose close raises does so
+        on every trajectory (a traceback each flooded the log)."""
+        name = type(env.env if isinstance(env, _Unbuilt) else env).__name__
+        what = str(exc) if isinstance(exc, EnvTimeout) else f"raised {type(exc).__name__}: {exc}"
+        message = f"{name}.close: {what}"
+        with self.lock:
+            if message in self._logged_closes:
+                return
+            self._logged_closes.add(message)
+        logger.warning(message)
+
 
 def _detach(close: Callable[[], object]) -> None:
-    """``close()`` on a daemon thread of its own, not waited for; a failure is logged."""
-
-    def run() -> None:
-        try:
-            close()
-        except Exception:
-            logger.exception("env.close failed")
-
-    threading.Thread(target=run, name="skyrl-env", daemon=True).start()
+    """``close()`` (``EnvThreads._close_logged``: it logs its own failure) on a daemon thread
+    of its own, not waited for."""
+    threading.Thread(target=close, name="skyrl-env", daemon=True).start()
 
 
 def _resolve(future: asyncio.Future, result, error: BaseException | None) -> None:
