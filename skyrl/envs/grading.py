@@ -75,7 +75,9 @@ _WORDS = re.compile(r"(?=.*[a-z]{2})[a-z]+(?: [a-z]+)*")
 """A word or phrase, lowercased (``no solution``); not single letters (``x y``, a choice ``a``)."""
 
 MAX_ANSWER_CHARS = 300
-"""A longer answer to a non-numeric gold scores 0 unparsed."""
+"""A longer answer to a non-numeric gold scores 0 unparsed: not read for a unit either, whose
+pattern takes time quadratic in a ``\\text{`` left open (a 60,000-character answer held the GIL
+for 30 s, stalling every thread of the process: the env's time limit could not fire)."""
 MAX_EXACT_BITS = 4096
 """Bound on the bits of all exact numbers grading may build, together. sympy tests integers
 for primality (in ``log(n)``) and takes roots of them (``\\sqrt{n}``), both ~cubic in the
@@ -480,10 +482,10 @@ def math_equal(predicted: str, gold: str) -> bool:
     gold_words = _words(gold)
     if gold_words is not None:
         return _words(predicted) == gold_words
+    if len(predicted) > MAX_ANSWER_CHARS:  # before _unit: its pattern is quadratic in length
+        return False
     gold_unit, unit = _unit(gold), _unit(predicted)
     if gold_unit and unit and gold_unit != unit:
-        return False
-    if len(predicted) > MAX_ANSWER_CHARS:
         return False
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     with _SYMPY_LOCK:
