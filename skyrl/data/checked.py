@@ -27,13 +27,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from skyrl.config.errors import ConfigError, require
-from skyrl.data.generated import TooFewProblems
+from skyrl.data.generated import (
+    HELD_OUT_DRAWS_PER_PROMPT,
+    REASONING_GYM_EVAL_SEED_OFFSET,
+    TooFewProblems,
+)
 from skyrl.data.prompts import PromptDataError, PromptRow, iter_prompt_file, uid_prefixes
 
 if TYPE_CHECKING:
     from skyrl.config.root import SkyRLConfig
 
 SPLITS = ("train", "eval")
+SEED_LIMIT = 2**32
+"""Seeds lie below it (numpy's ``RandomState``; ``trainer.seed`` has the same range)."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +162,29 @@ def _generated_rows(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
         return []
     if d.source != "reasoning_gym":
         return _generate(cfg, split)
+    _check_reasoning_gym_seed(d)
     try:
         return _generate(cfg, split)
     except ValueError as exc:  # "Dataset 'x' not registered"
         problem = f"reasoning-gym: {exc}"
     raise ConfigError("environment.dataset", problem)
+
+
+def _check_reasoning_gym_seed(d) -> None:
+    """Every seed reasoning-gym's generators get lies in ``[0, 2**32)``, as a numpy-seeded one
+    (``pool_matrix``) requires: ``data.seed`` + i for train entry i, from ``data.seed`` +
+    ``REASONING_GYM_EVAL_SEED_OFFSET`` for up to ``HELD_OUT_DRAWS_PER_PROMPT`` eval draws per
+    prompt (``reasoning_gym_rows``). Otherwise its ValueError is keyed here, not on
+    ``environment.dataset``."""
+    eval_span = REASONING_GYM_EVAL_SEED_OFFSET + HELD_OUT_DRAWS_PER_PROMPT * d.num_eval_prompts
+    span = max(d.num_train_prompts, eval_span if d.num_eval_prompts else 0)
+    require(
+        0 <= d.seed < SEED_LIMIT - span + 1,
+        "data.seed",
+        f"must be in [0, {SEED_LIMIT - span + 1}) with data.source=reasoning_gym, got {d.seed}: "
+        f"its generators are seeded with data.seed up to data.seed + {span - 1}, and some "
+        "(numpy's) take only 0 to 2**32 - 1",
+    )
 
 
 def _generate(cfg: SkyRLConfig, split: str) -> list[PromptRow]:
