@@ -502,9 +502,12 @@ def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def _hydra_main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> float:
     """One eval, ended by a problem with one line and an exit code; a sweep job fails with
-    both instead, as ``skyrl-train``'s (recorded in the sweep summary)."""
+    both instead, as ``skyrl-train``'s (recorded in the sweep summary). Returns the eval's
+    ``eval/pass@1``, as ``skyrl-train`` returns its final one: the objective of a search
+    sweeper (``hydra/sweeper=skyrl_optuna``, e.g. over ``generator.eval_sampling``), which
+    fails a trial that returns none."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -512,10 +515,11 @@ def _hydra_main(cfg: DictConfig) -> None:
     from skyrl.config.cli_errors import one_line_error
     from skyrl.generators.agent_loop import EnvHangError
     from skyrl.inference.client import EngineDiedError
+    from skyrl.tracking.metric_names import EVAL_PASS_AT_1
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        evaluate(cfg, HydraConfig.get().runtime.output_dir)
+        return evaluate(cfg, HydraConfig.get().runtime.output_dir).metrics[EVAL_PASS_AT_1]
     except ConfigError as exc:
         fail_job(one_line_error(exc), EXIT_CONFIG_ERROR, multirun, exc)
     except (EngineDiedError, EnvHangError) as exc:
