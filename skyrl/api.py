@@ -147,9 +147,10 @@ def _with_article(value: object) -> str:
 
 
 def _check_override_lines(lines: list[str]) -> None:
-    """Raise a ``ConfigError`` naming the first line that does not parse, or that is a sweep
+    """Raise a ``ConfigError`` naming the first line that does not parse, that is a sweep
     (Hydra's own error for the one does not name the line, for the other advises adding
-    ``--multirun`` to a command line)."""
+    ``--multirun`` to a command line), or whose value reads Hydra's job config
+    (``HYDRA_RESOLVER``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -167,6 +168,20 @@ def _check_override_lines(lines: list[str]) -> None:
             if getattr(override.value(), "simple_form", False):  # a,b: meant a list or a str?
                 message += f", or write a list as [{value}] or a string as '{value}'"
             raise ConfigError(override.key_or_group, message)
+        if HYDRA_RESOLVER.search(line.partition("=")[2]):
+            raise ConfigError(
+                override.key_or_group,
+                f"'{line.partition('=')[2]}': ${{hydra:...}} resolves only in a job Hydra runs "
+                "(skyrl-train, skyrl-eval), and skyrl.compose makes the config outside one: write "
+                "the value it had (a sweep job's hydra:job.num is its directory's name)",
+            )
+
+
+HYDRA_RESOLVER = re.compile(r"\$\\?\{hydra\\?:")
+"""``${hydra:...}`` in an override's value, also as a sweep job's ``overrides.yaml`` keeps it
+(``$\\{hydra\\:job.num\\}``): the resolver reads the config of the Hydra job running, which
+``compose`` has none of (``InterpolationResolutionError: HydraConfig was not set`` once
+``skyrl.train`` resolved it)."""
 
 
 def _config_names() -> str:
