@@ -155,7 +155,7 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     status, error = _status(job_dir, finished)
     try:
         history = read_history(output_dir) if (output_dir / "metrics.jsonl").exists() else []
-        history = history or _eval_history(_eval_file(job_dir, output_dir))
+        history = history or _eval_history(_eval_file(job_dir))
     except ConfigError as exc:  # a line that is not a record (``read_records``)
         history, error = [], "; ".join(e for e in (error, exc.message) if e)
     return {
@@ -169,16 +169,17 @@ def summarize_job(job_dir: Path, finished: bool = True) -> dict[str, Any]:
     }
 
 
-def _eval_file(job_dir: Path, output_dir: Path) -> Path | None:
+def _eval_file(job_dir: Path) -> Path | None:
     """Where a ``skyrl-eval`` job wrote its results: the ``eval.output_file`` it recorded at its
-    start, else ``eval_results.json`` in its output dir. None when the recorded file is older
+    start, else ``eval_results.json`` in its Hydra job dir (``skyrl-eval`` writes there whatever
+    ``trainer.output_dir`` says, an experiment's, say). None when the recorded file is older
     than the record: an earlier eval's, which this job (failed, or still running) did not
     replace."""
     from skyrl.eval_cli import RESULTS_FILE
 
     recorded = job_dir / JOB_EVAL_FILE
     if not recorded.is_file():
-        return output_dir / RESULTS_FILE
+        return job_dir / RESULTS_FILE
     path = Path(recorded.read_text())
     if path.is_file() and path.stat().st_mtime_ns < recorded.stat().st_mtime_ns:
         return None
