@@ -2,7 +2,8 @@
 
 Rows come from ``skyrl.data.generated.reasoning_gym_rows`` (offline, seeded);
 each row's ``extras["entry"]`` is the reasoning-gym entry the scorer needs (a file row
-without one is refused when the prompts load).
+without one is refused when the prompts load, and so is one whose dataset, ``extras["dataset"]``
+or else ``environment.dataset``, is not a registered one: ``init`` checks it).
 The answer is read from ``<answer>..</answer>`` (reasoning-gym's convention),
 else ``#### x`` / ``\\boxed{x}``.
 
@@ -14,9 +15,10 @@ that raises on the entry's own answer too is broken, and raises out of ``step``.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from skyrl.config.errors import ConfigError, did_you_mean
-from skyrl.envs.base import StepResult, TextEnv, register_env
+from skyrl.envs.base import Message, StepResult, TextEnv, register_env
 from skyrl.envs.grading import extract_answer
 
 
@@ -42,11 +44,25 @@ class ReasoningGymEnv(TextEnv):
             raise ConfigError("dataset", problem)
         self.dataset = dataset
 
+    def init(
+        self, prompt: str | list[Message], extras: dict[str, Any]
+    ) -> tuple[list[Message], dict]:
+        """The row's dataset (``extras["dataset"]``, else ``environment.dataset``) must be a
+        registered one: the load check calls this for every row, so a file row naming another
+        is refused there, not at each of its steps."""
+        name = extras.get("dataset") or self.dataset
+        problem = (
+            "the row has no extras['dataset'] and no environment.dataset is set"
+            if name is None
+            else _dataset_problem(name)
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        return super().init(prompt, extras)
+
     def step(self, action_text: str) -> StepResult:
         entry = self.extras["entry"]
-        name = self.extras.get("dataset") or self.dataset
-        if name is None:
-            raise ValueError("reasoning_gym env needs environment.dataset or extras['dataset']")
+        name = self.extras.get("dataset") or self.dataset  # checked by init
         answer = extract_answer(action_text)
         scorer = _scorer(name)
         try:
