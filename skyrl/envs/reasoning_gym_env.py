@@ -62,7 +62,9 @@ class ReasoningGymEnv(TextEnv):
 
     def step(self, action_text: str) -> StepResult:
         entry = self.extras["entry"]
-        name = self.extras.get("dataset") or self.dataset  # checked by init
+        name = self.extras.get("dataset") or self.dataset
+        if name is None:  # init refuses such a row
+            raise ValueError("reasoning_gym env needs environment.dataset or extras['dataset']")
         answer = extract_answer(action_text)
         scorer = _scorer(name)
         try:
