@@ -20,7 +20,10 @@ by hand) resumes from the newest complete checkpoint: a fresh run replaced them 
 
 The run's export, ``<output_dir>/final_hf``, records the step whose weights it holds
 (``EXPORT_RECORD``): a run resumed past its export that stops before exporting again (or
-with ``trainer.export_hf=false``) leaves a ``final_hf`` older than ``latest``.
+with ``trainer.export_hf=false``) leaves a ``final_hf`` older than ``latest``. A run resumed
+from a checkpoint before the step its ``final_hf`` records (or from another run's checkpoint)
+moves that export aside to ``final_hf.N`` (``set_aside_abandoned_export``): its weights are of
+steps the run replaces, and ``skyrl-eval`` would have preferred them to ``latest``.
 
 A LoRA run's checkpoint holds only the adapters: its trainer state records a content
 fingerprint of the base model (``BASE_FINGERPRINT``), and a resume or an export onto other weights
@@ -285,6 +288,41 @@ def exported_step(hf_dir: Path) -> int | None:
     except (OSError, ValueError, AttributeError):  # missing, not JSON, not an object
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+EXPORT_DIRS = ("final_hf", "final_adapter")
+"""A run's export in its output dir: the weights, and with LoRA the adapters beside them."""
+
+
+def set_aside_abandoned_export(output_dir: Path, step: int, foreign: bool) -> str | None:
+    """Before a run resumed at ``step`` trains: a ``final_hf`` that records a later step (a
+    resume from an earlier checkpoint) holds the steps this run replaces, and with ``foreign``
+    (a resume from another run's checkpoint) any export here is an earlier run's. Then it and
+    the ``final_adapter`` exported with it move aside to ``<name>.N`` (``move_aside``), so
+    neither ``skyrl-eval`` of the run (it prefers ``final_hf`` unless ``latest`` is of a later
+    step) nor a next stage started from ``final_hf`` takes it for this run's weights. Returns
+    the line saying so, None when nothing moved."""
+    from skyrl.tracking.sink import move_aside
+
+    final_hf = output_dir / EXPORT_DIRS[0]
+    if not final_hf.is_dir():
+        return None
+    exported = exported_step(final_hf)
+    if foreign:
+        of_step = "" if exported is None else f" of step {exported}"
+        why = (
+            f"the weights{of_step} of another run (this one resumes from another run's checkpoint)"
+        )
+    elif exported is not None and exported > step:
+        why = (
+            f"the weights of step {exported}, after step {step} this run resumes from (the "
+            "steps it replaces)"
+        )
+    else:
+        return None
+    moved = [move_aside(output_dir / name).name for name in EXPORT_DIRS
+             if (output_dir / name).is_dir()]  # fmt: skip
+    return f"{final_hf} holds {why}: moved to {', '.join(moved)}"
 
 
 def _file_sizes(ckpt: Path) -> dict[str, int]:

@@ -44,6 +44,7 @@ from skyrl.trainer.checkpoint import (
     free_space,
     read_trainer_state,
     resolve_resume,
+    set_aside_abandoned_export,
     write_export_record,
 )
 from skyrl.trainer.on_policy import describe, reuses_on_step, separate_forward_reason
@@ -566,6 +567,11 @@ class RLTrainer:
             )
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         self.checkpoints.resume_from(ckpt)  # before the tracker drops the later records
+        foreign = not self.checkpoints.holds(ckpt)
+        run_dir = self.checkpoints.root.parent  # output_dir
+        moved = set_aside_abandoned_export(run_dir, self.step, foreign)
+        if moved is not None:
+            print(moved, flush=True)
         return ckpt
 
     @staticmethod
