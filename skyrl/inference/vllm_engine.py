@@ -157,7 +157,7 @@ class VLLMEngine(LocalEngine):
 
     def _serve_until(self, done: Future) -> None:
         """Add requests as they arrive, step vLLM while anything is unfinished."""
-        engine = self.llm.llm_engine
+        engine = self._live("generate").llm_engine
         live: dict[str, Request] = {}
         try:
             while not done.done():
@@ -221,10 +221,10 @@ class VLLMEngine(LocalEngine):
             self.on_owner(self._add_adapter, dict(iter_named_tensors(weights)))
             return
         if isinstance(weights, SharedWeights):  # the handle crosses the RPC, not the tensors
-            self.on_owner(self._rpc, "skyrl_reload_weights", (weights,), True)
+            self.on_owner(self._rpc, "update_weights", "skyrl_reload_weights", (weights,), True)
             return
         named = list(iter_named_tensors(weights))  # a list: the worker checks its names
-        self.on_owner(self._rpc, "skyrl_reload_weights", (named,), True)
+        self.on_owner(self._rpc, "update_weights", "skyrl_reload_weights", (named,), True)
 
     def _next_adapter_dir(self) -> tuple[int, Path]:
         adapter_id = (self._adapters[-1].lora_int_id + 1) if self._adapters else 1
@@ -239,6 +239,7 @@ class VLLMEngine(LocalEngine):
         from skyrl.models.lora import write_adapter_dir
 
         assert self.lora is not None
+        self._live("update_weights")  # shutdown() removed the adapters' directory too
         adapter_id, path = written or self._next_adapter_dir()
         if tensors is not None:
             unknown = [name for name in tensors if not is_adapter_name(name)]
@@ -272,7 +273,7 @@ class VLLMEngine(LocalEngine):
     ) -> None:
         """Every vLLM worker joins the broadcast group (``skyrl.inference.weight_sync``)."""
         args = (host, port, first_rank, world_size, backend)
-        self.on_owner(self._rpc, "skyrl_join_weight_sync", args, False)
+        self.on_owner(self._rpc, "join_weight_sync", "skyrl_join_weight_sync", args, False)
 
     def receive_weights(self, plan: list) -> None:
         """Every vLLM worker receives the buckets of ``plan`` and reloads them in place
@@ -280,16 +281,18 @@ class VLLMEngine(LocalEngine):
         if self.lora is not None:
             self.on_owner(self._receive_adapter, plan)
             return
-        self.on_owner(self._rpc, "skyrl_receive_weights", (plan,), True)
+        self.on_owner(self._rpc, "receive_weights", "skyrl_receive_weights", (plan,), True)
 
     def _receive_adapter(self, plan: list) -> None:
+        llm = self._live("receive_weights")
         adapter_id, path = self._next_adapter_dir()
-        self.llm.collective_rpc("skyrl_receive_adapter", args=(plan, str(path), self.lora))
+        llm.collective_rpc("skyrl_receive_adapter", args=(plan, str(path), self.lora))
         self._add_adapter(None, written=(adapter_id, path))
 
-    def _rpc(self, method: str, args: tuple, then_reset_prefix_cache: bool) -> None:
-        """A worker-extension method on every worker (on the serving thread, if serving)."""
-        self.llm.collective_rpc(method, args=args)
+    def _rpc(self, what: str, method: str, args: tuple, then_reset_prefix_cache: bool) -> None:
+        """A worker-extension method on every worker (on the serving thread, if serving), for
+        the engine's method ``what``."""
+        self._live(what).collective_rpc(method, args=args)
         if then_reset_prefix_cache:  # cached KV of the old weights
             self._reset_prefix_cache()
 
@@ -303,7 +306,7 @@ class VLLMEngine(LocalEngine):
         then reused KV of the old weights; ``reset_running_requests`` preempts the running
         requests first, and they recompute their prompt and tokens so far under the
         current weights when rescheduled."""
-        if not self.llm.reset_prefix_cache(reset_running_requests=True):
+        if not self._live("reset_prefix_cache").reset_prefix_cache(reset_running_requests=True):
             raise RuntimeError(
                 "vllm engine: resetting the prefix cache failed; requests would reuse KV "
                 "computed with the previous weights"
@@ -325,6 +328,14 @@ class VLLMEngine(LocalEngine):
         """Stop vLLM's engine core (its processes too, in the multiprocess layout) and drop
         the model and KV cache."""
         self.on_owner(self._shutdown)
+
+    def _live(self, what: str) -> Any:
+        """The running ``vllm.LLM``; a ``RuntimeError`` naming ``what`` was called once
+        ``shutdown`` released it (as the hf engine says), not an AttributeError on ``llm``."""
+        llm = self.__dict__.get("llm")
+        if llm is None:
+            raise RuntimeError(f"vllm engine: {what} after shutdown()")
+        return llm
 
     def _shutdown(self) -> None:
         llm = self.__dict__.pop("llm", None)
