@@ -31,6 +31,7 @@ own code from the truncated distribution. The engine runs with
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -64,8 +65,10 @@ class WeightSyncWorkerExtension:
         from skyrl.inference.weight_sync import receive_stream
 
         stream = receive_stream(self.skyrl_sync_group, plan, self.device)
+        names = [s[0] for b in plan for s in b]
         try:
-            check_whole_layers(self.model_runner.get_model(), [s[0] for b in plan for s in b])
+            check_known_names(self.model_runner.get_model(), names, self._skyrl_tied())
+            check_whole_layers(self.model_runner.get_model(), names)
         except ValueError:
             for _ in stream:
                 pass
@@ -90,12 +93,15 @@ class WeightSyncWorkerExtension:
         from skyrl.inference.shared_weights import SharedWeights
 
         model = self.model_runner.get_model()
+        tied = self._skyrl_tied()
+        names = None
         if isinstance(weights, SharedWeights):
-            check_whole_layers(model, [spec[0] for spec in weights.specs()])
+            names = [spec[0] for spec in weights.specs()]
         elif isinstance(weights, list):
-            check_whole_layers(model, [name for name, _ in weights])
-        config = self.model_runner.model_config.hf_text_config
-        tied = getattr(config, "tie_word_embeddings", False)
+            names = [name for name, _ in weights]
+        if names is not None:
+            check_known_names(model, names, tied)
+            check_whole_layers(model, names)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
         if tied and (embed is None or not hasattr(model, "lm_head")):
             raise RuntimeError(
@@ -112,6 +118,10 @@ class WeightSyncWorkerExtension:
             if quant_method is not None:
                 quant_method.process_weights_after_loading(model.lm_head)
 
+    def _skyrl_tied(self) -> bool:
+        config = self.model_runner.model_config.hf_text_config
+        return bool(getattr(config, "tie_word_embeddings", False))
+
     def skyrl_report_tempered_logprobs(self) -> bool:
         """Make the sampler report tempered, untruncated logprobs (module docstring)."""
         from vllm.v1.sample.sampler import Sampler
@@ -127,6 +137,39 @@ class WeightSyncWorkerExtension:
             # an instance attribute shadows the method (nn.Module keeps plain callables there)
             sampler.__dict__["sample"] = _TemperedLogprobsSample(sampler.sample)
         return True
+
+
+def check_known_names(model: torch.nn.Module, names: list[str], tied: bool) -> None:
+    """Refuse (``ValueError``, naming it and the closest names) a weight update with a name
+    vLLM's model has no parameter for, before anything loads: vLLM's reload raised only
+    once it had moved the model to the meta device, and every later request failed
+    ("attempted to run this operator with Meta tensors"). A Hugging Face name is looked up
+    through the model's ``packed_modules_mapping`` (q_proj -> qkv_proj); the tied output
+    layer and rotary caches, which vLLM skips, pass. Checked only where some name of the
+    update is found so: a model whose vLLM names differ otherwise is left to vLLM."""
+    known = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    packed: dict[str, list[str]] = getattr(model, "packed_modules_mapping", None) or {}
+    fused = {module: layer for layer, modules in packed.items() for module in modules}
+
+    def found(name: str) -> bool:
+        module, _, param = name.rpartition(".")
+        parent, _, leaf = module.rpartition(".")
+        layer = fused.get(leaf, leaf)
+        vllm_name = f"{parent}.{layer}.{param}" if parent else f"{layer}.{param}"
+        skipped = name.endswith("rotary_emb.inv_freq") or (tied and name.startswith("lm_head."))
+        return name in known or vllm_name in known or skipped
+
+    unknown = [name for name in names if not found(name)]
+    if not unknown or len(unknown) == len(names):
+        return
+    close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+    hint = (
+        f"closest: {', '.join(close)}" if close else f"it has {', '.join(sorted(known)[:3])}, ..."
+    )
+    raise ValueError(
+        f"vllm engine: update_weights: the model has no parameter {unknown[0]!r}; {hint} "
+        "(nothing was loaded)"
+    )
 
 
 def check_whole_layers(model: torch.nn.Module, names: list[str]) -> None:
