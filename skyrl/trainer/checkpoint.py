@@ -265,13 +265,15 @@ def _checkpoint_above(path: Path) -> Path | None:
 
 
 def find_checkpoint(path: Path) -> Path | None:
-    """``path`` itself when it is a checkpoint, else the ``latest`` one of a run dir or a
-    checkpoints dir; None when there is none."""
+    """``path`` itself when it is a checkpoint, else the one of a run dir or a checkpoints dir
+    that ``trainer.resume=auto`` would continue from there (``resumable``: ``latest``, else,
+    without the pointer, the newest complete one); None when there is none."""
     for candidate in (path, path / "checkpoints"):
         if (candidate / TRAINER_STATE).is_file():
             return candidate
-        if (candidate / "latest").is_file():
-            return CheckpointManager(candidate, 0).latest()
+        manager = CheckpointManager(candidate, 0)
+        if (candidate / "latest").is_file() or manager.steps():
+            return manager.resumable()
     return None
 
 
