@@ -51,9 +51,10 @@ def test_hf_engine_serves_each_synced_adapter_as_the_merged_model():
         for seed in (0, 1):  # a second sync replaces the first adapter entirely
             wire, merged = adapter_and_merged(path, seed)
             engine.update_weights(list(wire.items()))
-            # fp32 W x + B (A x) against (W + B A) x: 4.5e-6 at most over 5 seeds; the adapter
-            # moves these logprobs by more than 1 (the base model is 5.5 off seed 0's)
-            assert gap_to_merged(engine, merged) < 1e-5
+            # fp32 W x + B (A x) against (W + B A) x: 4.5e-6 at most over 5 seeds, 1.17e-5 in
+            # one CI run (AVX512 EPYC, a loaded machine); the adapter moves these logprobs by
+            # more than 1 (the base model is 5.5 off seed 0's)
+            assert gap_to_merged(engine, merged) < 5e-5
     finally:
         engine.shutdown()
 

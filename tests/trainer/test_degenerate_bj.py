@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from skyrl.trainer.checkpoint import CheckpointManager
 from skyrl.trainer.trainer import RLTrainer
 
 
@@ -38,6 +39,7 @@ def resumed_trainer(tmp_path, monkeypatch, saved_step: int, total_steps: int, ex
     t = SimpleNamespace(loggers=[], eval_before_train=False, export_hf=export_hf)
     tr.cfg, tr.output_dir, tr.total_steps = Cfg(t), tmp_path, total_steps
     tr.step, tr.policy_version, tr.history, tr._unpublished = 0, 0, [], None
+    tr.checkpoints = CheckpointManager(tmp_path / "checkpoints", 0)  # the run's own: holds ckpt
     ckpt = tmp_path / "checkpoints" / f"global_step_{saved_step}"
 
     def resume() -> Path:
@@ -86,7 +88,6 @@ def test_a_resume_before_total_steps_runs_the_steps_left(tmp_path, monkeypatch, 
 def advantage_trainer(tmp_path) -> RLTrainer:
     """A GRPO trainer at step 3 whose driver is a user's factory, with no checkpoint yet."""
     from skyrl.config.algorithm import AlgorithmConfig
-    from skyrl.trainer.checkpoint import CheckpointManager
 
     tr = RLTrainer.__new__(RLTrainer)
     tr.cfg = SimpleNamespace(

@@ -2,6 +2,7 @@
 padding rows' included, as the dispatch balanced them (``combine_ranks``)."""
 
 import pytest
+import ray
 import torch
 
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
@@ -35,7 +36,8 @@ def staged_and_logged(lengths: list[int]) -> tuple[float, float, list[float]]:
     bounds = compute_prompt_mini_batch_boundaries(batch.metadata["uids"], n, n)
     staged = MeshDispatch.stage_chunks(2, batch, bounds)
     records = []
-    for chunk in staged[0]:
+    for staged_chunk in staged[0]:  # an object ref while the session's Ray is up
+        chunk = ray.get(staged_chunk) if isinstance(staged_chunk, ray.ObjectRef) else staged_chunk
         metrics = micro_batch_metrics(plan_micro_batches(chunk, 2048), 2048)
         records.append(TrainStats(LossSums(), 1.0, 1e-5, False, 0.0, PackingStats(**metrics)))
     logged = combine_ranks(records).packing.rank_token_imbalance
