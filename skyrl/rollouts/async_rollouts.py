@@ -39,7 +39,9 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   since the previous batch too, as the synchronous source's cover every sampling round.
 - **Resume**: a checkpoint holds the loader and every prompt drawn but not yet
   trained on (running or finished at save time); after a resume those are
-  generated again first, so no prompt is trained twice or skipped.
+  generated again first, so no prompt is trained twice or skipped. It also holds what the
+  next batch's filter has dropped already (the rest of its allowance and the counts), so a
+  resumed batch drops no more than the uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -411,7 +413,8 @@ class AsyncRollouts:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader and every prompt drawn and not trained on yet, to generate again."""
+        """The loader, every prompt drawn and not trained on yet (to generate again) and the
+        next batch's drops so far (``rejects_left``, ``dropped``)."""
         return self._on_loop(self._state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -420,6 +423,11 @@ class AsyncRollouts:
         if state.get("loader"):
             self.loader.load_state_dict(state["loader"])
         self.chunks = int(state.get("chunks", 0))
+        # the next batch's drops made before the save: its allowance is not granted again
+        allowance = self._reject_allowance()
+        self.rejects_left = min(allowance, int(state.get("rejects_left", allowance)))
+        dropped = state.get("dropped", {})
+        self.counts = {why: int(dropped.get(why, 0)) for why in self.counts}
         pending = state.get("pending", [])  # none in a synchronous run's checkpoint
         self.queued = deque((int(p["index"]), p["uid"], int(p["seed"])) for p in pending)
         needed = max((index + 1 for index, _, _ in self.queued), default=0)
@@ -699,6 +707,8 @@ class AsyncRollouts:
             "loader": self.loader.state_dict(),
             "chunks": self.chunks,
             "pending": [g.pending() for g in self.line] + pending,
+            "rejects_left": self.rejects_left,
+            "dropped": dict(self.counts),
         }
 
     def _metrics(self, groups: list[Group]) -> dict[str, float]:
