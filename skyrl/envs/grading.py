@@ -66,6 +66,9 @@ _HEADING = re.compile(r"[A-Z][a-z]+(?![A-Za-z])")
 _BRACE = re.compile(r"\\boxed\{|[{}]")
 _BOLD = re.compile(r"\*\*((?:(?!\*\*).)+)\*\*", re.DOTALL)
 _THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
+_BRACKETED = re.compile(r"[(\[]|\\\{|\\langle")
+"""What opens a tuple, interval, set or vector (``(100,200)``, ``[0,100]``, ``\\{1,500\\}``),
+whose commas separate its items: not thousands separators."""
 _GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
@@ -176,7 +179,8 @@ def extract_answer(text: str) -> str | None:
     more than four ``#`` is not a marker while another marker exists, so a heading before
     or after the answer does not replace it; with no other marker it is still the answer,
     as before. Markdown bold around an answer (``**42**``) is dropped, and after ``####`` a
-    trailing ``.`` and thousands separators (``1,234``) too.
+    trailing ``.`` and thousands separators (``1,234``) too, but not the commas of a tuple,
+    interval or set (``#### [0,100]`` stays ``[0,100]``, see ``_BRACKETED``).
     """
     tag = last_answer_tag(text)
     if tag is not None:
@@ -185,7 +189,8 @@ def extract_answer(text: str) -> str | None:
     headings: list[tuple[int, str]] = []
     for match in _HASH.finditer(text):
         answer = _unbold(match.group(2).strip().rstrip(".")).rstrip(".")
-        answer = _THOUSANDS_COMMA.sub("", answer)
+        if not _BRACKETED.search(answer):
+            answer = _THOUSANDS_COMMA.sub("", answer)
         is_heading = match.group(1) or _HEADING.match(answer)
         (headings if is_heading else markers).append((match.start(), answer))
     markers = markers or headings
