@@ -71,6 +71,8 @@ _BRACKETED = re.compile(r"[(\[]|\\\{|\\langle")
 whose commas separate its items: not thousands separators."""
 _GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_MATH_DELIMITED = re.compile(r"\s*(?:\\\((.*)\\\)|\\\[(.*)\\\])\s*", re.DOTALL)
+"""A text in LaTeX's inline or display math delimiters, ``\\(..\\)`` or ``\\[..\\]``."""
 _LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
 """How LaTeX writes a thousands separator (MATH's answers use ``10,\\!000``); read as ``,``."""
 _WRAPPER = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\{(.*)\}", re.DOTALL)
@@ -200,12 +202,12 @@ def extract_answer(text: str) -> str | None:
 def plain_number(text: str) -> Decimal | None:
     """The value of an integer or decimal such as ``-3``, ``2.50``, ``$1,000.``, ``\\boxed{28}``.
 
-    ``$``, thousands separators (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``,
-    ``1\\,000``: between groups of three digits only), a trailing ``.`` and
-    ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers are ignored; anything else (an
-    operator, a unit, a fraction, an exponent) gives ``None``.
+    ``$`` and math delimiters around it (``\\(28\\)``, ``\\[28\\]``), thousands separators
+    (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``, ``1\\,000``: between groups of three
+    digits only), a trailing ``.`` and ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers are
+    ignored; anything else (an operator, a unit, a fraction, an exponent) gives ``None``.
     """
-    s = text.replace("\\$", "").replace("$", "").replace("\u2212", "-")
+    s = _unmath(text).replace("\u2212", "-")
     for separator in _LATEX_THOUSANDS:
         s = s.replace(separator, ",")
     s = s.strip().removesuffix(".").strip()
@@ -214,6 +216,14 @@ def plain_number(text: str) -> Decimal | None:
     if _GROUPED_NUMBER.fullmatch(s):
         s = s.replace(",", "")
     return Decimal(s) if _PLAIN_NUMBER.fullmatch(s) else None
+
+
+def _unmath(text: str) -> str:
+    """``text`` without ``$`` signs (a dollar sign, or inline math: ``$28$``) and without
+    LaTeX's inline or display math delimiters around all of it (``\\(28\\)``, ``\\[28\\]``)."""
+    s = text.replace("\\$", "").replace("$", "")
+    match = _MATH_DELIMITED.fullmatch(s)
+    return next(group for group in match.groups() if group is not None) if match else s
 
 
 def _words(text: str) -> str | None:
@@ -309,11 +319,11 @@ def _percent_values(text: str, other: str, values: list) -> list:
 def _plain_readings(text: str) -> list[Decimal]:
     """The values ``text`` may mean against a plain-number gold: a plain number's own (see
     :func:`plain_number`); a percent of one, its number and that over 100 (``15\\%``: 15 and
-    0.15; ``$`` ignored, as there: ``$15\\%$``); else none."""
+    0.15; ``$`` and math delimiters ignored, as there: ``$15\\%$``); else none."""
     number = plain_number(text)
     if number is not None:
         return [number]
-    match = _PERCENT.fullmatch(text.replace("\\$", "").replace("$", "").strip())
+    match = _PERCENT.fullmatch(_unmath(text).strip())
     number = plain_number(match.group(1)) if match else None
     return [] if number is None else [number, number.scaleb(-2)]  # exact: 15E-2
 
