@@ -44,7 +44,10 @@ logprobs, usage, the session's record) keep it: the engines sample it and traini
 was sampled. A session's chain knows the text its client was not given
 (``reconcile.Chain.unsent``): an agent that sends the reply back as it got it continues the
 row, the engine given the stop string's tokens as sampled and then the rest of the prompt (the
-row the built-in loop makes with the same stop string).
+row the built-in loop makes with the same stop string). So with a reply that stopped on a special
+token its text leaves out and the template does not write back (``ChatFormat.hidden_end``: an
+EOS that is not the turn end, Qwen2.5 base's ``<|endoftext|>``): the engine is given it, then
+the turn end and the rest, as the built-in loop closes such a turn.
 
 Fields the engines cannot honour are refused (a 400 naming them) unless they have their
 default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
@@ -605,10 +608,13 @@ class OpenAIBackend:
         completion, v0, v1, t0, t1 = await self._engine_call(
             session.binding, decision.prompt_ids, sampling, session.row.uid
         )
-        # the client gets the reply's text without the stop string it stopped on: the chain
-        # knows, so the next request realigns after the text it was given
+        # the client gets the reply's text without the stop string or the special token
+        # (not the turn end) it stopped on: the chain knows, so the next request realigns
+        # after the text it was given
         text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
-        unsent = text[_before_stop(text, sampling.stop) :]
+        unsent = text[_before_stop(text, sampling.stop) :] or self.format.hidden_end(
+            completion.token_ids, completion.finish_reason
+        )
         session.chain.record(decision, completion.token_ids, unsent)
         record = RequestRecord(
             decision, list(completion.token_ids), list(completion.logprobs),

@@ -204,10 +204,28 @@ class ChatFormat:
         self.parser = ToolCallParser(tokenizer, tool_parser)
 
     @cached_property
+    def chat_tokens(self) -> ChatTokens:
+        """The template's token-level view (read from it once, on first use)."""
+        return ChatTokens(self.tokenizer)
+
+    @cached_property
     def turn_stop_ids(self) -> list[int]:
-        """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``,
-        read from the template once, on first use)."""
-        return ChatTokens(self.tokenizer).turn_stop_ids
+        """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``)."""
+        return self.chat_tokens.turn_stop_ids
+
+    def hidden_end(self, response_ids: list[int], finish_reason: str) -> str:
+        """The text of the special token a reply stopped on when neither its text nor the
+        template gives it back (``""`` otherwise): any but the template's turn end, e.g. an
+        EOS that is not the turn end (Qwen2.5 base's ``<|endoftext|>``). The reply's text
+        leaves it out, and sent back the reply renders the turn end in its place; the
+        built-in loop keeps the token and then closes the turn
+        (``ChatTokens.observation_ids``), so a session's chain does too (``Chain.unsent``)."""
+        chat, ids = self.chat_tokens, response_ids
+        if finish_reason != "stop" or not ids or ids[-1] == chat.turn_end_id:
+            return ""
+        if ids[-1] not in chat.special_ids:
+            return ""
+        return self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
 
     @cached_property
     def final_ids(self) -> set[int]:

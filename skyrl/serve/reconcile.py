@@ -17,7 +17,9 @@ for it) when it arrives, before the engine sees it:
   by ``max_tokens`` mid-character comes back as U+FFFD, three other bytes) is
   not one. A reply that stopped on a stop string was answered without it (as
   OpenAI does; ``Chain.unsent``): the prompt may extend the chain's text without
-  it, and the engine is then given the stop string's tokens too, as sampled.
+  it, and the engine is then given the stop string's tokens too, as sampled. So
+  with a special token a reply stopped on that its text leaves out and the
+  template does not render back (an EOS that is not the turn end).
 - ``fork``: anything else. The turn starts a new training row of the same
   trajectory (``Turn.fork`` says why: ``edited`` when the context before the last
   reply changed in text, e.g. the agent dropped or rewrote history; ``rerendered`` when
@@ -77,7 +79,8 @@ class Chain:
     """Length of the current row's prompt."""
     unsent: str = ""
     """The end of the chain's text the client was not given: the stop string the last
-    reply stopped on and what follows it (``""``: it was given all of it)."""
+    reply stopped on and what follows it, or the special token it stopped on that the
+    template does not render back (``""``: it was given all of it)."""
     counts: Counter = field(default_factory=Counter)
     """Decisions so far, by kind and fork reason."""
 
