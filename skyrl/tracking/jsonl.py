@@ -26,9 +26,11 @@ class JsonlSink:
     when it writes its first one, so a resume that fails before that (another sink that would
     not start, a crash before the first step ends) leaves the file as it was: a resume from
     an earlier checkpoint than ``latest`` that failed does not lose the later steps' records
-    that a resume from ``latest`` still needs. A fresh run finding a file (an earlier run
-    killed before its first checkpoint) moves it aside to ``metrics.jsonl.N`` and starts its
-    own; so does a run resumed from another run dir's checkpoint (``RunInfo.history_here``):
+    that a resume from ``latest`` still needs; a resume that ends without a failure having
+    logged none (at or past ``total_steps``: nothing to train, the checkpoint exported again)
+    drops them as it closes, its history ends at the resumed step. A fresh run finding a file
+    (an earlier run killed before its first checkpoint) moves it aside to ``metrics.jsonl.N``
+    and starts its own; so does a run resumed from another run dir's checkpoint (``RunInfo.history_here``):
     the records here are not that checkpoint's steps. A run that fails before writing a record
     to the file it created (a tracker that did not start) removes that empty file, so the next
     try has no empty file to move aside."""
@@ -52,19 +54,26 @@ class JsonlSink:
         """Write and flush the step's record (a resumed run's first drops the later ones)."""
         if self.drop_after is not None:
             self.file.close()  # the drop replaces the file: append to the new one
-            drop_records_after(self.path, self.drop_after)
-            self.drop_after = None
+            self._drop_later_records()
             self.file = open(self.path, "a", encoding="utf-8")
         record = {"step": step, **{k: v if math.isfinite(v) else None for k, v in metrics.items()}}
         self.logged = True  # before writing: a write that fails half-way leaves the file be
         self.file.write(json.dumps(record, allow_nan=False) + "\n")
         self.file.flush()
 
+    def _drop_later_records(self) -> None:
+        assert self.drop_after is not None
+        drop_records_after(self.path, self.drop_after)
+        self.drop_after = None
+
     def close(self, failed: bool = False) -> None:
-        """Close the file; after a failure, remove it if it is this sink's and still empty."""
+        """Close the file; after a failure, remove it if it is this sink's and still empty. A
+        resumed run that ends without a failure having logged no step drops the later records."""
         self.file.close()
         if failed and self.created and not self.logged:
             self.path.unlink(missing_ok=True)
+        elif not failed and self.drop_after is not None:
+            self._drop_later_records()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

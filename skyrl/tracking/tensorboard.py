@@ -3,8 +3,10 @@
 On resume the writer purges events after the resumed step, matching ``metrics.jsonl``. The
 writer (and so its purge marker, which hides the later steps as soon as it is written) starts
 at the first ``log``: a resume that failed before its first step (one from an earlier
-checkpoint than ``latest``, say) hides nothing that a resume from ``latest`` keeps. A fresh
-run finding a ``tensorboard`` folder (an earlier run killed before its first checkpoint)
+checkpoint than ``latest``, say) hides nothing that a resume from ``latest`` keeps; a resume
+that ends without a failure having logged no step (at or past ``total_steps``: nothing to
+train) starts it as it closes, its history ends at the resumed step. A fresh run finding a
+``tensorboard`` folder (an earlier run killed before its first checkpoint)
 moves it aside to ``tensorboard.N``, as the jsonl sink moves ``metrics.jsonl``: a second event
 file beside the old one would show both runs' steps as one. So does a run resumed from another
 run dir's checkpoint (``RunInfo.history_here``): the events here are not that checkpoint's.
@@ -55,6 +57,9 @@ class TensorBoardSink:
         return writer
 
     def close(self, failed: bool = False) -> None:
-        """Flush and close the event file, if a step started one."""
+        """Flush and close the event file, if a step started one; a resumed run that ends
+        without a failure having logged no step starts it first (its purge marker)."""
+        if self.writer is None and not failed and self.run.start_step > 0:
+            self.writer = self._start()
         if self.writer is not None:
             self.writer.close()
