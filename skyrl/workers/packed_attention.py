@@ -27,6 +27,12 @@ SDPA per span 28.82 (README, GPUs).
 ``masked`` keeps transformers' ``sdpa`` (no shared prompts: its block-diagonal mask cannot
 express them). ``trainer.packed_attention`` picks one.
 
+A layer with a sliding window (Mistral's, Gemma3's local layers, Qwen2's with
+``use_sliding_window``) that a sequence of the row is longer than runs SDPA per span under a
+mask of the window (``_window_mask``, transformers' rule: a query sees the keys less than
+``sliding_window`` positions back, a shared prompt's too); within the window every path above
+computes the same.
+
 Attention that neither computes (Gemma2's logit softcapping, gpt-oss's attention sinks:
 arguments transformers' sdpa drops silently) is refused: by the pre-flight from the model's
 config (``unimplemented_attention``), at load, and per call (``check_arguments``).
@@ -102,6 +108,7 @@ def per_sequence_attention(
     ``[1, kv_heads, T, d]`` -> ``[1, T, heads, d]``. Causal attention within each sequence;
     a continuation of a shared prompt also sees that prompt (``attention_spans``).
 
+    A ``sliding_window`` shorter than a sequence of the row is applied (``_sdpa_per_span``).
     Anything but one packed row (a padded batch with a 2D attention mask, a KV cache: the
     model used outside the workers' forward) goes to transformers' sdpa with a causal mask.
     Any other argument that would change the result (``softcap``, ``s_aux``, ``is_causal=False``,
@@ -111,11 +118,8 @@ def per_sequence_attention(
     if attention_mask is not None or position_ids is None or not packed_row:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     spans, longest = _row_spans(position_ids)
-    if sliding_window is not None and longest > sliding_window:
-        raise ValueError(
-            f"a sequence of {longest} tokens exceeds the model's sliding window "
-            f"({sliding_window}); set trainer.packed_attention=masked"
-        )
+    if sliding_window is not None and longest > sliding_window:  # a window that cuts
+        return _sdpa_per_span(query, key, value, spans, dropout, scaling, sliding_window), None
     if query.device.type == "cpu" and dropout == 0.0:
         out = _CpuSpanAttention.apply(query, key, value, spans, scaling)
         return out.transpose(1, 2).contiguous(), None
@@ -190,11 +194,29 @@ def _row_spans(position_ids: torch.Tensor) -> tuple[list[tuple[int, int, int, in
     return spans, longest
 
 
-def _sdpa_per_span(query, key, value, spans, dropout, scaling) -> torch.Tensor:
-    """SDPA span by span, autograd through each slice (any device): ``[1, T, heads, d]``."""
+def _sdpa_per_span(
+    query, key, value, spans, dropout, scaling, sliding_window: int | None = None
+) -> torch.Tensor:
+    """SDPA span by span, autograd through each slice (any device): ``[1, T, heads, d]``.
+    ``sliding_window``: a query sees only the keys less than that many positions back
+    (``_window_mask``), its shared prompt's included."""
     outputs = []
     for start, end, prefix_start, prefix in spans:
         q = query[:, :, start:end]
+        if sliding_window is not None:
+            shared = slice(prefix_start, prefix_start + prefix)
+            outputs.append(
+                F.scaled_dot_product_attention(
+                    q,
+                    torch.cat([key[:, :, shared], key[:, :, start:end]], dim=2),
+                    torch.cat([value[:, :, shared], value[:, :, start:end]], dim=2),
+                    attn_mask=_window_mask(prefix, end - start, sliding_window, query.device),
+                    dropout_p=dropout,
+                    scale=scaling,
+                    enable_gqa=True,
+                )
+            )
+            continue
         if not prefix:
             outputs.append(
                 F.scaled_dot_product_attention(
@@ -221,6 +243,16 @@ def _sdpa_per_span(query, key, value, spans, dropout, scaling) -> torch.Tensor:
             )
         )
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous()
+
+
+def _window_mask(prefix: int, length: int, window: int, device: torch.device) -> torch.Tensor:
+    """``[length, prefix + length]`` bool: the keys (a shared prompt's ``prefix``, then the
+    span's own) that each of the span's queries sees under a sliding window: causal, and
+    less than ``window`` positions back (transformers' ``sliding_window_overlay``)."""
+    queries = torch.arange(prefix, prefix + length, device=device)
+    keys = torch.arange(prefix + length, device=device)
+    back = queries[:, None] - keys[None, :]
+    return (back >= 0) & (back < window)
 
 
 @functools.cache

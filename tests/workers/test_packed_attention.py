@@ -163,19 +163,19 @@ def test_a_padded_batch_and_generation_take_plain_sdpa(tiny_model_path):
     assert torch.equal(tokens[0], tokens[1])
 
 
-def test_a_sequence_over_the_sliding_window_is_refused():
-    q = torch.zeros(1, 2, 4, 8)
-    kv = torch.zeros(1, 1, 4, 8)
-    with pytest.raises(ValueError, match="sliding window"):
-        per_sequence_attention(
-            torch.nn.Identity(),
-            q,
-            kv,
-            kv,
-            None,
-            position_ids=torch.arange(4)[None],
-            sliding_window=2,
-        )
+def test_a_sequence_over_the_sliding_window_attends_within_the_window():
+    """Window 2 over a sequence of 4 (it was refused): query t sees keys t-1 and t only."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 4, 8, generator=gen)
+    k, v = torch.randn(2, 1, 1, 4, 8, generator=gen)
+    out, _ = per_sequence_attention(
+        torch.nn.Identity(), q, k, v, None, position_ids=torch.arange(4)[None], sliding_window=2
+    )
+    band = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=band, enable_gqa=True
+    )
+    torch.testing.assert_close(out, expected.transpose(1, 2), atol=1e-6, rtol=0)
 
 
 def emulated_varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=None):
