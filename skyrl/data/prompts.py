@@ -124,6 +124,11 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
                     raise PromptDataError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
                 except UnicodeDecodeError:
                     raise PromptDataError(f"{path}: row {i}: not UTF-8 text") from None
+                except ValueError as exc:  # an integer past Python's 4300 digits
+                    raise PromptDataError(
+                        f"{path}: row {i}: unreadable JSON ({str(exc).split(';')[0]}): "
+                        "write such a number as a string"
+                    ) from None
                 except RecursionError:
                     raise PromptDataError(
                         f"{path}: row {i}: invalid JSON (nested too deeply)"
