@@ -363,7 +363,7 @@ class AsyncRollouts:
     def next_batch(self, step: int) -> tuple[TrainingInputBatch, dict[str, float]]:
         """The next ``train_batch_size`` kept groups in admission order (waiting for them)."""
         waited = time.perf_counter()
-        groups, metrics = self._on_loop(self._take())
+        groups, metrics = self._on_loop(self._take(step))
         metrics[names.ASYNC_TRAINER_WAIT_S] = time.perf_counter() - waited
         out = GeneratorOutput.concat([g.output for g in groups if g.output is not None])
         if self.cfg.trainer.dump_rollouts and self.output_dir is not None:
@@ -473,7 +473,8 @@ class AsyncRollouts:
 
     # -- on the event loop ---------------------------------------------------------------
 
-    async def _take(self) -> tuple[list[Group], dict[str, float]]:
+    async def _take(self, step: int) -> tuple[list[Group], dict[str, float]]:
+        """The batch of ``step`` (its number names it in the warnings) and its metrics."""
         self.admission.release()  # the previous step is over, synced or refused
         if not self.started:
             self.started = True
@@ -484,13 +485,13 @@ class AsyncRollouts:
         while True:
             if self.failure is not None:
                 raise self.failure
-            groups = self._pop_ready()
+            groups = self._pop_ready(step)
             if groups is not None:
                 break
             self.progress.clear()
             await self._wait_for_progress()
         self.admission.take(len(groups))
-        metrics = self._metrics(groups)  # before the next batch's drops
+        metrics = self._metrics(groups, step)  # before the next batch's drops
         self.rejects_left = self._reject_allowance()
         self._ready_head()  # the next batch's done groups: the filter's drops free their room
         self.admit_wake.set()
@@ -512,17 +513,17 @@ class AsyncRollouts:
                 "the inference engines to load the weights (the next batch waits for them)"
             ) from None
 
-    def _pop_ready(self) -> list[Group] | None:
-        """``_ready_head``, taken out of the line (None: not ready)."""
+    def _pop_ready(self, step: int) -> list[Group] | None:
+        """``_ready_head``, taken out of the line (None: not ready) as ``step``'s batch."""
         groups = self._ready_head()
         if groups is None:
             return None
         repeats = len(groups) - len({g.index for g in groups})
         if repeats:  # ``_repeating_head``
             warnings.warn(
-                f"dynamic sampling: a batch holds {repeats} repeated prompt(s): the groups in "
-                f"line ({len(self.line)}, as many as trainer.max_staleness allows) hold fewer "
-                f"than trainer.train_batch_size={self.batch_size} prompts",
+                f"step {step}: dynamic sampling: a batch holds {repeats} repeated prompt(s): the "
+                f"groups in line ({len(self.line)}, as many as trainer.max_staleness allows) hold "
+                f"fewer than trainer.train_batch_size={self.batch_size} prompts",
                 stacklevel=1,
             )
         for group in groups:
@@ -711,9 +712,10 @@ class AsyncRollouts:
             "dropped": dict(self.counts),
         }
 
-    def _metrics(self, groups: list[Group]) -> dict[str, float]:
-        """The batch's metrics: rollout metrics (``generate/...``, ``env/errors``) over its
-        groups and those dropped since the previous batch; staleness over what it trains."""
+    def _metrics(self, groups: list[Group], step: int) -> dict[str, float]:
+        """The metrics of ``step``'s batch: rollout metrics (``generate/...``, ``env/errors``)
+        over its groups and those dropped since the previous batch; staleness over what it
+        trains."""
         trajs = [t for g in groups for t in g.trajectories]
         now = time.monotonic()
         generated, self.dropped = self.dropped + trajs, []
@@ -750,8 +752,8 @@ class AsyncRollouts:
             )
         if flat_kept:
             warnings.warn(
-                f"dynamic sampling: {flat_kept} group(s) the filter rejected were kept after "
-                f"it dropped {self._reject_allowance()} (algorithm.max_sample_batches)",
+                f"step {step}: dynamic sampling: {flat_kept} group(s) the filter rejected were "
+                f"kept after it dropped {self._reject_allowance()} (algorithm.max_sample_batches)",
                 stacklevel=1,
             )
         return metrics

@@ -52,7 +52,7 @@ def test_a_batch_skips_a_second_group_of_its_prompt_which_heads_the_next(tmp_pat
     try:
         line = [_group(source, i, k) for k, i in enumerate([1, 6, 1, 5, 7, 0])]
         source.line.extend(line)
-        batch = source._pop_ready()
+        batch = source._pop_ready(1)
         assert batch is not None
         assert [g.index for g in batch] == [1, 6, 5, 7]
         assert list(source.line) == [line[2], line[5]]
@@ -62,7 +62,7 @@ def test_a_batch_skips_a_second_group_of_its_prompt_which_heads_the_next(tmp_pat
         source.line.clear()
         line[2].done = False
         source.line.extend(line)
-        assert [g.index for g in source._pop_ready() or []] == [1, 6, 5, 7]
+        assert [g.index for g in source._pop_ready(1) or []] == [1, 6, 5, 7]
         assert list(source.line) == [line[2], line[5]]
     finally:
         source.close()
@@ -75,7 +75,7 @@ def test_a_batch_is_cut_only_once_its_prompts_are_done(tmp_path):
             [_group(source, 1, 0), _group(source, 6, 1), _group(source, 1, 2),
              _group(source, 5, 3), _group(source, 7, 4, done=False)]
         )  # fmt: skip
-        assert source._pop_ready() is None  # 7 may still be dropped
+        assert source._pop_ready(1) is None  # 7 may still be dropped
         assert [g.index for g in source.line] == [1, 6, 1, 5, 7]
     finally:
         source.close()
@@ -127,15 +127,15 @@ def test_a_full_line_of_fewer_prompts_than_a_batch_is_cut_as_it_stands_with_a_wa
         line = [_group(source, i, k) for k, i in enumerate([1, 6] * 4)]
         source.line.extend(line)
         source.admission.in_line = 7
-        assert source._pop_ready() is None  # one more group may come
+        assert source._pop_ready(1) is None  # one more group may come
         source.admission.in_line = 8
         with pytest.warns(UserWarning) as caught:
-            batch = source._pop_ready()
+            batch = source._pop_ready(1)
         assert batch == line[:4]
         assert [str(w.message) for w in caught] == [
-            "dynamic sampling: a batch holds 2 repeated prompt(s): the groups in line (8, as "
-            "many as trainer.max_staleness allows) hold fewer than trainer.train_batch_size=4 "
-            "prompts"
+            "step 1: dynamic sampling: a batch holds 2 repeated prompt(s): the groups in line "
+            "(8, as many as trainer.max_staleness allows) hold fewer than "
+            "trainer.train_batch_size=4 prompts"
         ]
     finally:
         source.close()

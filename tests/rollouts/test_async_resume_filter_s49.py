@@ -15,7 +15,9 @@ from skyrl.rollouts.async_rollouts import AsyncRollouts
 from skyrl.tracking import metric_names as names
 
 
-def _cfg():
+def flat_filter_cfg():
+    """Batches of 2 at staleness 1, every group flat, the filter on with
+    max_sample_batches 2: each batch may drop 2 groups."""
     return async_cfg(
         "trainer.max_staleness=1", f"environment._target_={AlwaysRight.__module__}.AlwaysRight",
         "algorithm.dynamic_sampling=filter", "algorithm.max_sample_batches=2",
@@ -47,7 +49,7 @@ def test_a_resumed_stream_does_not_drop_the_next_batchs_groups_twice():
     # 2's stretch drops p4 p5 (its 2) and keeps p6 p7 flat. A checkpoint then holds p6..p9.
     # Resumed, batch 2 had its whole allowance again: it dropped p6 p7 too (4 drops for one
     # batch) and trained s5r0p8 s5r0p9, where the uninterrupted run trains s4r0p6 s4r0p7.
-    cfg = _cfg()
+    cfg = flat_filter_cfg()
     tok = tokenizer_of(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the flat top-up warnings
