@@ -97,7 +97,7 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     out = Path(output_dir).expanduser()
     require_dir(out, "output_dir")  # a file there (or above it): one line, not mkdir's error
     out.mkdir(parents=True, exist_ok=True)
-    path = Path(typed.eval.output_file or out / RESULTS_FILE).expanduser()
+    path = _output_file(typed.eval.output_file, out)
     samples = samples_file_for(path)
     _check_output_files(path, samples)
     check_env_and_agent(typed)
@@ -151,6 +151,22 @@ def _check_eval_prompts(cfg: SkyRLConfig) -> None:
     from skyrl.config.preflight import check_files_exist
 
     check_files_exist(cfg, ("eval",))
+
+
+def _output_file(configured: str | None, out: Path) -> Path:
+    """``eval.output_file`` (a leading ``~`` the home directory), else ``RESULTS_FILE`` in
+    ``out``. One ending in a slash names a directory, refused as an existing directory is:
+    ``Path`` drops the slash, and the results went to a file of the directory's name."""
+    if not configured:
+        return out / RESULTS_FILE
+    path = Path(configured).expanduser()
+    if configured.endswith(("/", os.sep)):
+        raise ConfigError(
+            "eval.output_file",
+            f"{configured}: names a directory (it ends in /); name a file, e.g. "
+            f"{path / RESULTS_FILE}",
+        )
+    return path
 
 
 def _check_output_files(path: Path, samples: Path) -> None:
