@@ -389,10 +389,8 @@ class OpenAIBackend:
         choices, prompt_ids = await self._sample(body, session, rendered, sent, stop_ids)
         out = []
         for k, (completion, record) in enumerate(choices):
-            reply_ids = list(completion.token_ids)
-            if reply_ids and reply_ids[-1] in stop_ids:  # the turn end is not the reply's text
-                reply_ids.pop()
-            content, calls = self.format.parse_reply(reply_ids, tools, messages)
+            stopped = completion.finish_reason == "stop"  # its last token may be a stop, not text
+            content, calls = self.format.parse_reply(completion.token_ids, tools, messages, stopped)
             if content:
                 content = content[: _before_stop(content, stops)]
             message: dict[str, Any] = {"role": "assistant", "content": content}

@@ -6,7 +6,9 @@ given to the template as objects), rendered with ``apply_chat_template`` (with
 built-in loop encodes a first prompt (``skyrl.generators.chat.ChatTokens``).
 Tool calls are parsed from the model's output by vLLM's maintained tool parsers
 (``generator.tool_parser``, ``hermes`` by default; ``skyrl.generators.tool_calls``),
-imported on the first request that declares tools. A reply's content before its calls
+imported on the first request that declares tools, from the reply's text as the built-in
+loop's env gets it (``ChatTokens.reply_text``: without the token it stopped on, EOS, the
+turn end or another special stop token). A reply's content before its calls
 leaves out the whitespace the template writes itself before a call
 (``ChatFormat.content_as_sampled``), so the reply sent back renders as sampled.
 
@@ -228,11 +230,6 @@ class ChatFormat:
         return self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
 
     @cached_property
-    def final_ids(self) -> set[int]:
-        """Tokens a reply may end on that are not its text: EOS and ``turn_stop_ids``."""
-        return {self.tokenizer.eos_token_id, *self.turn_stop_ids}
-
-    @cached_property
     def _decoder_kind(self) -> str:
         return _decoder_kind(self.tokenizer)
 
@@ -269,25 +266,28 @@ class ChatFormat:
         """The conversation with the generation prompt appended, as token ids."""
         return render_prompt_ids(self.tokenizer, messages, tools)
 
-    def reply_text(self, response_ids: list[int], keep_special: bool) -> str:
-        """The sampled text, without the token it stopped on: EOS, or the template's turn
-        end where that is another token (a chat request stops on either)."""
-        ids = list(response_ids)
-        if ids and ids[-1] in self.final_ids:
-            ids = ids[:-1]
-        return self.tokenizer.decode(ids, skip_special_tokens=not keep_special)
+    def reply_text(self, response_ids: list[int], keep_special: bool, stopped: bool = False) -> str:
+        """The sampled text without the token it stopped on, as the built-in loop's env gets
+        it (``ChatTokens.reply_text``): EOS, the template's turn end where that is another
+        token (a chat request stops on either), or, for a reply that ``stopped``, any special
+        token last in it (the engine's other stop ids: a model's generation_config EOS)."""
+        return self.chat_tokens.reply_text(list(response_ids), keep_special, stopped)
 
     def parse_reply(
-        self, response_ids: list[int], tools: list[dict] | None, messages: list[dict]
+        self,
+        response_ids: list[int],
+        tools: list[dict] | None,
+        messages: list[dict],
+        stopped: bool = False,
     ) -> tuple[str | None, list[dict]]:
         """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format (the content
-        as ``content_as_sampled`` gives it)."""
+        as ``content_as_sampled`` gives it); ``stopped``: its finish reason is ``stop``."""
         if not tools:
-            return self.reply_text(response_ids, keep_special=False), []
-        sampled = self.reply_text(response_ids, keep_special=True)
+            return self.reply_text(response_ids, False, stopped), []
+        sampled = self.reply_text(response_ids, True, stopped)
         content, calls = self.parser.parse(sampled, tools)
         if not calls:
-            return self.reply_text(response_ids, keep_special=False), []
+            return self.reply_text(response_ids, False, stopped), []
         return self.content_as_sampled(content, calls, sampled, messages, tools), calls
 
     def content_as_sampled(
