@@ -53,11 +53,13 @@ Where math-verify would grade a correct answer 0 or a wrong one 1, the text is r
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
+from typing import TypeGuard
 
 _HASH = re.compile(r"(?<!#)####(#*)\s*([^\n]+)")
 _HEADING = re.compile(r"[A-Z][a-z]+(?![A-Za-z])")
@@ -527,12 +529,18 @@ def _verify(predicted: str, gold: str, timeout: int | None) -> bool:
     return bool(same) or _near_irrational(predicted, golds)
 
 
+def _is_float(value: object) -> TypeGuard[numbers.Real]:
+    """A float: Python's, or numpy's (``np.float32`` is no ``float``; both are real numbers
+    that are not rational, as ints and fractions are)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, numbers.Rational)
+
+
 def grade(text: str, gold: str) -> float:
     """1.0 when the response's final answer equals ``gold``, else 0.0 (no answer = 0).
 
-    A float ``gold`` (a number column of a data file) is read in full: ``1e-05`` is the
-    plain number ``0.00001``, as ``str`` would not write it."""
+    A float ``gold`` (a number column of a data file; numpy's too, a pandas column's) is read
+    in full: ``1e-05`` is the plain number ``0.00001``, as ``str`` would not write it."""
     answer = extract_answer(text)
-    if isinstance(gold, float) and math.isfinite(gold):
-        gold = format(Decimal(repr(gold)), "f")
+    if _is_float(gold) and math.isfinite(gold):
+        gold = format(Decimal(str(gold)), "f")  # str: numpy's repr is np.float64(1e-05)
     return float(answer is not None and math_equal(answer, str(gold)))
