@@ -35,7 +35,9 @@ computes the same.
 
 Attention that neither computes (Gemma2's logit softcapping, gpt-oss's attention sinks:
 arguments transformers' sdpa drops silently) is refused: by the pre-flight from the model's
-config (``unimplemented_attention``), at load, and per call (``check_arguments``).
+config (``unimplemented_attention``), at load, and per call (``check_arguments``); so is a
+model that attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``:
+Bloom, Falcon, GPT-J, Mamba, ...).
 """
 
 from __future__ import annotations
@@ -136,14 +138,38 @@ SINK_MODEL_TYPES = frozenset(
 softmax (attention sinks, passed as ``s_aux=``; transformers 5.19's modeling files)."""
 
 
+OWN_ATTENTION_MODEL_TYPES = frozenset(
+    {
+        "bloom", "codegen", "cpmant", "falcon", "falcon_mamba", "gpt_neo", "gpt_neox_japanese",
+        "gptj", "mamba", "mamba2", "mpt", "rwkv", "xglm", "xlstm",
+    }
+)  # fmt: skip
+"""transformers' model types whose causal LM attends in its own code, not through
+transformers' attention interface (their transformers 5.19 modeling files use no
+``ALL_ATTENTION_FUNCTIONS``), or has no attention at all (a recurrent state: Mamba, RWKV,
+xLSTM). Neither ``trainer.packed_attention`` reaches them: they build their own causal mask
+over the whole packed row, or carry their state along it. On tiny ones, the logits of a
+sequence packed after another were up to 0.006 (Bloom), 0.003 (XGLM), 0.15 (CodeGen) and 1.7
+(Mamba) off its logits alone; Falcon, GPT-Neo and GPT-J did not load with ``per_sequence`` (``KeyError:
+'skyrl_per_sequence'``), MPT's forward failed without an attention mask."""
+
+
 def unimplemented_attention(name: str, model_config) -> str | None:
     """Why the model ``name`` (its (text) config ``model_config``) cannot be trained here, or
     None: its attention computes what neither ``trainer.packed_attention`` does (Gemma2's
-    logit softcapping, attention sinks; transformers' sdpa, ``masked``, ignores both)."""
+    logit softcapping, attention sinks; transformers' sdpa, ``masked``, ignores both), or
+    attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``)."""
+    model_type = getattr(model_config, "model_type", None)
+    if model_type in OWN_ATTENTION_MODEL_TYPES:
+        return (
+            f"{name} ({model_type}) computes attention in its own code (or, recurrent, has "
+            "none), which neither of skyrl's packed attentions (trainer.packed_attention) "
+            "reaches: the sequences packed in one micro batch would see each other"
+        )
     softcap = getattr(model_config, "attn_logit_softcapping", None)
     if softcap is not None:
         feature = f"attention logit softcapping (attn_logit_softcapping = {softcap})"
-    elif getattr(model_config, "model_type", None) in SINK_MODEL_TYPES:
+    elif model_type in SINK_MODEL_TYPES:
         feature = "attention sinks (a learned logit per head in every query's softmax)"
     else:
         return None
