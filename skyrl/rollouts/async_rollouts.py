@@ -329,10 +329,24 @@ class AsyncRollouts:
             target=self.loop.run_forever, name="skyrl-async-rollouts", daemon=True
         )
         self.thread.start()
-        self._on_loop(self._setup())
-        self.eval_generator = make_generator(
-            cfg.generator, cfg.environment, UngatedEngine(self.gated, self.loop), tokenizer
-        )
+        try:  # a driver that fails to start (user code): stop what did start
+            self._on_loop(self._setup())
+            self.eval_generator = make_generator(
+                cfg.generator, cfg.environment, UngatedEngine(self.gated, self.loop), tokenizer
+            )
+        except BaseException:
+            self._stop_started()
+            raise
+
+    def _stop_started(self) -> None:
+        """Stop what a failed ``__init__`` started: the training driver, if it was made (an
+        external agent's endpoint), and the event loop with its thread."""
+        self.closed = True
+        try:
+            if hasattr(self, "generator"):
+                self.generator.close()
+        finally:
+            self._stop_loop(timeout_s=5.0)
 
     async def _setup(self) -> None:
         self.gate = asyncio.Event()
