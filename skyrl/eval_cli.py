@@ -54,6 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 from skyrl.config.errors import ConfigError, dir_problem, exception_line, require_dir
 from skyrl.config.help import command_help, wants_help
 from skyrl.config.root import SkyRLConfig
+from skyrl.sweeps import writes_in_job_dir
 
 logger = logging.getLogger(__name__)
 
@@ -518,12 +519,14 @@ def format_eval_table(result: EvalResult, cfg: SkyRLConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@writes_in_job_dir
 def _hydra_main(cfg: DictConfig) -> float:
     """One eval, ended by a problem with one line and an exit code; a sweep job fails with
     both instead, as ``skyrl-train``'s (recorded in the sweep summary). Returns the eval's
     ``eval/pass@1``, as ``skyrl-train`` returns its final one: the objective of a search
     sweeper (``hydra/sweeper=skyrl_optuna``, e.g. over ``generator.eval_sampling``), which
-    fails a trial that returns none."""
+    fails a trial that returns none. It writes in the Hydra job dir whatever
+    ``trainer.output_dir`` says (``writes_in_job_dir``: the sweep summary reads it there)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

@@ -12,7 +12,8 @@ after its batch and never calls ``on_multirun_end``, and the table must still be
 that job marked ``failed``. Each job leaves ``job_return.json`` (status, objective, error) in
 its directory; a job directory without one is ``running`` until the multirun ends, then
 ``failed`` (its process died before Hydra could record the end). Each job also leaves
-``job_output_dir.txt`` at its start: where its trainer writes, resolved while the job's Hydra
+``job_output_dir.txt`` at its start: where its trainer writes (a ``skyrl-eval`` job: its job
+dir, where it writes whatever ``trainer.output_dir`` says), resolved while the job's Hydra
 config is current (Hydra saves ``.hydra/config.yaml`` unresolved, and ``${hydra:job.num}``
 re-resolved later would name another job, or fail once the multirun is over); a job that sets
 ``eval.output_file`` (a ``skyrl-eval`` sweep's ``r_${hydra:job.num}.json``) leaves that file's
@@ -25,7 +26,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -42,7 +43,12 @@ JOB_RETURN = "job_return.json"
 """Per job directory: ``{"status": "ok" | "failed", "objective": float | null, "error": str}``
 (a non-finite objective, a dry run's placeholder for a search sweeper, is null)."""
 JOB_OUTPUT_DIR = "job_output_dir.txt"
-"""Per job directory: the absolute directory the job's trainer writes to (its metrics.jsonl)."""
+"""Per job directory: the absolute directory the job's trainer writes to (its metrics.jsonl);
+a ``skyrl-eval`` job's own dir."""
+WRITES_IN_JOB_DIR = "skyrl_writes_in_job_dir"
+"""Set (True) on a Hydra task function that writes in its job's Hydra dir whatever
+``trainer.output_dir`` says (``skyrl-eval``'s: ``writes_in_job_dir``): its job's
+``job_output_dir.txt`` names the job dir."""
 JOB_EVAL_FILE = "job_eval_file.txt"
 """Per job directory that sets ``eval.output_file``: that file, absolute (``skyrl-eval``'s
 results; without it they are ``eval_results.json`` in the job's output dir)."""
@@ -65,7 +71,8 @@ class SweepSummary(Callback):
 
         if config.hydra.mode != RunMode.MULTIRUN:
             return
-        write_job_output_dir(Path(config.hydra.runtime.output_dir), config)
+        in_job_dir = getattr(kwargs.get("task_function"), WRITES_IN_JOB_DIR, False)
+        write_job_output_dir(Path(config.hydra.runtime.output_dir), config, in_job_dir)
         write_job_eval_file(Path(config.hydra.runtime.output_dir), config)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
@@ -102,14 +109,23 @@ def write_job_return(job_dir: Path, job_return: Any) -> Path:
     return path
 
 
-def write_job_output_dir(job_dir: Path, config: DictConfig) -> Path:
+def write_job_output_dir(job_dir: Path, config: DictConfig, in_job_dir: bool = False) -> Path:
     """``job_output_dir.txt``: ``trainer.output_dir`` resolved now (absolute, as the job's
-    trainer sees it) if the job sets it, else the job dir."""
-    configured = OmegaConf.select(config, "trainer.output_dir")
+    trainer sees it) if the job sets it, else the job dir; the job dir for a job that writes
+    there whatever ``trainer.output_dir`` says (``in_job_dir``: ``skyrl-eval``'s, which would
+    else be summarized from the ``metrics.jsonl`` of the training run that dir may hold)."""
+    configured = None if in_job_dir else OmegaConf.select(config, "trainer.output_dir")
     path = job_dir / JOB_OUTPUT_DIR
     written = os.path.abspath(os.path.expanduser(configured)) if configured else str(job_dir)
     _write_atomic(path, written)  # ~ expanded as ``skyrl.train`` expands it
     return path
+
+
+def writes_in_job_dir(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """Mark a Hydra task function (under ``@hydra.main``) as writing in its job's Hydra dir
+    whatever ``trainer.output_dir`` says (``WRITES_IN_JOB_DIR``)."""
+    setattr(task, WRITES_IN_JOB_DIR, True)
+    return task
 
 
 def write_job_eval_file(job_dir: Path, config: DictConfig) -> Path | None:
