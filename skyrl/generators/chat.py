@@ -8,7 +8,9 @@ sampled tokens stay, then the template's own text closing an assistant message
 the observation messages and the next generation prompt are tokenized and
 appended. Those appended tokens are the toolkit's, so their loss mask is 0. The turn
 end is read from the template, not from the tokenizer's EOS: Qwen2.5 base models have
-EOS ``<|endoftext|>`` but a ChatML template whose turns end with ``<|im_end|>``.
+EOS ``<|endoftext|>`` but a ChatML template whose turns end with ``<|im_end|>``; Phi-3's
+turns end ``<|end|>\\n``, and the EOS its template writes after the last message of a
+conversation without a generation prompt is no part of the turn end.
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ class ChatTokens:
         self.supports_tools = renders_tools(tokenizer)
         """Whether the chat template renders ``tools=``."""
         self.eos_id: int = tokenizer.eos_token_id
+        self.conversation_end = self._conversation_end()
+        """What the template writes after the last message only when no generation prompt
+        follows (Phi-3's ``{% else %}{{ eos_token }}``; usually ""): no part of a turn end."""
         self.turn_end, self.turn_end_id, self.assistant_tail = self._turn_end()
         end = self.turn_end_id
         self.turn_stop_ids: list[int] = [] if end is None or end == self.eos_id else [end]
@@ -93,13 +98,27 @@ class ChatTokens:
         }
         """Every special token id (``decode`` skips these)."""
 
+    def _conversation_end(self) -> str:
+        """EOS, when the probe render without a generation prompt ends with it after the reply
+        and the render with one has the generation prompt in its place (Phi-3's and
+        Phi-4-mini's templates: ``{% else %}{{ eos_token }}``); else ""."""
+        eos, reply = self.tokenizer.eos_token or "", _PROBE[-1]["content"]
+        base = self.render_text(_PROBE)
+        at = len(base) - len(eos)  # where EOS would start
+        if not eos or not base.endswith(eos) or not 0 <= base.rfind(reply) <= at - len(reply):
+            return ""
+        prompted = self.render_text(_PROBE, add_generation_prompt=True)
+        return eos if prompted[:at] == base[:at] and not prompted.startswith(eos, at) else ""
+
     def _turn_end(self) -> tuple[str, int | None, str]:
         """``(turn_end, turn_end_id, assistant_tail)``: the template's text after an assistant
         message's content (ChatML: ``"<|im_end|>\\n"``), the token in it a reply stops on
         (EOS if the text holds it, else its first token when that is a special token:
         ``<|im_end|>``), and the text after that token (``"\\n"``). Read once from a probe
-        render: dates and tools only ever appear before the turn end."""
-        base = self.render_text(_PROBE)
+        render, without its ``conversation_end`` (Phi-3's turns end ``<|end|>\\n``, its EOS
+        only closes a whole conversation): dates and tools only ever appear before the turn
+        end."""
+        base = self.render_text(_PROBE).removesuffix(self.conversation_end)
         reply, eos = _PROBE[-1]["content"], self.tokenizer.eos_token or ""
         cut = base.rfind(reply)
         if cut >= 0:
@@ -151,7 +170,7 @@ class ChatTokens:
         on them (``TemplateError``) raises ``RefusedObservations``, one that re-renders the
         reply ``NotAppendOnly``."""
         # rendered together: a template that prints today's date renders both the same day
-        probe = self.render_text(_PROBE, tools=tools)
+        probe = self.render_text(_PROBE, tools=tools).removesuffix(self.conversation_end)
         try:
             full = self.render_text(_PROBE + observations, add_generation_prompt=True, tools=tools)
         except TemplateError as exc:  # its raise_exception (a role it refuses), on every env
