@@ -37,7 +37,8 @@ Attention that neither computes (Gemma2's logit softcapping, gpt-oss's attention
 arguments transformers' sdpa drops silently) is refused: by the pre-flight from the model's
 config (``unimplemented_attention``), at load, and per call (``check_arguments``); so is a
 model that attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``:
-Bloom, Falcon, GPT-J, Mamba, ...).
+Bloom, Falcon, GPT-J, ...), or whose other layers mix tokens along the whole packed row
+(``MIXING_MODEL_TYPES``: Mamba, Qwen3.5's linear attention, ...).
 """
 
 from __future__ import annotations
@@ -139,32 +140,65 @@ softmax (attention sinks, passed as ``s_aux=``; transformers 5.19's modeling fil
 
 
 OWN_ATTENTION_MODEL_TYPES = frozenset(
-    {
-        "bloom", "codegen", "cpmant", "falcon", "falcon_mamba", "gpt_neo", "gpt_neox_japanese",
-        "gptj", "mamba", "mamba2", "mpt", "rwkv", "xglm", "xlstm",
-    }
-)  # fmt: skip
+    {"bloom", "codegen", "cpmant", "falcon", "gpt_neo", "gpt_neox_japanese", "gptj", "mpt", "xglm"}
+)
 """transformers' model types whose causal LM attends in its own code, not through
 transformers' attention interface (their transformers 5.19 modeling files use no
-``ALL_ATTENTION_FUNCTIONS``), or has no attention at all (a recurrent state: Mamba, RWKV,
-xLSTM). Neither ``trainer.packed_attention`` reaches them: they build their own causal mask
-over the whole packed row, or carry their state along it. On tiny ones, the logits of a
-sequence packed after another were up to 0.006 (Bloom), 0.003 (XGLM), 0.15 (CodeGen) and 1.7
-(Mamba) off its logits alone; Falcon, GPT-Neo and GPT-J did not load with ``per_sequence`` (``KeyError:
+``ALL_ATTENTION_FUNCTIONS``): neither ``trainer.packed_attention`` reaches them, and they
+build their own causal mask over the whole packed row. On tiny ones, the logits of a sequence
+packed after another were up to 0.006 (Bloom), 0.003 (XGLM) and 0.15 (CodeGen) off its
+logits alone; Falcon, GPT-Neo and GPT-J did not load with ``per_sequence`` (``KeyError:
 'skyrl_per_sequence'``), MPT's forward failed without an attention mask."""
+
+MIXING_MODEL_TYPES = frozenset(
+    {
+        "bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "jamba", "kimi_linear", "lfm2",
+        "lfm2_moe", "mamba", "mamba2", "minimax", "nemotron_h", "olmo_hybrid", "qwen3_5",
+        "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "recurrent_gemma",
+        "rwkv", "xlstm", "zamba", "zamba2",
+    }
+)  # fmt: skip
+"""transformers' model types with layers that mix tokens outside attention: Mamba (state
+space), linear attention (Qwen3.5's and Qwen3-Next's gated delta rule, MiniMax's lightning
+attention), recurrence (RWKV, xLSTM, RecurrentGemma) or short convolutions (LFM2). Those run
+along the whole packed row, carrying one sequence's state into the next (transformers splits
+them per sequence only from its padding-free kwargs, ``seq_idx`` / ``cu_seq_lens``, which
+skyrl's packed forward does not pass). On tiny ones, the logits of a sequence packed after
+another were off its logits alone by 0.02 (Qwen3.5), 0.04 (Qwen3-Next), 0.07 (MiniMax), 0.34
+(Bamba, Nemotron-H), 1.1 (RecurrentGemma), 1.7 (Mamba), 0.0006 (LFM2, one conv layer). A
+config whose ``layer_types`` are all attention has none of them."""
+
+ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+"""``layer_types`` entries of an attention layer."""
+
+
+def _mixing_layers(model_config) -> bool:
+    """Whether the (text) config ``model_config`` has layers that mix tokens outside attention
+    (``MIXING_MODEL_TYPES``, unless its ``layer_types`` are all attention)."""
+    if getattr(model_config, "model_type", None) not in MIXING_MODEL_TYPES:
+        return False
+    layer_types = getattr(model_config, "layer_types", None)
+    return not (isinstance(layer_types, list | tuple) and set(layer_types) <= ATTENTION_LAYER_TYPES)
 
 
 def unimplemented_attention(name: str, model_config) -> str | None:
     """Why the model ``name`` (its (text) config ``model_config``) cannot be trained here, or
     None: its attention computes what neither ``trainer.packed_attention`` does (Gemma2's
     logit softcapping, attention sinks; transformers' sdpa, ``masked``, ignores both), or
-    attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``)."""
+    attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``), or has
+    layers that mix tokens outside attention along the whole packed row (``MIXING_MODEL_TYPES``)."""
     model_type = getattr(model_config, "model_type", None)
     if model_type in OWN_ATTENTION_MODEL_TYPES:
         return (
-            f"{name} ({model_type}) computes attention in its own code (or, recurrent, has "
-            "none), which neither of skyrl's packed attentions (trainer.packed_attention) "
-            "reaches: the sequences packed in one micro batch would see each other"
+            f"{name} ({model_type}) computes attention in its own code, which neither of "
+            "skyrl's packed attentions (trainer.packed_attention) reaches: the sequences "
+            "packed in one micro batch would see each other"
+        )
+    if _mixing_layers(model_config):
+        return (
+            f"{name} ({model_type}) has layers that mix tokens outside attention (state space, "
+            "linear attention, recurrence or short convolutions), which skyrl's packed forward "
+            "runs along the whole micro batch: the sequences packed in it would see each other"
         )
     softcap = getattr(model_config, "attn_logit_softcapping", None)
     if softcap is not None:

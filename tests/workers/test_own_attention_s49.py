@@ -1,6 +1,6 @@
-"""A model that attends in its own code (Bloom, CodeGen, XGLM, Falcon, GPT-J, ...) or has no
-attention (Mamba) is refused before anything starts: neither of skyrl's packed attentions
-reaches it, so the sequences of a packed micro batch saw each other.
+"""A model that attends in its own code (Bloom, CodeGen, XGLM, Falcon, GPT-J, ...) is refused
+before anything starts: neither of skyrl's packed attentions reaches it, so the sequences of a
+packed micro batch saw each other.
 
 Before: a tiny Bloom loaded with ``per_sequence`` (its attention silently not used) scored
 a sequence packed after another 0.0057 off its logits alone, and the pre-flight passed it;
@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, BloomConfig, FalconConfig
+from worker_helpers import packed_after_another_gap
 
 import skyrl
 from skyrl.config import ConfigError
@@ -30,15 +31,10 @@ def bloom_folder(tmp_path) -> str:
 
 def test_bloom_attends_across_the_packed_row_so_it_is_refused_at_load(tmp_path):
     path = bloom_folder(tmp_path)
-    # why: two sequences of 5 packed in one row (positions restart at 0), the second one's
-    # logits against it alone; Bloom builds its own causal mask over the whole row
+    # why: the second of two sequences of 5 packed in one row, against it alone
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     ids = torch.randint(0, 100, (1, 10), generator=torch.Generator().manual_seed(1))
-    positions = torch.cat([torch.arange(5), torch.arange(5)])[None]
-    with torch.no_grad():
-        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, 5:]
-        alone = model(input_ids=ids[:, 5:], use_cache=False).logits[0]
-    assert (packed - alone).abs().max() > 1e-3
+    assert packed_after_another_gap(model, ids) > 1e-3
 
     with pytest.raises(ValueError, match=r"\(bloom\) computes attention in its own code"):
         load_causal_lm(path, "fp32")
@@ -72,8 +68,8 @@ def test_the_preflight_refuses_a_model_that_attends_in_its_own_code(tmp_path, co
         preflight(cfg, for_run=False)
     assert (refused.value.key, refused.value.message) == (
         "model.path",
-        f"{path} ({config.model_type}) computes attention in its own code (or, recurrent, has "
-        "none), which neither of skyrl's packed attentions (trainer.packed_attention) reaches: "
-        "the sequences packed in one micro batch would see each other: the workers would "
-        "compute another model's logprobs",
+        f"{path} ({config.model_type}) computes attention in its own code, which neither of "
+        "skyrl's packed attentions (trainer.packed_attention) reaches: the sequences packed in "
+        "one micro batch would see each other: the workers would compute another model's "
+        "logprobs",
     )

@@ -77,6 +77,18 @@ def make_batch(model_path: str, uids: list[str], lengths: list[int]) -> Training
     return batch.replace(old_logprobs=old * loss_mask)
 
 
+def packed_after_another_gap(model, ids: torch.Tensor) -> float:
+    """How far the logits of the second half of ``ids`` (``[1, 2n]``) are, packed after the
+    first half in one row (positions restart at 0, no attention mask), from its logits alone:
+    0 (to rounding) when the model keeps packed sequences apart."""
+    half = ids.shape[1] // 2
+    positions = torch.cat([torch.arange(half), torch.arange(half)])[None]
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0, half:]
+        alone = model(input_ids=ids[:, half:], use_cache=False).logits[0]
+    return (packed - alone).abs().max().item()
+
+
 def assert_weights_close(actual: dict, expected: dict, atol: float):
     assert actual.keys() == expected.keys()
     worst = max((actual[k] - expected[k]).abs().max().item() for k in expected)
