@@ -144,11 +144,29 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    first = 1  # the 1-based row of the batch's first record
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            yield from batch.to_pylist()
+            try:
+                records = batch.to_pylist()
+            except (OverflowError, ValueError) as exc:  # e.g. a date past year 9999
+                raise PromptDataError(_unconvertible(path, batch, first, exc)) from None
+            yield from records
+            first += batch.num_rows
     except pa.ArrowException as exc:
         raise PromptDataError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def _unconvertible(path: Path, batch, first: int, exc: Exception) -> str:
+    """Where a parquet batch (rows from ``first``) has a value no Python object holds: its
+    first such cell, by row."""
+    for j in range(batch.num_rows):
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            try:
+                column[j].as_py()
+            except (OverflowError, ValueError) as cell:
+                return f"{path}: row {first + j}: column {name!r} cannot be read ({cell})"
+    return f"{path}: rows {first} to {first + batch.num_rows - 1} cannot be read ({exc})"
 
 
 def uid_prefixes(files: Sequence[str | Path]) -> list[str]:
