@@ -28,7 +28,10 @@ steps the run replaces, and ``skyrl-eval`` would have preferred them to ``latest
 A LoRA run's checkpoint holds only the adapters: its trainer state records a content
 fingerprint of the base model (``BASE_FINGERPRINT``), and a resume or an export onto other weights
 of the same shapes, which the adapters would load onto without an error, is refused
-(``check_base_model``, ``export_checkpoint_hf``).
+(``check_base_model``, ``export_checkpoint_hf``). A full-weights run with a reference model
+(a KL term) records the same fingerprint of ``model.path``, which the reference workers load
+at every start (``REFERENCE_FINGERPRINT``): a resume onto another model of the same shapes
+would have gone on against another reference, without a word (``check_base_model``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ FILE_SIZES = "file_sizes.json"
 """In a checkpoint: ``{path relative to it: size in bytes}`` of every file the workers wrote,
 recorded as the save ends, so that a resume finds a file missing or cut short
 (``check_file_sizes``) before the workers load it. Checkpoints saved before it have none."""
+REFERENCE_FINGERPRINT = "reference_fingerprint"
+"""In a full-weights run's ``TRAINER_STATE`` when it has a reference model
+(``algorithm.uses_reference``): ``base_fingerprint(model.path)``, the weights its reference
+workers load (the checkpoint does not hold them). Absent: no reference, a LoRA run (its
+``BASE_FINGERPRINT``), a ``model.path`` without safetensors, a checkpoint saved before it."""
 EXPORT_RECORD = "skyrl_export.json"
 """In an exported ``final_hf``: ``{"step": N}``, the training step whose weights it holds
 (``from_pretrained`` and the engines read only the files they know)."""
@@ -410,21 +418,34 @@ def check_resumable(
 
 
 def check_base_model(ckpt: Path, trainer_state: dict[str, Any], model_path: str) -> None:
-    """Raise ``ConfigError`` naming ``model.path`` when the LoRA checkpoint ``ckpt`` (with
+    """Raise ``ConfigError`` naming ``model.path`` when the checkpoint ``ckpt`` (with
     ``trainer_state``, read from it) was trained on another base model than ``model_path``:
     other tensor names/shapes, or the same ones with other weights (another fine-tune of the
-    architecture), which the adapters would load onto without an error. Passes when the
-    checkpoint records no fingerprint (a full-weights run, one saved before the record) or
-    either base has no safetensors (``base_fingerprint``)."""
+    architecture). A LoRA checkpoint (``BASE_FINGERPRINT``): its adapters would load onto it
+    without an error. A full-weights one (``REFERENCE_FINGERPRINT``; the caller checks it only
+    for a run with a reference model): its weights replace ``model_path``'s, but the reference
+    workers load ``model_path``, and the KL term would change its reference silently. Passes
+    when the checkpoint records no fingerprint (a full-weights run without a reference, one
+    saved before the record) or either base has no safetensors (``base_fingerprint``)."""
     from skyrl.config.errors import ConfigError
 
-    differs = base_difference(trainer_state.get(BASE_FINGERPRINT), model_path)
+    lora = BASE_FINGERPRINT in trainer_state
+    saved = trainer_state.get(BASE_FINGERPRINT if lora else REFERENCE_FINGERPRINT)
+    differs = base_difference(saved, model_path)
     if differs is None:
         return
+    if lora:
+        problem = (
+            f"is not the base model the LoRA adapters of {ckpt} were trained on: it has {differs}"
+        )
+    else:
+        problem = (
+            f"is not the model {ckpt} was trained from: it has {differs}, and the reference "
+            "workers load model.path (the KL term would compare against another model than "
+            "before the resume)"
+        )
     raise ConfigError(
-        "model.path",
-        f"{model_path} is not the base model the LoRA adapters of {ckpt} were trained on: it "
-        f"has {differs}; resume with the model.path it was saved with",
+        "model.path", f"{model_path} {problem}; resume with the model.path it was saved with"
     )
 
 

@@ -39,6 +39,7 @@ from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.checkpoint import (
+    REFERENCE_FINGERPRINT,
     CheckpointManager,
     check_resumable,
     free_space,
@@ -510,6 +511,9 @@ class RLTrainer:
             if self.cfg.model.lora.enabled:  # the adapters only: the base they fit is recorded
                 fingerprint = base_fingerprint(self.cfg.model.path)  # None: no safetensors
                 state.update({BASE_FINGERPRINT: fingerprint} if fingerprint else {})
+            elif self.cfg.algorithm.uses_reference:  # the reference workers load model.path
+                fingerprint = base_fingerprint(self.cfg.model.path)
+                state.update({REFERENCE_FINGERPRINT: fingerprint} if fingerprint else {})
             return self.checkpoints.commit(tmp, step, state, publish=publish)
         except WorkerDiedError:  # a dead worker: its own one-line error says it
             raise
@@ -537,9 +541,11 @@ class RLTrainer:
     def resume(self) -> Path | None:
         """Restore the checkpoint ``trainer.resume`` names; returns its path (None = fresh).
         A LoRA checkpoint trained on another base model than ``model.path`` (its recorded
-        fingerprint: ``check_base_model``) is refused before the workers load it. An adaptive
-        KL controller's coefficient is restored; a fixed one stays the config's
-        ``algorithm.init_kl_coef`` (a line says when it differs from the saved)."""
+        fingerprint: ``check_base_model``) is refused before the workers load it, as is a
+        full-weights checkpoint of a run with a reference model resumed with that reference on
+        another ``model.path``. An adaptive KL controller's coefficient is restored; a fixed
+        one stays the config's ``algorithm.init_kl_coef`` (a line says when it differs from
+        the saved)."""
         from skyrl.algorithms.kl_controllers import FixedKLController
         from skyrl.trainer.checkpoint import BASE_FINGERPRINT, check_base_model
 
@@ -548,7 +554,10 @@ class RLTrainer:
             return None
         state = read_trainer_state(ckpt)
         check_resumable(ckpt, state, self.cfg.trainer.zero_stage)  # before the workers load it
-        if BASE_FINGERPRINT in state:  # a LoRA run's: its adapters fit that base only
+        # a LoRA run's adapters fit that base only; a full-weights run's reference is model.path
+        if BASE_FINGERPRINT in state or (
+            REFERENCE_FINGERPRINT in state and self.cfg.algorithm.uses_reference
+        ):
             check_base_model(ckpt, state, self.cfg.model.path)
         for group in (self.policy, self.critic):
             if group is not None:

@@ -37,6 +37,7 @@ def _trainer(tmp_path, model_path: str, lora: bool = True) -> RLTrainer:
     tr.cfg = SimpleNamespace(
         trainer=SimpleNamespace(resume="auto", zero_stage=0, precision="fp32"),
         model=SimpleNamespace(path=model_path, lora=SimpleNamespace(enabled=lora)),
+        algorithm=SimpleNamespace(uses_reference=False),
     )
     tr.checkpoints = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
     tr.policy, tr.critic = FakeWorkers(), None

@@ -100,7 +100,9 @@ def test_the_trainer_records_the_precision_it_saved_in(tmp_path):
     tr = RLTrainer.__new__(RLTrainer)
     trainer = SimpleNamespace(resume="auto", zero_stage=1, precision="bf16")
     tr.cfg = SimpleNamespace(
-        trainer=trainer, model=SimpleNamespace(lora=SimpleNamespace(enabled=False))
+        trainer=trainer,
+        model=SimpleNamespace(lora=SimpleNamespace(enabled=False)),
+        algorithm=SimpleNamespace(uses_reference=False),
     )
     tr.checkpoints = CheckpointManager(tmp_path / "checkpoints", max_to_keep=0)
     tr.policy, tr.critic = _SavingWorkers(), None
