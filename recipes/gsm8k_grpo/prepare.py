@@ -5,8 +5,9 @@ The output has ``prompt`` (the question plus the answer-format instruction the
 (``gsm8k``), as ``.jsonl`` or ``.parquet`` by the output suffix. Input: the
 GSM8K ``train``/``test`` split as ``.jsonl`` or ``.parquet`` (e.g. the files of
 ``openai/gsm8k`` on the HF hub, copied here by hand; this project has no hub).
-A bad file (missing, not JSON, a row without ``question``/``answer`` or without
-a final ``#### n``) ends with one line naming the file and row; nothing is written.
+A bad file (missing, not JSON, a row without ``question``/``answer``, with a blank
+question or without a final ``#### n``) ends with one line naming the file and row;
+nothing is written.
 
     python recipes/gsm8k_grpo/prepare.py --input gsm8k/train.parquet --output data/gsm8k/train.jsonl
 """
@@ -47,6 +48,8 @@ def convert_record(record: dict[str, Any]) -> dict[str, str]:
     not_text = [c for c in COLUMNS if not isinstance(record[c], str)]
     if not_text:
         raise ValueError(f"column {not_text[0]!r} is not text: {record[not_text[0]]!r:.80}")
+    if not record["question"].strip():  # the prompt would be the instruction alone
+        raise ValueError(f"column 'question' is blank: {record['question']!r:.80}")
     return {
         "prompt": f"{record['question'].strip()}\n{INSTRUCTION}",
         "answer": final_answer(record["answer"]),
