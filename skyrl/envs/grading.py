@@ -184,11 +184,22 @@ def extract_answer(text: str) -> str | None:
     or after the answer does not replace it; with no other marker it is still the answer,
     as before. Markdown bold around an answer (``**42**``) is dropped, and after ``####`` a
     trailing ``.`` and thousands separators (``1,234``) too, but not the commas of a tuple,
-    interval or set (``#### [0,100]`` stays ``[0,100]``, see ``_BRACKETED``).
+    interval or set (``#### [0,100]`` stays ``[0,100]``, see ``_BRACKETED``). An answer tag
+    that holds a marker answers with that marker (``<answer>2 + 5 = 7\\n#### 7</answer>`` is
+    ``7``, as without the tag; a prompt that asks for ``####`` and a tools env that asks for
+    the tag get both).
     """
     tag = last_answer_tag(text)
     if tag is not None:
-        return _unbold(tag)
+        markers, _ = _markers(tag)  # a heading inside the tag is no answer
+        return _last(markers) if markers else _unbold(tag)
+    markers, headings = _markers(text)
+    return _last(markers or headings)
+
+
+def _markers(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``(markers, headings)`` of ``text`` as ``(start, answer)``: its boxes and ``####``
+    answers, and its ``####`` lines that read as markdown headings (``extract_answer``)."""
     markers = [(start, _unbold(content)) for start, content in _boxes(text)]
     headings: list[tuple[int, str]] = []
     for match in _HASH.finditer(text):
@@ -197,7 +208,11 @@ def extract_answer(text: str) -> str | None:
             answer = _THOUSANDS_COMMA.sub("", answer)
         is_heading = match.group(1) or _HEADING.match(answer)
         (headings if is_heading else markers).append((match.start(), answer))
-    markers = markers or headings
+    return markers, headings
+
+
+def _last(markers: list[tuple[int, str]]) -> str | None:
+    """The answer of the marker that starts last, if any."""
     return max(markers, key=lambda marker: marker[0])[1] if markers else None
 
 
