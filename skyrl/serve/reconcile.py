@@ -19,7 +19,9 @@ for it) when it arrives, before the engine sees it:
   OpenAI does; ``Chain.unsent``): the prompt may extend the chain's text without
   it, and the engine is then given the stop string's tokens too, as sampled. So
   with a special token a reply stopped on that its text leaves out and the
-  template does not render back (an EOS that is not the turn end).
+  template does not render back (an EOS that is not the turn end). The row goes
+  on holding what the client was never given (``Chain.hidden``): the requests
+  after it still extend the row, their text compared without those pieces.
 - ``fork``: anything else. The turn starts a new training row of the same
   trajectory (``Turn.fork`` says why: ``edited`` when the context before the last
   reply changed in text, e.g. the agent dropped or rewrote history; ``rerendered`` when
@@ -55,6 +57,21 @@ class Decision:
     """Why it forks: ``edited`` or ``rerendered`` (``""`` otherwise)."""
     row_prompt_len: int = 0
     """Length of the prompt of the training row this request belongs to."""
+    hidden: list[tuple[int, str]] = field(default_factory=list)
+    """Pieces of the prompt's text its client was not given, as ``(offset, text)`` in the
+    decoded ``prompt_ids`` (a realignment past what the earlier replies stopped on)."""
+
+
+def _without(text: str, pieces: list[tuple[int, str]]) -> str | None:
+    """``text`` less the ``(offset, piece)`` pieces (None where a piece is not at its
+    offset: the text is not the one they were found in)."""
+    kept, at = [], 0
+    for offset, piece in sorted(pieces):
+        if offset < at or text[offset : offset + len(piece)] != piece:
+            return None
+        kept.append(text[at:offset])
+        at = offset + len(piece)
+    return "".join(kept) + text[at:]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -81,6 +98,9 @@ class Chain:
     """The end of the chain's text the client was not given: the stop string the last
     reply stopped on and what follows it, or the special token it stopped on that the
     template does not render back (``""``: it was given all of it)."""
+    hidden: list[tuple[int, str]] = field(default_factory=list)
+    """The earlier replies' ``unsent`` pieces the row still holds, as ``(offset, text)`` in
+    the chain's text: the client's conversation has them nowhere."""
     counts: Counter = field(default_factory=Counter)
     """Decisions so far, by kind and fork reason."""
 
@@ -93,12 +113,16 @@ class Chain:
         if same == len(chain):
             return Decision(APPEND, list(rendered), row_prompt_len=self.row_prompt_len)
         text, want = self.decode(rendered), self.decode(chain)
-        cut = self._text_boundary(rendered, same, text, want, want)
-        if cut is None and self.unsent and want.endswith(self.unsent):
-            shown = want[: len(want) - len(self.unsent)]
-            cut = self._text_boundary(rendered, 0, text, want, shown)
+        cut, hidden = self._text_boundary(rendered, same, text, want, want), []
+        if cut is None and want.endswith(self.unsent):  # the text as the client has it
+            last = [(len(want) - len(self.unsent), self.unsent)] if self.unsent else []
+            hidden = self.hidden + last
+            shown = _without(want, hidden) if hidden else None
+            if shown is not None:
+                cut = self._text_boundary(rendered, 0, text, want, shown)
         if cut is not None:
-            return Decision(REALIGNED, chain + rendered[cut:], row_prompt_len=self.row_prompt_len)
+            prompt = chain + rendered[cut:]
+            return Decision(REALIGNED, prompt, row_prompt_len=self.row_prompt_len, hidden=hidden)
         reason = RERENDERED if self._context_kept(same, text) else EDITED
         return Decision(FORK, list(rendered), reason, row_prompt_len=len(rendered))
 
@@ -152,7 +176,8 @@ class Chain:
         assert self.ids is not None
         if same >= self.last_prompt_len:
             return True
-        return text.startswith(self.decode(self.ids[: self.last_prompt_len]))
+        before = _without(self.decode(self.ids[: self.last_prompt_len]), self.hidden)
+        return before is not None and text.startswith(before)
 
     def record(self, decision: Decision, response_ids: list[int], unsent: str = "") -> None:
         """The request was answered: its prompt + sampled tokens are the new chain, the
@@ -164,6 +189,7 @@ class Chain:
         self.last_prompt_len = len(decision.prompt_ids)
         self.row_prompt_len = decision.row_prompt_len
         self.unsent = unsent
+        self.hidden = list(decision.hidden)
 
 
 @dataclass
