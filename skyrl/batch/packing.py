@@ -308,7 +308,7 @@ def shared_prefix_units(chunk: TrainingInputBatch, max_tokens: int) -> list[tupl
     before their first loss token are the same (the samples of one prompt, say) form one
     unit that packs that prompt once, split where the unit would exceed ``max_tokens``; every
     other row is a unit of its own with prefix 0, and so is every data-parallel padding row
-    (a copy of row 0 with no loss token: its tokens are counted as padding, not shared). A
+    (row 0's first token with no loss token: counted as padding, not shared). A
     shared prefix holds no loss token and leaves every row at least one token of its own."""
     real_lengths = chunk.real_lengths()
     lengths = real_lengths.tolist()

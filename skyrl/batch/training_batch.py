@@ -288,9 +288,12 @@ def _check_rows_in_range(rows: np.ndarray, num_rows: int) -> None:
 
 
 def pad_training_input_batch(batch: TrainingInputBatch, pad_size: int) -> TrainingInputBatch:
-    """A NEW batch with ``pad_size`` extra rows copied from row 0, contributing no loss.
+    """A NEW batch with ``pad_size`` extra rows built from row 0, contributing no loss.
 
-    Padding rows: ``loss_mask`` (and ``loss_weights``) all zero, ``uids``
+    Padding rows: row 0's first token alone (token-level fields hold row 0's column 0 and
+    zeros after it; no token where row 0 has none), so a rank given one computes one token
+    for it, not a whole sequence; row-level fields copy row 0; ``loss_mask`` (and
+    ``loss_weights``) all zero, ``uids``
     ``pad0, pad1, ...``, ``is_last_step`` True, ``trajectory_ids`` like uids,
     ``is_padding`` True (real rows False); other per-row metadata copies row 0.
     ``metadata["pad_size"] = pad_size``. ``pad_size == 0`` returns ``batch``
@@ -303,11 +306,14 @@ def pad_training_input_batch(batch: TrainingInputBatch, pad_size: int) -> Traini
     if len(batch) == 0:
         raise ValueError("cannot pad an empty batch: there is no row 0 to copy")
     zero_fields = ("loss_mask", "loss_weights")
+    seq_len = batch.input_ids.shape[1]
     tensors = {}
     for k, v in batch.tensors.items():
         pad = v[:1].expand(pad_size, *v.shape[1:])
-        if k in zero_fields:
+        if v.dim() >= 2 and v.shape[1] == seq_len:  # token-level, right-padded
             pad = torch.zeros_like(pad)
+            if k not in zero_fields:
+                pad[:, :1] = v[:1, :1]  # row 0's first token
         tensors[k] = torch.cat([v, pad])
     n = len(batch)
     pad_names = [f"pad{i}" for i in range(pad_size)]

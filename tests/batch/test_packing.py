@@ -243,18 +243,20 @@ def test_without_sharing_every_row_is_packed_whole():
 
 
 def test_padding_rows_are_computed_but_not_counted_as_data():
-    """dp padding copies row 0: its tokens are computed (``padding_tokens``) but are neither
-    ``local_tokens`` nor an oversized sequence of the data."""
-    chunk = pad_training_input_batch(make_chunk([20, 6, 6]), 1)  # row 3 copies the 20-row
+    """A dp padding row is row 0's first token alone: that token is computed
+    (``padding_tokens``) but is neither ``local_tokens`` nor an oversized sequence."""
+    chunk = pad_training_input_batch(make_chunk([20, 6, 6]), 1)  # row 3: the 20-row's 1st token
     micro = plan_micro_batches(chunk, 16)
     metrics = micro_batch_metrics(micro, 16)
-    assert metrics["local_tokens"] == 20 + 6 + 6  # 32, not 52
-    assert metrics["padding_tokens"] == 20
+    assert metrics["local_tokens"] == 20 + 6 + 6  # 32, not 33
+    assert metrics["padding_tokens"] == 1  # a copy of the whole row computed 20
     assert metrics["oversized_sequences"] == 1  # the real 20-token row only
     assert metrics["local_samples"] == 3
-    # 3 micro batches ([20], [20 padding], [6 6]) of 16: real fill 32 / 48
-    assert metrics["local_micro_batches"] == 3
-    assert metrics["fill_ratio"] == pytest.approx(32 / 48)
+    # 2 micro batches ([20], [6 6 1]) of 16 (a whole-row copy made 3: [20], [20], [6 6]);
+    # real fill 32 / 32
+    assert [mb.row_indices for mb in micro] == [[0], [1, 2, 3]]
+    assert metrics["local_micro_batches"] == 2
+    assert metrics["fill_ratio"] == pytest.approx(32 / 32)
 
 
 @pytest.mark.parametrize("share", [False, True])
@@ -293,17 +295,17 @@ def test_rows_of_no_tokens_open_no_micro_batch_of_their_own(share):
 
 
 def test_padding_rows_share_no_prompt():
-    """Padding rows copy row 0 with loss mask 0, so their whole length looked like a prompt
+    """Padding rows copied row 0 with loss mask 0, so their whole length looked like a prompt
     shared with each other (and with row 0): ``local_tokens`` came out negative. Each is a
     unit of its own. Rows: a 6-token row (prompt 5 + 1 response token) and two padding
-    copies; shared, 6 real tokens + 2 x 6 padding tokens are computed."""
+    rows (its first token alone); shared, 6 real tokens + 2 x 1 padding tokens are computed."""
     chunk = make_chunk([6, 3])
     chunk.tensors["loss_mask"][0, :5] = 0  # row 0: prompt of 5, one response token
     padded = pad_training_input_batch(chunk.select_rows([0]), 2)
     micro = plan_micro_batches(padded, 64, share_prefixes=True)
     metrics = micro_batch_metrics(micro, 64)
-    assert metrics["local_tokens"] == 6 and metrics["padding_tokens"] == 12
-    assert sum(mb.num_tokens for mb in micro) == 18
+    assert metrics["local_tokens"] == 6 and metrics["padding_tokens"] == 2
+    assert sum(mb.num_tokens for mb in micro) == 8
 
 
 def test_shared_prompts_give_the_same_logprobs_and_gradients_as_whole_rows():
@@ -311,10 +313,11 @@ def test_shared_prompts_give_the_same_logprobs_and_gradients_as_whole_rows():
     tokens) with samples of 4, 2 and 1 own tokens (the last with no loss token: an env error),
     prompt b (3 tokens) with 6, 3 and 0 own tokens, and one data-parallel padding row; a
     token-mean loss ``sum(logprob x advantage x weight)``. Budget 64 packs everything in one
-    micro batch: 9 + 7 + 6 + 9 + 6 + 3 + 9 (padding) = 49 tokens whole; shared, a's prompt
-    once for its 3 rows and b's once for its 2 with a response: 49 - 2 x 5 - 3 = 36. Budget
+    micro batch: 9 + 7 + 6 + 9 + 6 + 3 + 1 (padding) = 41 tokens whole; shared, a's prompt
+    once for its 3 rows and b's once for its 2 with a response: 41 - 2 x 5 - 3 = 28. Budget
     9 splits the units: a's 9-token sample alone, then a's prompt + 2 + 1 = 8 shared; b's
-    9-token sample alone, its 6 + 3 whole. Every packing gives the gradients and loss-token
+    9-token sample alone, its 6 + 3 whole; the padding row's one token fills a's 8 to 9
+    (a copy of the whole 9-token row 0 took a micro batch of its own). Every packing gives the gradients and loss-token
     logprobs of the whole rows in one micro batch."""
     from skyrl.models import build_tiny_model
     from skyrl.workers.logprobs import packed_logprobs
@@ -358,10 +361,10 @@ def test_shared_prompts_give_the_same_logprobs_and_gradients_as_whole_rows():
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results[budget, share] = micro, logprobs.detach(), grads
     (whole,), _, _ = results[64, False]
-    assert whole.num_tokens == 49
+    assert whole.num_tokens == 41
     (shared,), _, _ = results[64, True]
-    assert shared.num_tokens == 36
-    assert [mb.row_indices for mb in results[9, True][0]] == [[0], [1, 2], [3], [4, 5], [6]]
+    assert shared.num_tokens == 28
+    assert [mb.row_indices for mb in results[9, True][0]] == [[0], [1, 2, 6], [3], [4, 5]]
     _, reference_logprobs, reference_grads = results[64, False]
     loss = chunk.loss_mask > 0
     for key, (_, logprobs, grads) in results.items():

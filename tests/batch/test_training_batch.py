@@ -99,8 +99,12 @@ def test_pad_fields():
     assert p is not b and len(p) == 7
     assert torch.equal(p.loss_mask[4:], torch.zeros(3, 6))
     assert torch.equal(p.loss_mask[:4], b.loss_mask)
-    for key in ("input_ids", "attention_mask", "advantages"):
-        assert torch.equal(p[key][4:], b[key][:1].expand(3, -1))
+    # row 0 holds 3 tokens; a padding row keeps its first one alone: one token to compute
+    assert torch.equal(p.attention_mask[4:], torch.tensor([[1, 0, 0, 0, 0, 0]] * 3))
+    for key in ("input_ids", "advantages"):  # row 0's column 0, zeros after it
+        first = float(b[key][0, 0])
+        assert torch.equal(p[key][4:].float(), torch.tensor([[first] + [0.0] * 5] * 3))
+    assert p.real_lengths().tolist() == [3, 5, 2, 4, 1, 1, 1]
     assert torch.equal(p.rewards[4:], torch.zeros(3))  # row 0's reward is 0
     assert p.metadata["uids"] == ["u0", "u0", "u1", "u1", "pad0", "pad1", "pad2"]
     assert p.metadata["is_last_step"] == [False, True, False, True, True, True, True]
@@ -120,6 +124,12 @@ def test_pad_zero_returns_same_object_and_larger_than_batch():
     p = pad_training_input_batch(b[:1], 5)
     assert len(p) == 6 and p.metadata["uids"][1:] == [f"pad{i}" for i in range(5)]
     assert p.loss_mask[1:].sum() == 0
+
+
+def test_pad_rows_of_a_tokenless_row_0_have_no_token():
+    # row 0 of no token (an env that failed at init): its padding rows have none either
+    p = pad_training_input_batch(make_batch(lengths=(0, 5)), 2)
+    assert p.real_lengths().tolist() == [0, 5, 0, 0]
 
 
 def test_pad_zeroes_loss_weights_and_rejects_negative():

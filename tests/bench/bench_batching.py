@@ -42,11 +42,11 @@ def sample_lengths(num_sequences: int, seed: int = 0) -> np.ndarray:
 
 
 def rank_chunks(lengths: np.ndarray, bounds, dp_size: int, balance: str):
-    """Per mini-batch, per rank: the row lengths after padding (copies of row 0)."""
+    """Per mini-batch, per rank: the row lengths after padding (row 0's first token each)."""
     for start, end in bounds:
         mini = lengths[start:end]
         pad = (-len(mini)) % dp_size
-        mini = np.concatenate([mini, np.repeat(mini[:1], pad)])
+        mini = np.concatenate([mini, np.full(pad, min(int(mini[0]), 1), dtype=mini.dtype)])
         yield [mini[rows] for rows in assign_rows_to_ranks(mini, dp_size, balance)]
 
 

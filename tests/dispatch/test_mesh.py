@@ -47,7 +47,7 @@ def test_seven_rows_two_mini_batches_dp2(balance):
     assert zero_loss_rows == 1  # mini-batch 0 (3 rows) gets one padding row, mini-batch 1 none
     assert staged.pad_sizes == [1, 0]
     rows0 = sorted(r for c in staged[0] for r in c.metadata["row"])
-    assert rows0 == [0, 0, 1, 2]  # padding copies row 0
+    assert rows0 == [0, 0, 1, 2]  # the padding row carries row 0's metadata
     assert sorted(r for c in staged[1] for r in c.metadata["row"]) == [3, 4, 5, 6]
     assert data.metadata["row"] == list(range(7)) and len(data) == 7  # input untouched
 
@@ -234,8 +234,8 @@ def test_two_ranks_of_two_micro_batches_give_the_unsplit_gradient(num_rows, expe
     theta = torch.tensor(0.5, requires_grad=True)
     rank_grads = []
     for chunk in staged[0]:
-        # a 4-token budget, rank lengths (4, 2) and (3, 2); padded: (2, 4) and (3, 3: the
-        # padding copy of row 0), each two micro batches
+        # a 4-token budget, rank lengths (4, 2) and (3, 2); padded (3 rows): (4, 1: the
+        # padding row, row 0's first token alone) and (3, 2), each two micro batches
         micro = plan_micro_batches(chunk, max_tokens=4)
         assert len(micro) == 2
         rank_loss = sum((theta * mb["advantages"] * mb["loss_weights"]).sum() for mb in micro)

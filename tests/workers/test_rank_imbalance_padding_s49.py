@@ -44,21 +44,22 @@ def staged_and_logged(lengths: list[int]) -> tuple[float, float, list[float]]:
     return staged.rank_token_imbalance[0], logged, [r.packing.local_tokens for r in records]
 
 
-def test_equal_rows_with_one_padding_row_are_balanced():
-    # 3 rows of 10 tokens over 2 ranks: a 4th row (a copy of row 0, 10 tokens) pads them;
-    # each rank computes 20 tokens (one rank 10 of them padding): 20 / 20 = 1, not 20 / 10
+def test_equal_rows_with_one_padding_row():
+    # 3 rows of 10 tokens over 2 ranks: a 4th row (row 0's first token alone) pads them;
+    # dealt longest first in serpentine order: rank 0 gets a 10-row and the padding row, rank
+    # 1 two 10-rows: 20 / 11, not 20 / 10 (data alone)
     staged, logged, real = staged_and_logged([10, 10, 10])
     assert sorted(real) == [10.0, 20.0]
-    assert staged == logged == 1.0
+    assert staged == logged == pytest.approx(20 / 11)
 
 
 def test_a_rank_busy_with_a_padding_row_counts_it():
-    # rows 30, 10, 10 + a padding copy of the 30-row, dealt longest first in serpentine order:
-    # rank 0 gets 30 and 10, rank 1 the 30 of padding and 10: 40 tokens each (1.0); counting
-    # data alone said 40 / 10 = 4
+    # rows 30, 10, 10 + a padding row of 1 token: rank 0 gets 30 and the padding row (31
+    # tokens computed), rank 1 10 and 10: 31 / 20; counting data alone said 30 / 20 (and a
+    # padding row copying the whole 30-row made both ranks compute 40)
     staged, logged, real = staged_and_logged([30, 10, 10])
-    assert sorted(real) == [10.0, 40.0]
-    assert staged == logged == 1.0
+    assert sorted(real) == [20.0, 30.0]
+    assert staged == logged == pytest.approx(31 / 20)
 
 
 def test_padding_tokens_count_in_combine_ranks():
