@@ -1,9 +1,8 @@
 """Prompt batches for training steps: a seeded shuffle per epoch, handed out in order.
 
 The loader's whole state is ``(epoch, cursor)`` and the rows a refill passed over
-(``pending``, drawn first next time; an asynchronous run's prompts drawn and not trained on
-join them when it is resumed synchronously: ``draw_first``); it goes into every checkpoint,
-so a resumed run draws exactly the prompts the uninterrupted run would have. With it goes what the order was drawn
+(``pending``, drawn first next time); it goes into every checkpoint, so a resumed run draws
+exactly the prompts the uninterrupted run would have. With it goes what the order was drawn
 over (the number of prompts, a digest of them, the seed): a run resumed over other prompts
 or another ``trainer.seed`` is warned, in one line, that the rest of the epoch comes from
 another order (allowed: a curriculum changes its prompts on purpose; resumed at an epoch's
@@ -98,13 +97,6 @@ class PromptLoader:
         self.cursor += max(0, used - len(self._pending))
         self._pending = passed + self._pending[used:]
         return picked
-
-    def draw_first(self, indices: list[int]) -> None:
-        """Rows to hand out before ``pending`` and the epoch's order, in the order given: the
-        prompts an asynchronous run had drawn and not trained on, resumed synchronously (rows
-        past this training set's are left out: other prompts, warned of by
-        ``load_state_dict``)."""
-        self._pending = [i for i in indices if i < len(self.rows)] + self._pending
 
     def row(self, index: int, uid: str) -> PromptRow:
         """An independent copy of row ``index`` with uid ``uid``."""

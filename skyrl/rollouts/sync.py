@@ -98,12 +98,8 @@ class SyncRollouts:
         return {"loader": self.loader.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The loader's position; from an asynchronous run's checkpoint also the prompts it had
-        drawn and not trained on (``pending``), drawn first, as ``AsyncRollouts`` regenerates
-        them: the loader has moved past them, so the rest of their epoch would skip them."""
         if state.get("loader"):
             self.loader.load_state_dict(state["loader"])
-        self.loader.draw_first([int(p["index"]) for p in state.get("pending", [])])
 
     # -- producing a step's rows ---------------------------------------------------------
 
