@@ -1,7 +1,8 @@
 """The HTTP side: a FastAPI app over an ``OpenAIBackend``, served by uvicorn on a thread.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET
-/v1/models``, ``GET /health``. A body that is not JSON is a 400; every error is
+/v1/models``, ``GET /health``. A body that is not JSON (or nested too deeply for
+Python's parser) is a 400; every error is
 an OpenAI error object (``APIError``), an unexpected exception included (a 500
 ``server_error``; its traceback goes to the server's log, not to the client);
 streaming responses are server-sent events. ``HTTPServer`` runs uvicorn on a
@@ -38,6 +39,8 @@ def build_app(backend: OpenAIBackend):
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise APIError(400, f"the request body is not valid JSON ({exc})") from None
+        except RecursionError:  # Python's parser gives up past ~1000 levels
+            raise APIError(400, "the request body is nested too deeply to read") from None
 
     def key_of(request: Request) -> Optional[str]:  # noqa: UP045
         auth = request.headers.get("authorization", "")
