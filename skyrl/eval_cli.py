@@ -547,9 +547,9 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 def _check_command_line() -> None:
     """Compose and validate ``sys.argv`` once, as ``skyrl-train`` does (one line, exit 2; its
-    Hydra flags too), except that ``data.source=files`` needs no training files: a command
+    Hydra flags too), except that ``data.source=files`` needs no training files (a command
     line failing only on that rule is checked again with ``data.train_files`` set to the eval
-    files."""
+    files), and a sweep's jobs may share ``trainer.output_dir`` (checked unset)."""
     from skyrl.api import config_error_line
     from skyrl.cli import EXIT_CONFIG_ERROR, hydra_flags_problem, package_problem, with_config_dir
     from skyrl.config import register_configs
@@ -560,7 +560,9 @@ def _check_command_line() -> None:
     if flags is not None:
         print(flags, file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
-    argv = with_config_dir(sys.argv[1:])
+    # skyrl-eval writes in its Hydra run (job) dir whatever trainer.output_dir says: jobs
+    # sharing one (an experiment's run dir) are not two trainers writing in one directory
+    argv = with_override(with_config_dir(sys.argv[1:]), "trainer.output_dir=null")
     problem = command_line_problem(argv, preflight_jobs=False)  # a training run's checks
     if _is_train_files_rule(problem):
         with_files = with_override(argv, "data.train_files=${data.eval_files}")
