@@ -30,6 +30,14 @@ def attention_implementation(packed_attention: str) -> str:
     return packed.IMPLEMENTATIONS[packed_attention]
 
 
+def track_position_ids(model: PreTrainedModel) -> None:
+    """The packed attention gets each forward's ``position_ids`` even from an attention layer
+    that drops them (``skyrl.workers.packed_attention.track_position_ids``)."""
+    from skyrl.workers import packed_attention as packed
+
+    packed.track_position_ids(model)
+
+
 def check_attention(model: PreTrainedModel, path: str) -> None:
     """Refuse a model whose attention computes what the packed attention does not (the
     pre-flight refuses it first; this guards ``masked``, whose sdpa would drop it silently)."""
@@ -63,6 +71,7 @@ def load_causal_lm(
     model, loading = cast(tuple[PreTrainedModel, dict], loaded)
     check_lm_head(model, path, loading["missing_keys"])
     check_attention(model, path)
+    track_position_ids(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -298,6 +307,7 @@ def load_value_model(
         **IN_MEMORY,
     )
     check_attention(body, path)
+    track_position_ids(body)
     if gradient_checkpointing:
         body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = ValueModel(body, body.config.hidden_size)

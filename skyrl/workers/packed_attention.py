@@ -112,12 +112,16 @@ def per_sequence_attention(
     a continuation of a shared prompt also sees that prompt (``attention_spans``).
 
     A ``sliding_window`` shorter than a sequence of the row is applied (``_sdpa_per_span``).
+    An attention layer that does not pass its ``position_ids`` on (Ministral 3's, Persimmon's)
+    gets those of the model's forward (``track_position_ids``).
     Anything but one packed row (a padded batch with a 2D attention mask, a KV cache: the
     model used outside the workers' forward) goes to transformers' sdpa with a causal mask.
     Any other argument that would change the result (``softcap``, ``s_aux``, ``is_causal=False``,
     ...) is a ``ValueError``: neither path computes it (``check_arguments``)."""
     check_arguments(module, kwargs)
     packed_row = query.shape[0] == 1 and query.shape[2] == key.shape[2]  # no KV cache
+    if position_ids is None and attention_mask is None and packed_row:
+        position_ids = _forward_position_ids(query.shape[2])
     if attention_mask is not None or position_ids is None or not packed_row:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     spans, longest = _row_spans(position_ids)
@@ -234,6 +238,33 @@ def check_arguments(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
             "packed attention does not implement (computed without it, the logprobs would be "
             "another model's)"
         )
+
+
+_forward_positions: torch.Tensor | None = None
+"""The ``position_ids`` of the forward running now of a model ``track_position_ids`` follows."""
+
+
+def track_position_ids(model: torch.nn.Module) -> None:
+    """Keep the ``position_ids`` that each forward of ``model`` is called with, for an
+    attention layer that does not pass its own on to the attention function (Ministral 3's and
+    Persimmon's take them as an argument and drop them): without them a packed row looked like
+    one sequence, and its sequences attended to each other (a tiny Ministral 3's second packed
+    sequence 0.54 off its logits alone)."""
+
+    def keep(_module, args, kwargs) -> None:
+        global _forward_positions
+        _forward_positions = kwargs.get("position_ids")
+
+    model.register_forward_pre_hook(keep, with_kwargs=True)
+
+
+def _forward_position_ids(length: int) -> torch.Tensor | None:
+    """The running forward's ``position_ids`` (``track_position_ids``) if they are those of a
+    row of ``length`` tokens, else None."""
+    positions = _forward_positions
+    if positions is None or positions.dim() != 2 or positions.shape != (1, length):
+        return None
+    return positions
 
 
 _last_row: tuple[weakref.ref, int, list[tuple[int, int, int, int]], int] | None = None
