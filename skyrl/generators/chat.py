@@ -107,7 +107,10 @@ class ChatTokens:
         at = len(base) - len(eos)  # where EOS would start
         if not eos or not base.endswith(eos) or not 0 <= base.rfind(reply) <= at - len(reply):
             return ""
-        prompted = self.render_text(_PROBE, add_generation_prompt=True)
+        try:  # a template may refuse a generation prompt after an assistant message
+            prompted = self.render_text(_PROBE, add_generation_prompt=True)
+        except Exception:
+            return ""
         return eos if prompted[:at] == base[:at] and not prompted.startswith(eos, at) else ""
 
     def _turn_end(self) -> tuple[str, int | None, str]:

@@ -77,3 +77,18 @@ def test_a_template_ending_assistant_turns_with_eos_keeps_it():
     chat = ChatTokens(tok)
     assert chat.conversation_end == ""
     assert (chat.turn_end, chat.turn_end_id) == ("<|endoftext|>", tok.eos_token_id)
+
+
+def test_a_template_refusing_a_generation_prompt_after_a_reply_still_loads():
+    """The conversation end is read from a render with a generation prompt after the probe's
+    reply; a template that raises there is taken as having none (its turn end is EOS)."""
+    tok = build_tiny_tokenizer()
+    tok.eos_token = "<|endoftext|>"
+    tok.chat_template = (
+        "{% if add_generation_prompt and messages[-1]['role'] == 'assistant' %}"
+        "{{ raise_exception('no generation prompt after an assistant message') }}{% endif %}"
+        "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + eos_token }}{% endfor %}"
+    )
+    chat = ChatTokens(tok)
+    assert chat.conversation_end == ""
+    assert (chat.turn_end, chat.turn_end_id) == ("<|endoftext|>", tok.eos_token_id)
