@@ -2,10 +2,10 @@
 
 A row is a prompt (a string, or a list of chat messages with string ``content`` and a
 ``role`` of ``ROLES``; not blank: a whitespace string, or messages whose every content is
-whitespace, is refused), the ``data_source`` it belongs to (metrics such as pass@n are
-reported per source), and ``extras``: every other column (e.g. ``answer``; the keys of a dict
-``extra_info`` column are merged in, over a column of the same name unless null or NaN),
-handed to the env's ``init``.
+whitespace, is refused, as is text with a lone surrogate, which no tokenizer takes), the
+``data_source`` it belongs to (metrics such as pass@n are reported per source), and
+``extras``: every other column (e.g. ``answer``; the keys of a dict ``extra_info`` column are
+merged in, over a column of the same name unless null or NaN), handed to the env's ``init``.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -60,7 +60,7 @@ class PromptRow:
 def _check_prompt(prompt: Any) -> str | None:
     """An error message for an unusable prompt, or None."""
     if isinstance(prompt, str):
-        return None if prompt.strip() else "empty prompt"
+        return _not_unicode(prompt, "prompt") or (None if prompt.strip() else "empty prompt")
     if isinstance(prompt, list | tuple) and prompt:
         for j, m in enumerate(prompt):
             if not isinstance(m, Mapping):
@@ -71,10 +71,25 @@ def _check_prompt(prompt: Any) -> str | None:
                     return f"message {j} has no string {key!r}{has}"
             if m["role"] not in ROLES:
                 return f"message {j} has role {m['role']!r}, not one of {', '.join(ROLES)}"
+            if problem := _not_unicode(m["content"], f"message {j}'s content"):
+                return problem
         if not any(m["content"].strip() for m in prompt):  # as a blank string prompt is
             return "empty prompt (every message's content is blank)"
         return None
     return f"prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}"
+
+
+def _not_unicode(text: str, what: str) -> str | None:
+    """Why ``text`` is no Unicode text a tokenizer takes: a lone surrogate, which JSON can
+    spell (``"\\ud83d"``: half of an emoji's UTF-16 pair, e.g. cut by a truncation)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"{what} is not valid Unicode: a lone surrogate {text[exc.start]!r} at character "
+            f"{exc.start} (half of a UTF-16 pair)"
+        )
+    return None
 
 
 def row_from_record(
