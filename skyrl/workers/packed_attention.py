@@ -127,11 +127,14 @@ def per_sequence_attention(
     spans, longest = _row_spans(position_ids)
     if sliding_window is not None and longest > sliding_window:  # a window that cuts
         return _sdpa_per_span(query, key, value, spans, dropout, scaling, sliding_window), None
-    if query.device.type == "cpu" and dropout == 0.0:
+    # the flash kernels take one head size; multi-head latent attention (DeepSeek-V2/V3) has
+    # values of another size than its queries and keys
+    flash = dropout == 0.0 and value.shape[-1] == query.shape[-1]
+    if query.device.type == "cpu" and flash:
         out = _CpuSpanAttention.apply(query, key, value, spans, scaling)
         return out.transpose(1, 2).contiguous(), None
     half = query.dtype in (torch.bfloat16, torch.float16)
-    if query.is_cuda and half and dropout == 0.0 and varlen_kernel() is not None:
+    if query.is_cuda and half and flash and varlen_kernel() is not None:
         return _varlen_per_span(query, key, value, spans, scaling), None
     return _sdpa_per_span(query, key, value, spans, dropout, scaling), None
 
