@@ -73,6 +73,11 @@ def read_records(path: Path) -> list[tuple[int, Any]]:
                 raise ValueError(f"row {i}: invalid JSON ({exc.msg})") from None
             except UnicodeDecodeError:
                 raise ValueError(f"row {i}: not UTF-8 text") from None
+            except ValueError as exc:  # an integer past Python's 4300 digits
+                number = str(exc).split(";")[0]
+                raise ValueError(
+                    f"row {i}: unreadable JSON ({number}): write such a number as a string"
+                ) from None
         return records
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
