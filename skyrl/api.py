@@ -75,7 +75,8 @@ def compose(
     ``{"experiment": "smoke", "trainer.total_steps": 3}`` is ``["experiment=smoke",
     "trainer.total_steps=3"]``, and a mapping value is merged into its node (``{"trainer":
     {"epochs": 2}}`` keeps the other ``trainer`` keys). A bad override (a config group set to
-    no option's name too) is a ``ConfigError`` naming it, as ``skyrl-train``'s
+    no option's name, or a setting of Hydra's own job such as ``hydra.run.dir``, which a
+    composed config has no place for, too) is a ``ConfigError`` naming it, as ``skyrl-train``'s
     ``error:`` line does (an unknown key with the nearest one, a value that does not parse, a
     sweep). A Hydra the caller initialized (a notebook's own configs) is left as it was."""
     from hydra import compose as hydra_compose
@@ -149,8 +150,9 @@ def _with_article(value: object) -> str:
 def _check_override_lines(lines: list[str]) -> None:
     """Raise a ``ConfigError`` naming the first line that does not parse, that is a sweep
     (Hydra's own error for the one does not name the line, for the other advises adding
-    ``--multirun`` to a command line), or whose value reads Hydra's job config
-    (``HYDRA_RESOLVER``)."""
+    ``--multirun`` to a command line), that sets Hydra's own job (``hydra.run.dir``,
+    ``hydra/launcher``: compose ran none, and dropped it without a word), or whose value reads
+    Hydra's job config (``HYDRA_RESOLVER``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -168,6 +170,13 @@ def _check_override_lines(lines: list[str]) -> None:
             if getattr(override.value(), "simple_form", False):  # a,b: meant a list or a str?
                 message += f", or write a list as [{value}] or a string as '{value}'"
             raise ConfigError(override.key_or_group, message)
+        if override.is_hydra_override():
+            raise ConfigError(
+                override.key_or_group,
+                "a setting of the Hydra job a command line runs (skyrl-train, skyrl-eval), and "
+                "skyrl.compose makes the config outside one: it would change nothing; leave it "
+                "out (the run directory: skyrl.train(cfg, output_dir=...) or trainer.output_dir)",
+            )
         if HYDRA_RESOLVER.search(line.partition("=")[2]):
             raise ConfigError(
                 override.key_or_group,
