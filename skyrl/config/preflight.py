@@ -396,11 +396,13 @@ def _check_resume_mode(cfg: SkyRLConfig, ckpt: Path, state: dict) -> None:
 
 def check_env_and_agent(cfg: SkyRLConfig) -> None:
     """The environment (``name`` or ``_target_``) imports and builds; ``generator.agent``
-    imports (``skyrl-eval`` checks these too)."""
+    imports; ``generator.tool_parser`` is one of vLLM's (``skyrl-eval`` checks these too)."""
     from skyrl.envs import make_checked_env
+    from skyrl.generators.tool_calls import check_tool_parser
 
     make_checked_env(cfg.environment).close()
     _check_agent(cfg.generator.agent)
+    check_tool_parser(cfg.generator.tool_parser)
     from skyrl.serve.harness import check_external_agent, is_external_agent
 
     if is_external_agent(cfg.generator.agent):

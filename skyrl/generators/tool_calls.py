@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from skyrl.config.errors import ConfigError, did_you_mean
+
 if TYPE_CHECKING:
     from skyrl.envs.base import TextEnv
     from skyrl.generators.chat import ChatTokens
@@ -51,6 +53,26 @@ def load_tool_parser(name: str):
         raise ToolParserUnavailable(
             f"generator.tool_parser: unknown tool parser {name!r}; vLLM has {names}"
         ) from None
+
+
+def check_tool_parser(name: str) -> None:
+    """``ConfigError`` on ``generator.tool_parser`` naming no parser vLLM has, with the
+    closest name: before anything starts, not at the first reply with tool calls. The
+    default (``hermes``) is not looked up (importing vLLM's parsers takes seconds); without
+    vllm nothing is checked (a run that declares tools says so then)."""
+    if name == "hermes":
+        return
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError:
+        return
+    registered = sorted(ToolParserManager.list_registered())
+    if name not in registered:
+        raise ConfigError(
+            "generator.tool_parser",
+            f"unknown tool parser {name!r}{did_you_mean(name, registered)}; "
+            f"vLLM has {', '.join(registered)}",
+        )
 
 
 class _HeldErrors(logging.Filter):

@@ -46,12 +46,14 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
         model_text_config,
     )
     from skyrl.config.validate import validate
+    from skyrl.generators.tool_calls import check_tool_parser
     from skyrl.inference.factory import make_engine
     from skyrl.serve.app import HTTPServer, build_app
     from skyrl.serve.backend import EngineBinding, Limits, OpenAIBackend
 
     checked = validate(cfg)
     check_listen_address(checked.serve.host, checked.serve.port)
+    check_tool_parser(checked.generator.tool_parser)
     typed = local_model_paths(checked)
     g, s = typed.generator, typed.serve
     assert typed.model.tokenizer_path is not None  # local_model_paths sets it

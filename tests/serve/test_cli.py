@@ -50,6 +50,16 @@ def test_a_port_in_use_is_found_before_the_engine_loads(tmp_path):
     assert "ERROR:" not in result.stderr  # nor uvicorn's own log line
 
 
+def test_an_unknown_tool_parser_is_refused_before_the_engine_loads(tmp_path):
+    # before: it served, and every request declaring tools got a 500
+    result = serve(tmp_path, "generator.tool_parser=hermez", "serve.port=0")
+    line = last_line(result)
+    assert line.startswith(
+        "error: generator.tool_parser: unknown tool parser 'hermez' (did you mean 'hermes'?)"
+    ), line
+    assert "Loading weights" not in result.stderr
+
+
 def test_a_host_that_is_no_address_names_serve_host(tmp_path):
     # before: "error: serve.port: the endpoint could not listen on 999.1.1.1:8000 (3)"
     line = last_line(serve(tmp_path, "serve.host=999.1.1.1", "serve.port=0"))
