@@ -192,11 +192,18 @@ def _model_to_evaluate(cfg: SkyRLConfig) -> tuple[SkyRLConfig, Path | None, str]
     """``cfg`` with ``model.path`` / ``model.tokenizer_path`` resolved to local directories:
     the model to evaluate, or for a checkpoint (or a LoRA adapter directory) the base model to
     export it with; the checkpoint or adapter (None: nothing to export) and a label for what is
-    evaluated. No weights are read, nothing is exported."""
+    evaluated. No weights are read, nothing is exported. An empty ``eval.checkpoint`` (an unset
+    shell variable) is refused: it named the working directory."""
     from skyrl.config.preflight import local_model_paths
     from skyrl.models.lora import is_adapter_dir
 
     target = cfg.eval.checkpoint
+    if target is not None and not target.strip():  # Path("") is the working directory
+        raise ConfigError(
+            "eval.checkpoint",
+            "is empty; name a run directory or a checkpoint, or leave it unset (null) to "
+            "evaluate model.path",
+        )
     if target is None:
         if is_adapter_dir(cfg.model.path):
             return _adapter_base(cfg, Path(cfg.model.path).expanduser(), "model.path")
