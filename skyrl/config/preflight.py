@@ -601,21 +601,24 @@ def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:
     length past which they change (None: the config alone fixes them). Dynamic NTK rescales
     past ``max_position_embeddings`` (its ``seq_len`` is at least that), longrope takes its
     long factors past ``original_max_position_embeddings``. Below that length the frequencies
-    are the config's whatever a row holds."""
-    context = model_config.max_position_embeddings
+    are the config's whatever a row holds; a config without those lengths has none to check."""
+    context = getattr(model_config, "max_position_embeddings", None)
     rope = getattr(model_config, "rope_parameters", None)  # transformers 5; 4: rope_scaling
     rope = rope or getattr(model_config, "rope_scaling", None) or {}
     layers = [rope] if "rope_type" in rope or "type" in rope else list(rope.values())
     found: list[tuple[str, int, str]] = []
     for params in (p for p in layers if isinstance(p, dict)):  # one, or one per layer type
         rope_type = str(params.get("rope_type", params.get("type", "default")))
-        if "dynamic" in rope_type:  # as transformers' dynamic_rope_update tells them apart
+        if "dynamic" in rope_type and context:  # as transformers' dynamic_rope_update tells
             found.append((rope_type, int(context), "max_position_embeddings"))
         elif rope_type == "longrope":  # Phi-3 keeps the original length beside the dict
             original = params.get("original_max_position_embeddings") or getattr(
                 model_config, "original_max_position_embeddings", None
             )
-            found.append((rope_type, int(original or context), "original_max_position_embeddings"))
+            if original or context:
+                found.append(
+                    (rope_type, int(original or context), "original_max_position_embeddings")
+                )
     return min(found, key=lambda rope: rope[1]) if found else None
 
 
