@@ -615,10 +615,9 @@ def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:
             original = params.get("original_max_position_embeddings") or getattr(
                 model_config, "original_max_position_embeddings", None
             )
-            if original or context:
-                found.append(
-                    (rope_type, int(original or context), "original_max_position_embeddings")
-                )
+            length = original or context
+            if length:
+                found.append((rope_type, int(length), "original_max_position_embeddings"))
     return min(found, key=lambda rope: rope[1]) if found else None
 
 
