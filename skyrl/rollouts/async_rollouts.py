@@ -20,9 +20,9 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   slowest group of its batch while the engines go on with the next ones.
 - **Versions are data**: every turn records the policy version at dispatch and
   at finish; each batch reports the staleness it holds (``async/...``). A group
-  whose oldest turn is older than the bound (impossible under the admission
-  rule; the check guards it) is counted in ``async/stale_groups`` and its prompt
-  generated again. A group with no turn at all (its environment failed before the first
+  whose oldest turn is older than the bound is counted in ``async/stale_groups`` and its
+  prompt generated again. Admission rules that out for a group trained in the batch it
+  was admitted for; a repeat that waits for the next batch (above) can outlast the bound. A group with no turn at all (its environment failed before the first
   request) holds no policy's tokens and is never stale: it trains as masked rows, as in
   synchronous training.
 - **Weight syncs** (``updating_weights``): new requests wait while the weights
