@@ -35,7 +35,9 @@ Where math-verify would grade a correct answer 0 or a wrong one 1, the text is r
   unit (with ``^2``/``^3``) or ``^\\circ`` on both sides must be the same unit: case,
   spaces, plurals and common abbreviations aside (``cm`` is ``centimeters``, ``ft`` is
   ``feet``, ``square units`` is ``units^2``); a spelling outside those is another unit. A
-  bare number still matches a gold with a unit, and an answer with a unit a gold without.
+  bare number still matches a gold with a unit, and an answer with a unit a gold without
+  one that is not a plain number (``5\\text{ cm}`` matches ``\\frac{10}{2}``; against ``5``
+  it is no plain number, as the first rule says).
 - An inequality matches the intervals it describes (``x<3`` is ``(-\\infty,3)``), unless the
   gold is an open pair of finite numbers (``(1,3)``), which may be a point.
 - An answer in E-notation (``1.0e-3``, ``2E5``) is that number (math-verify read ``e`` as
