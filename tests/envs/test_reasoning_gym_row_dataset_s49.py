@@ -3,10 +3,7 @@ naming the file and row; it passed the pre-flight and failed every step of that 
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from cli_runs import one_line, run
 
 from skyrl.envs.reasoning_gym_env import ReasoningGymEnv
 
@@ -31,26 +28,3 @@ def test_a_row_with_a_registered_dataset_opens_and_scores():
     assert env.step("<answer>6</answer>").reward == 1.0
     # environment.dataset covers rows that name none
     assert ReasoningGymEnv(dataset="chain_sum").init("1 + 5 =", {"entry": ENTRY})[0] == messages
-
-
-def test_the_dry_run_names_the_file_and_row(tmp_path):
-    rows = tmp_path / "rg.jsonl"
-    good = {"prompt": "1 + 5 =", "entry": ENTRY, "answer": "6", "dataset": "chain_sum"}
-    rows.write_text("\n".join(json.dumps(r) for r in [good, {**good, "dataset": "chain_summ"}]))
-    line = one_line(
-        run(
-            tmp_path,
-            "skyrl-train",
-            "experiment=smoke",
-            "environment=reasoning_gym",
-            "data.source=files",
-            f"data.train_files=[{rows}]",
-            "data.eval_files=[]",
-            "trainer.dry_run=true",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        )
-    )
-    assert line == (
-        f"error: data.train_files[0]: {rows}: row 2: env.init failed: ValueError: "
-        "reasoning-gym: Dataset 'chain_summ' not registered (did you mean 'chain_sum'?)"
-    )

@@ -32,10 +32,20 @@ def test_a_good_entry_opens():
     assert messages == [{"role": "user", "content": "1 + 5 ="}]
 
 
-def test_the_dry_run_names_the_file_and_row(tmp_path):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (
+            {"dataset": "chain_summ"},
+            "reasoning-gym: Dataset 'chain_summ' not registered (did you mean 'chain_sum'?)",
+        ),
+        ({"entry": "6"}, "extras['entry'] must be a reasoning-gym entry"),
+    ],
+)
+def test_the_dry_run_names_the_file_and_row(tmp_path, bad, error):
     rows = tmp_path / "rg.jsonl"
     good = {"prompt": "1 + 5 =", "entry": ENTRY, "answer": "6", "dataset": "chain_sum"}
-    rows.write_text("\n".join(json.dumps(r) for r in [good, {**good, "entry": "6"}]))
+    rows.write_text("\n".join(json.dumps(r) for r in [good, {**good, **bad}]))
     line = one_line(
         run(
             tmp_path,
@@ -50,6 +60,5 @@ def test_the_dry_run_names_the_file_and_row(tmp_path):
         )
     )
     assert line.startswith(
-        f"error: data.train_files[0]: {rows}: row 2: env.init failed: ValueError: "
-        "extras['entry'] must be a reasoning-gym entry"
+        f"error: data.train_files[0]: {rows}: row 2: env.init failed: ValueError: {error}"
     ), line
