@@ -17,7 +17,9 @@ and rebuilds the output layer's kernel state from the new weight.
 Partial updates: vLLM reloads a layer only whole, and one layer may hold several Hugging
 Face modules (q/k/v in ``qkv_proj``, gate/up in ``gate_up_proj``); given part of a layer
 it left the rest uninitialised (NaN logprobs). ``check_whole_layers`` refuses such an
-update before anything loads.
+update before anything loads, as ``check_known_names`` refuses an unknown name and
+``check_shapes`` a tensor of another shape than the checkpoint's (either failed vLLM's
+reload part-way, the model left on the meta device).
 
 Logprobs (``skyrl_report_tempered_logprobs``): vLLM reports either raw logprobs (before
 temperature) or "processed" ones (after temperature AND after min-p / top-k / top-p
@@ -32,8 +34,10 @@ own code from the truncated distribution. The engine runs with
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,10 +69,8 @@ class WeightSyncWorkerExtension:
         from skyrl.inference.weight_sync import receive_stream
 
         stream = receive_stream(self.skyrl_sync_group, plan, self.device)
-        names = [s[0] for b in plan for s in b]
         try:
-            check_known_names(self.model_runner.get_model(), names, self._skyrl_tied())
-            check_whole_layers(self.model_runner.get_model(), names)
+            self._skyrl_check_update([(s[0], s[1]) for b in plan for s in b])
         except ValueError:
             for _ in stream:
                 pass
@@ -94,14 +96,10 @@ class WeightSyncWorkerExtension:
 
         model = self.model_runner.get_model()
         tied = self._skyrl_tied()
-        names = None
         if isinstance(weights, SharedWeights):
-            names = [spec[0] for spec in weights.specs()]
+            self._skyrl_check_update([(spec[0], spec[1]) for spec in weights.specs()])
         elif isinstance(weights, list):
-            names = [name for name, _ in weights]
-        if names is not None:
-            check_known_names(model, names, tied)
-            check_whole_layers(model, names)
+            self._skyrl_check_update([(name, list(t.shape)) for name, t in weights])
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
         if tied and (embed is None or not hasattr(model, "lm_head")):
             raise RuntimeError(
@@ -117,6 +115,16 @@ class WeightSyncWorkerExtension:
             quant_method = getattr(model.lm_head, "quant_method", None)
             if quant_method is not None:
                 quant_method.process_weights_after_loading(model.lm_head)
+
+    def _skyrl_check_update(self, shapes: list[tuple[str, list[int]]]) -> None:
+        """Refuse (``ValueError``) an update of ``(name, shape)`` tensors that vLLM's reload
+        would fail on part-way, leaving the model unusable: ``check_known_names``,
+        ``check_whole_layers``, ``check_shapes``."""
+        model = self.model_runner.get_model()
+        names = [name for name, _ in shapes]
+        check_known_names(model, names, self._skyrl_tied())
+        check_whole_layers(model, names)
+        check_shapes(checkpoint_shapes(str(self.model_runner.model_config.model)), shapes)
 
     def _skyrl_tied(self) -> bool:
         config = self.model_runner.model_config.hf_text_config
@@ -170,6 +178,36 @@ def check_known_names(model: torch.nn.Module, names: list[str], tied: bool) -> N
         f"vllm engine: update_weights: the model has no parameter {unknown[0]!r}; {hint} "
         "(nothing was loaded)"
     )
+
+
+@functools.cache
+def checkpoint_shapes(model_path: str) -> dict[str, list[int]]:
+    """The shape of each tensor in the ``*.safetensors`` files of the folder ``model_path``
+    (headers only; {} for no such folder or files: nothing to check against)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, list[int]] = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            shapes.update({name: list(f.get_slice(name).get_shape()) for name in f.keys()})
+    return shapes
+
+
+def check_shapes(expected: dict[str, list[int]], shapes: list[tuple[str, list[int]]]) -> None:
+    """Refuse (``ValueError``, naming it) a tensor whose shape differs from that of the
+    checkpoint tensor of the same name the engine started from (``expected``), before
+    anything loads: vLLM's reload failed with an AssertionError once it had moved the model
+    to the meta device, and every later request failed ("Tensor on device cpu is not on the
+    expected device meta!"). Compared with the checkpoint, not vLLM's parameters, which fuse
+    layers (q/k/v), pad the vocabulary and shard over tensor-parallel ranks. Names the
+    checkpoint lacks are not checked here (``check_known_names``)."""
+    for name, shape in shapes:
+        want = expected.get(name)
+        if want is not None and list(shape) != want:
+            raise ValueError(
+                f"vllm engine: update_weights: {name!r} is a tensor of shape {list(shape)}; "
+                f"the model's is {want} (nothing was loaded)"
+            )
 
 
 def check_whole_layers(model: torch.nn.Module, names: list[str]) -> None:
