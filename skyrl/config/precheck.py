@@ -5,7 +5,9 @@ HYDRA_FULL_ERROR; we want one line naming the key. A multirun is checked before 
 job starts, so a bad job 5 is reported before job 1 trains:
 
 * the sweep dir must not hold an earlier sweep's job dirs (their rows would join the
-  summary, and job N would resume the checkpoints of the earlier job N);
+  summary, and job N would resume the checkpoints of the earlier job N), except a dry
+  run's (``trainer.dry_run=true``: no checkpoints, nothing trained) that a job of this
+  sweep takes over (its own dir: Hydra rewrites it), so a sweep dry-run first then runs;
 * every job: the cartesian product the basic sweeper launches, numbered as Hydra numbers
   them; the sweep is refused only when a job fails, reported with its job number and
   overrides (batch 12 with mini-batch 8: ``; in sweep job 3 of 4: ...``). Each swept value
@@ -188,7 +190,7 @@ def _check_sweep(config_name: str, overrides: list[str], preflight_jobs: bool) -
     composed = compose(config_name=config_name, overrides=fixed, return_hydra_config=True)
     hydra_cfg = composed.hydra
     _require_static_dir(hydra_cfg, "sweep")
-    _refuse_earlier_jobs(composed)
+    _refuse_earlier_jobs(composed, None)
     target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
     if needs_objective(target):
         _check_search_settings(hydra_cfg.sweeper)
@@ -205,6 +207,12 @@ def _check_sweep(config_name: str, overrides: list[str], preflight_jobs: bool) -
     )
     checked = _check_jobs(jobs)
     _check_output_dirs(jobs, checked, OmegaConf.select(hydra_cfg, "sweeper.n_trials", default=None))
+    taken = {  # resolved, as ``job_dirs`` lists them
+        str(Path(out.job_dir).resolve())
+        for n in checked
+        if basic and isinstance(out := jobs.check(n), _JobDir)
+    }
+    _refuse_earlier_jobs(composed, taken)
 
 
 def _check_search_settings(sweeper: DictConfig) -> None:
@@ -233,6 +241,8 @@ class _JobDir(NamedTuple):
     """``trainer.output_dir``, or ``hydra.sweep.subdir`` for the job's own directory."""
     cfg: SkyRLConfig
     """The job's validated config."""
+    job_dir: str
+    """Hydra's directory of the job (absolute), where its ``.hydra`` goes."""
 
 
 class _Jobs:
@@ -406,26 +416,48 @@ def _shared_dir_error(out: _JobDir, earlier: int, later: int, who: str, noun: st
     )
 
 
-def _refuse_earlier_jobs(composed: DictConfig) -> None:
+def _refuse_earlier_jobs(composed: DictConfig, taken: set[str] | None) -> None:
     """Refuse a sweep dir that holds job dirs already: their rows would join this sweep's
     summary (``skyrl.sweeps`` reads every job dir under it), and this sweep's job N would
-    resume the checkpoints an earlier job N left in its dir."""
+    resume the checkpoints an earlier job N left in its dir. A dry run's job dir is refused
+    only when no job of this sweep takes it over: ``taken`` holds its jobs' dirs once they
+    are checked; None before, when dry runs' dirs wait for that."""
     from skyrl.sweeps import job_dirs
 
     with _as_job(composed, 0):
         sweep_dir = Path(str(OmegaConf.select(composed, "hydra.sweep.dir")))
-    found = job_dirs(sweep_dir)
+    if taken is None:  # a dry run's dir waits for the jobs' dirs
+        found = [d for d in job_dirs(sweep_dir) if not _dry_run_dir(d)]
+    else:
+        found = [d for d in job_dirs(sweep_dir) if _dry_run_dir(d) and str(d) not in taken]
     if not found:
         return
     names = sorted((str(d.relative_to(sweep_dir.resolve())) for d in found),
                    key=lambda name: (len(name), name))  # fmt: skip
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    harm = (
+        "would join this sweep's summary.csv and this sweep's jobs would resume the "
+        "checkpoints in theirs"
+        if taken is None
+        else "would join this sweep's summary.csv (no job of this sweep takes them over)"
+    )
     raise ConfigError(
         "hydra.sweep.dir",
-        f"{sweep_dir} already holds the job dirs of an earlier sweep ({shown}): their rows "
-        "would join this sweep's summary.csv and this sweep's jobs would resume the "
-        "checkpoints in theirs; choose a new hydra.sweep.dir or remove them",
+        f"{sweep_dir} already holds the job dirs of an earlier "
+        f"{'sweep' if taken is None else 'dry-run sweep'} ({shown}): their rows {harm}; "
+        "choose a new hydra.sweep.dir or remove them",
     )
+
+
+def _dry_run_dir(job_dir: Path) -> bool:
+    """Whether ``job_dir`` is a dry-run job's (its config says ``trainer.dry_run`` and it holds
+    no checkpoints): a job taking it over resumes nothing and rewrites what it holds."""
+    try:
+        saved = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+    except Exception:  # missing or damaged: not known to be a dry run's
+        return False
+    dry_run = OmegaConf.select(saved, "trainer.dry_run", default=False) is True
+    return dry_run and not (job_dir / "checkpoints").exists()
 
 
 def _axes(parsed: list[Override], basic: bool) -> list[list[str]]:
@@ -493,8 +525,8 @@ def _check_job(cfg: DictConfig, number: int | None, search: DictConfig | None) -
             )
     if typed.trainer.output_dir:  # ``skyrl.cli.run``: it wins over the job's own dir
         out = os.path.join(here, typed.trainer.output_dir)  # an absolute one stays itself
-        return _JobDir(os.path.abspath(out), "trainer.output_dir", typed)
-    return _JobDir(job_dir, "hydra.sweep.subdir", typed)
+        return _JobDir(os.path.abspath(out), "trainer.output_dir", typed, job_dir)
+    return _JobDir(job_dir, "hydra.sweep.subdir", typed, job_dir)
 
 
 @contextmanager
