@@ -440,7 +440,10 @@ class OpenAIBackend:
     # -- request checks: all made before the engine or the session sees the request ----
 
     def _chat_request(self, body: dict) -> tuple[list[dict], list[dict] | None, list[int]]:
-        """``(messages, tools, prompt ids)`` of a chat request (a 400 naming the bad field)."""
+        """``(messages, tools to parse the reply for, prompt ids)`` of a chat request (a 400
+        naming the bad field). ``tool_choice: "none"`` keeps the tools in the prompt, as
+        vLLM's server does by default (the prompt an agent's row grew, and the one its
+        deployment shows), and parses no call from the reply."""
         from jinja2 import TemplateError, TemplateSyntaxError  # what chat templates render with
 
         try:
@@ -448,15 +451,15 @@ class OpenAIBackend:
             tools = check_tools(body.get("tools"))
         except FormatError as exc:
             raise APIError(400, f"{exc.param}: {exc}", param=exc.param) from None
-        if body.get("tool_choice") == "none":  # else "auto" (``_refuse_unsupported``)
-            tools = None
-        if tools and not self.format.supports_tools:
+        callable_tools = tools if body.get("tool_choice") != "none" else None  # else "auto"
+        if callable_tools and not self.format.supports_tools:
             raise APIError(400, "this model's chat template does not render tools", param="tools")
-        problem = self.format.parser.unavailable() if tools else None
+        problem = self.format.parser.unavailable() if callable_tools else None
         if problem is not None:
             raise APIError(500, problem, type="server_error", param="tools")
+        rendered = tools if self.format.supports_tools else None
         try:
-            return messages, tools, self.format.prompt_ids(messages, tools)
+            return messages, callable_tools, self.format.prompt_ids(messages, rendered)
         except TemplateSyntaxError:
             raise  # the template itself is broken: a server error
         except TemplateError as exc:  # its raise_exception(): e.g. roles must alternate

@@ -47,3 +47,14 @@ def endpoint(
         server.stop()
         done.set_result(None)
         serving.join(timeout=10)
+
+
+def training_session(backend, engine, uid: str = "p7", **sampling):
+    """A training session on ``backend`` for a row ``uid`` (``SamplingParams(**sampling)``),
+    as the harness opens one for each trajectory."""
+    from skyrl.data.prompts import PromptRow
+    from skyrl.inference.base import SamplingParams
+    from skyrl.serve.backend import EngineBinding, Session
+
+    row = PromptRow("q", "toy", {}, uid=uid)
+    return backend.sessions.open(Session(row, 0, SamplingParams(**sampling), EngineBinding(engine)))
