@@ -223,6 +223,15 @@ class EngineClient:
         """Assigned keys with nothing in flight, oldest first."""
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(len(engines))
+        self.closed = False
+        """``shutdown`` ran: the engines are released (and their actors gone)."""
+
+    def _live(self, what: str) -> None:
+        """A ``RuntimeError`` naming ``what`` once ``shutdown`` ran, as each engine says it
+        (an actor's engine said "actor died unexpectedly", a control call "cannot schedule
+        new futures after shutdown")."""
+        if self.closed:
+            raise RuntimeError(f"engine client: {what} after shutdown()")
 
     def route(self, key: str) -> int:
         """The engine index for ``key`` (sticky while remembered; a new key goes to the
@@ -245,6 +254,7 @@ class EngineClient:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
     ) -> Completion:
+        self._live("generate")
         key = route_key or str(tuple(prompt_ids))
         with self.lock:
             idx = self._route(key)
@@ -277,7 +287,8 @@ class EngineClient:
         for thread in helpers:
             thread.join()
 
-    def _all(self, call: Callable[[InferenceEngine], None]) -> None:
+    def _all(self, what: str, call: Callable[[InferenceEngine], None]) -> None:
+        self._live(what)
         self._wait([self.pool.submit(call, e) for e in self.engines])
 
     def _wait(self, futures: list[Future]) -> None:
@@ -295,13 +306,14 @@ class EngineClient:
 
     def update_weights(self, weights: WeightItems) -> None:
         named = _for_every_engine(weights)
-        self._all(lambda e: e.update_weights(named))
+        self._all("update_weights", lambda e: e.update_weights(named))
 
     def join_weight_sync(
         self, host: str, port: int, first_rank: int, world_size: int, backend: str
     ) -> None:
         """Engine ``i`` joins as ranks ``first_rank + i * per_engine ...`` (all engines at
         once: joining blocks until the whole group is there)."""
+        self._live("join_weight_sync")
         per_engine = (world_size - first_rank) // len(self.engines)
         futures = [
             self.pool.submit(
@@ -317,17 +329,23 @@ class EngineClient:
         self._wait(futures)
 
     def receive_weights(self, plan: list) -> None:
-        self._all(lambda e: e.receive_weights(plan))
+        self._all("receive_weights", lambda e: e.receive_weights(plan))
 
     def reset_prefix_cache(self) -> None:
-        self._all(lambda e: e.reset_prefix_cache())
+        self._all("reset_prefix_cache", lambda e: e.reset_prefix_cache())
 
     def sleep(self) -> None:
-        self._all(lambda e: e.sleep())
+        self._all("sleep", lambda e: e.sleep())
 
     def wake_up(self) -> None:
-        self._all(lambda e: e.wake_up())
+        self._all("wake_up", lambda e: e.wake_up())
 
     def shutdown(self) -> None:
-        self._all(lambda e: e.shutdown())
-        self.pool.shutdown(wait=False)
+        """Shut every engine down; a second call does nothing (as for the engines)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._wait([self.pool.submit(e.shutdown) for e in self.engines])
+        finally:
+            self.pool.shutdown(wait=False)
