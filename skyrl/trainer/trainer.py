@@ -56,7 +56,7 @@ from skyrl.trainer.plan import (
     short_warm_ups,
 )
 from skyrl.trainer.step_stats import step_metrics
-from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync
+from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync, run_in_thread
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
 
 if TYPE_CHECKING:
@@ -394,7 +394,10 @@ class RLTrainer:
         started = time.monotonic()
         engine = self.engine
         if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
-            weights = self._staged_weights()  # this step's, taken now
+            try:
+                weights = self._stage_within(timeout)  # this step's, taken now
+            except WeightSyncTimeout as exc:
+                raise self._sync_timed_out(version, str(exc)) from None
             # new requests wait from here, on this thread: before the next batch is taken
             sync = self.rollouts.updating_weights(version, timeout)
 
@@ -416,6 +419,18 @@ class RLTrainer:
         except WeightSyncTimeout as exc:
             raise self._sync_timed_out(version, str(exc)) from None
         self.policy_version = version
+
+    def _stage_within(self, timeout: float) -> WeightItems:
+        """``_staged_weights`` within ``timeout`` seconds: it waits for policy rank 0 (another
+        process) to write or send them; ``WeightSyncTimeout`` naming that wait when it does not
+        finish in time (the wait itself goes on, on a daemon thread)."""
+        staging = run_in_thread(self._staged_weights)
+        try:
+            return staging.result(timeout)
+        except FutureTimeout:
+            raise WeightSyncTimeout(
+                f"policy rank 0 to stage the weights ({self._sync_name()})"
+            ) from None
 
     def _staged_weights(self) -> WeightItems:
         """The policy's weights where the engines can load them: written by rank 0 into the
@@ -455,21 +470,24 @@ class RLTrainer:
     def _push_weights(self, timeout: float) -> None:
         """The transfer itself. With the engines in Ray actors it runs on a helper thread so it
         can time out; an in-process engine loads on this thread (its torch work stays on the
-        thread that owns torch's thread pool), where nothing waits on another process."""
+        thread that owns torch's thread pool), and what that load waits for from policy rank 0
+        (another process), the staged weights, times out on a helper thread; an in-process
+        engine's broadcast receive is bounded by the group's own (gloo) timeout only."""
         engine = self.engine
         assert engine is not None
 
-        def push() -> None:
+        def push(weights: WeightItems | None = None) -> None:
             if self.weight_sync is not None:
                 self.weight_sync.sync()
             else:
-                engine.update_weights(self._staged_weights())
+                engine.update_weights(self._staged_weights() if weights is None else weights)
             engine.reset_prefix_cache()
             if self.shared_weights is not None:
                 self.shared_weights.loaded()
 
         if not self.cfg.generator.engines_in_actors:
-            push()
+            weights = None if self.weight_sync is not None else self._stage_within(timeout)
+            push(weights)
             return
         try:
             in_thread(push).result(timeout)
