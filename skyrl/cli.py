@@ -432,7 +432,7 @@ def main() -> None:
     previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
         if wants_help(sys.argv[1:]):
-            print(command_help("skyrl-train", TRAIN_SUMMARY, TRAIN_EXAMPLES))
+            print(command_help("skyrl-train", TRAIN_SUMMARY, TRAIN_EXAMPLES, sys.argv[1:]))
             return
         check_command_line()
         if not get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
