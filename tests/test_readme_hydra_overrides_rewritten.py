@@ -40,3 +40,22 @@ def test_a_later_command_in_the_dir_rewrites_the_overrides_the_readme_composes(t
     text = " ".join(README.read_text().split())
     assert "Hydra rewrites that file at every command run in the dir" in text
     assert "(not `.hydra/`: Hydra writes the dry run's config and overrides there)" in text
+
+
+def test_a_run_given_trainer_output_dir_alone_has_no_hydra_dir_there(tmp_path):
+    # Hydra's run dir (outputs/<date>/<time>/ under the working directory) gets .hydra/;
+    # trainer.output_dir, the run dir the README also resumes by, does not
+    output_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "skyrl", "experiment=smoke", "trainer.dry_run=true"]
+    command.append(f"trainer.output_dir={output_dir}")
+    done = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert (output_dir / "resolved_config.yaml").exists()
+    assert not (output_dir / ".hydra").exists()
+    assert [p.name for p in tmp_path.glob("outputs/*/*/.hydra")] == [".hydra"]
+
+    text = " ".join(README.read_text().split())
+    assert "a run given `trainer.output_dir` alone has no `.hydra/` there" in text
