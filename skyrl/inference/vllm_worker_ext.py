@@ -36,7 +36,7 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,9 +122,10 @@ class WeightSyncWorkerExtension:
         ``check_whole_layers``, ``check_shapes``."""
         model = self.model_runner.get_model()
         names = [name for name, _ in shapes]
-        check_known_names(model, names, self._skyrl_tied())
+        checkpoint = checkpoint_shapes(str(self.model_runner.model_config.model))
+        check_known_names(model, names, self._skyrl_tied(), set(checkpoint))
         check_whole_layers(model, names)
-        check_shapes(checkpoint_shapes(str(self.model_runner.model_config.model)), shapes)
+        check_shapes(checkpoint, shapes)
 
     def _skyrl_tied(self) -> bool:
         config = self.model_runner.model_config.hf_text_config
@@ -147,14 +148,19 @@ class WeightSyncWorkerExtension:
         return True
 
 
-def check_known_names(model: torch.nn.Module, names: list[str], tied: bool) -> None:
+def check_known_names(
+    model: torch.nn.Module, names: list[str], tied: bool, checkpoint_names: Set[str] = frozenset()
+) -> None:
     """Refuse (``ValueError``, naming it and the closest names) a weight update with a name
     vLLM's model has no parameter for, before anything loads: vLLM's reload raised only
     once it had moved the model to the meta device, and every later request failed
     ("attempted to run this operator with Meta tensors"). A Hugging Face name is looked up
     through the model's ``packed_modules_mapping`` (q_proj -> qkv_proj); the tied output
-    layer and rotary caches, which vLLM skips, pass. Checked only where some name of the
-    update is found so: a model whose vLLM names differ otherwise is left to vLLM."""
+    layer and rotary caches, which vLLM skips, pass, and so do the names of the checkpoint
+    the engine started from (``checkpoint_names``: vLLM loaded them). With no checkpoint
+    names, checked only where some name of the update is found so: a model whose vLLM names
+    differ otherwise is left to vLLM. With them, an update none of whose names is found (a
+    wrapped model's: ``module.``, ``base_model.model.``) is refused too."""
     known = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
     packed: dict[str, list[str]] = getattr(model, "packed_modules_mapping", None) or {}
     fused = {module: layer for layer, modules in packed.items() for module in modules}
@@ -165,12 +171,12 @@ def check_known_names(model: torch.nn.Module, names: list[str], tied: bool) -> N
         layer = fused.get(leaf, leaf)
         vllm_name = f"{parent}.{layer}.{param}" if parent else f"{layer}.{param}"
         skipped = name.endswith("rotary_emb.inv_freq") or (tied and name.startswith("lm_head."))
-        return name in known or vllm_name in known or skipped
+        return name in known or vllm_name in known or name in checkpoint_names or skipped
 
     unknown = [name for name in names if not found(name)]
-    if not unknown or len(unknown) == len(names):
+    if not unknown or (len(unknown) == len(names) and not checkpoint_names):
         return
-    close = difflib.get_close_matches(unknown[0], sorted(known), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(unknown[0], sorted(known | checkpoint_names), n=3, cutoff=0.6)
     hint = (
         f"closest: {', '.join(close)}" if close else f"it has {', '.join(sorted(known)[:3])}, ..."
     )
