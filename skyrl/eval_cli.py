@@ -677,7 +677,7 @@ def main() -> None:
     from skyrl.cli import _exit_now, run_sweep
 
     if wants_help(sys.argv[1:]):
-        print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES))
+        print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES, sys.argv[1:]))
         return
     _check_command_line()
     sys.argv[1:] = with_eval_run_dir(sys.argv[1:])

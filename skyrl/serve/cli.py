@@ -155,7 +155,7 @@ def main() -> None:
     from skyrl.config.help import command_help, wants_help
 
     if wants_help(sys.argv[1:]):
-        print(command_help("skyrl-serve", SERVE_SUMMARY, SERVE_EXAMPLES))
+        print(command_help("skyrl-serve", SERVE_SUMMARY, SERVE_EXAMPLES, sys.argv[1:]))
         return
     problem = hydra_flags_problem(sys.argv[1:])  # first: the parse below would print usage
     if problem is None and get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
