@@ -124,6 +124,11 @@ class HarnessDriver:
             max_requests=s.max_turns,
         )  # fmt: skip
         self.server: Any = None
+        # the agents' clients (openai's, over httpx) log a line per request at INFO, the level
+        # a run logs at: dozens per step in the console and cli.log; a level set stays
+        http_log = logging.getLogger("httpx")
+        if http_log.level == logging.NOTSET:
+            http_log.setLevel(logging.WARNING)
 
     @classmethod
     def from_context(cls, ctx: DriverContext, rollout: Rollout) -> HarnessDriver:

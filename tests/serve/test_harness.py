@@ -5,6 +5,7 @@ sampling-drift rule and ``max_turns``."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -59,6 +60,15 @@ def test_two_turn_agent_rows_hold_exactly_the_sampled_tokens(engine, tiny_tokeni
         all(0 <= r <= 1 for r in out.rewards)
         and len({tuple(r) for r in out.response_token_ids}) == 8
     )
+
+
+def test_the_agents_requests_log_no_line_each(engine, tiny_tokenizer, caplog):
+    # at the INFO level a run logs at, httpx wrote "HTTP Request: POST .../chat/completions
+    # "HTTP/1.1 200 OK"" for every request of every agent, into the console and cli.log
+    caplog.set_level(logging.INFO)
+    out = generate(engine, tiny_tokenizer, "agents.two_turns", rows=ROWS[:1], n=1)
+    assert out.metrics["agent/requests"] == 2
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("httpx")] == []
 
 
 def test_same_seed_same_rollouts(engine, tiny_tokenizer):
