@@ -149,12 +149,12 @@ class _BrokenScorer:
         raise KeyError("metadata")
 
 
-def test_a_scorer_that_fails_on_the_gold_answer_too_is_an_env_error(monkeypatch):
+def test_a_scorer_that_fails_on_the_gold_answer_too_is_refused_at_init(monkeypatch):
+    # the row's entry is checked when the prompts load (init), not at each of its steps
     monkeypatch.setattr(reasoning_gym_env, "_scorer", lambda name: _BrokenScorer())
     env = ReasoningGymEnv(dataset="chain_sum")
-    env.init("q", {"entry": {"answer": "3"}})
-    with pytest.raises(RuntimeError) as err:
-        env.step("<answer>3</answer>")
+    with pytest.raises(ValueError) as err:
+        env.init("q", {"entry": {"answer": "3"}})
     assert str(err.value) == (
         "reasoning-gym 'chain_sum' score_answer fails on the entry's own answer '3': "
         "KeyError: 'metadata'"
