@@ -17,6 +17,7 @@ one thread there, as in-process engines do in the driver.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -25,6 +26,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
+
+logger = logging.getLogger(__name__)
 
 IDLE_KEYS_KEPT = 4096
 """Route keys with nothing in flight that ``EngineClient`` still remembers (newest first)."""
@@ -59,6 +62,8 @@ class EngineActor:
     def __init__(self, engine_cls: type, kwargs: dict[str, Any], num_threads: int = 1):
         built: Future = Future()
         self._done: Future = Future()
+        self._stopped: str | None = None
+        """Why serving ended before ``shutdown`` (None: it serves)."""
 
         def build_and_serve() -> None:
             try:
@@ -70,13 +75,25 @@ class EngineActor:
                 built.set_exception(exc)
                 return
             built.set_result(engine)
-            engine.serve(self._done)
+            try:
+                engine.serve(self._done)
+            except BaseException as exc:  # nothing serves from now on: fail requests at once
+                logger.error("inference engine stopped serving", exc_info=exc)
+                self._stopped = (
+                    f"the inference engine stopped serving after {_first_line(exc)}; "
+                    "start a new engine"
+                )
+                refuse = getattr(engine, "refuse_requests", None)  # LocalEngine: no race
+                if refuse is not None:
+                    refuse(RuntimeError(self._stopped))
 
         self._thread = threading.Thread(target=build_and_serve, name="skyrl-engine", daemon=True)
         self._thread.start()
         self.engine: InferenceEngine = built.result()
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        if self._stopped is not None:
+            raise RuntimeError(self._stopped)
         return await self.engine.generate(prompt_ids, sampling)
 
     def call(self, method: str, *args: Any) -> Any:
@@ -185,6 +202,12 @@ def _died(during: str, exc: Exception) -> EngineDiedError:
         if raised is not None:
             return EngineDiedError(f"inference engine actor failed to start: {raised}")
     return EngineDiedError(f"inference engine actor died during {during}: {lines[0]}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: message``, the message's first line (an out-of-memory error spans many)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -135,6 +135,8 @@ class LocalEngine(ABC):
         """Thread id of the thread serving right now (None: nobody serves)."""
         self._taken: list[Request] = []
         """Requests handed out by ``take`` and maybe not resolved yet (failed if serving fails)."""
+        self._refused_with: BaseException | None = None
+        """Set by ``refuse_requests``: every request from then on fails with it at once."""
 
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, route_key: str | None = None
@@ -147,6 +149,8 @@ class LocalEngine(ABC):
         loop = asyncio.get_running_loop()
         request = Request(token_ids(prompt_ids), sampling, loop, loop.create_future())
         self._inbox.put(request)
+        if self._refused_with is not None:  # checked after the put: none slips in between
+            self._fail_queued(self._refused_with)
         return await request.future
 
     def serve(self, done: Future) -> None:
@@ -166,6 +170,13 @@ class LocalEngine(ABC):
 
     @abstractmethod
     def _serve_until(self, done: Future) -> None: ...
+
+    def refuse_requests(self, error: BaseException) -> None:
+        """Fail the queued requests and every later one at once with ``error``: for an owner
+        that will not call ``serve`` again (``EngineActor`` once its serving thread ended),
+        where a request would otherwise wait for a server that never comes."""
+        self._refused_with = error
+        self._fail_queued(error)
 
     def take(self, block: bool, timeout: float | None = None) -> list[Request]:
         """The requests in the inbox (waiting for the first one when ``block``, at most
