@@ -3,6 +3,7 @@ several behind a client."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from skyrl.config.generator import GeneratorConfig
@@ -59,5 +60,13 @@ def make_engine(
             for _ in range(cfg.num_engines)
         ]
     else:
-        engines = [cls(**kwargs) for _ in range(cfg.num_engines)]
+        engines = []
+        try:
+            for _ in range(cfg.num_engines):
+                engines.append(cls(**kwargs))
+        except BaseException:  # those built would hold their model (and KV cache) until exit
+            for engine in engines:
+                with contextlib.suppress(Exception):
+                    engine.shutdown()
+            raise
     return EngineClient(engines)
