@@ -26,7 +26,7 @@ from omegaconf.errors import ValidationError
 from skyrl.config.cli_errors import one_line_error, parse_reason
 from skyrl.config.errors import ConfigError
 from skyrl.config.precheck import check_group_values
-from skyrl.config.preflight import Preflight, check_run_dir, preflight
+from skyrl.config.preflight import Preflight, check_run_dir, preflight, start_row
 from skyrl.config.root import SkyRLConfig
 from skyrl.config.validate import validate, with_resolved_values
 from skyrl.trainer.plan import format_plan, make_plan
@@ -287,12 +287,12 @@ def train(cfg: DictConfig, output_dir: str | Path | None = None) -> TrainResult:
     typed = validate(cfg)
     # absolute: Ray's actors stay in the working directory Ray started in (a notebook's %cd)
     out = Path(output_dir or typed.trainer.output_dir or _timestamped_dir()).expanduser().absolute()
-    check_run_dir(typed, out)
+    resumes = check_run_dir(typed, out)
     checked = preflight(typed, for_run=not typed.trainer.dry_run)  # before any run dir
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "resolved_config.yaml"
     earlier = _config_of_checkpoints(saved)
-    rows = [*checked.plan_rows(), ("output dir", str(out))]
+    rows = [*checked.plan_rows(), ("output dir", str(out)), start_row(resumes)]
     if typed.trainer.dry_run and saved.exists():  # an earlier run's: skyrl-eval reads it
         rows.append(("saved config", f"{saved.name} kept as it is (dry run)"))
     else:

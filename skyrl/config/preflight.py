@@ -295,6 +295,19 @@ def _state_problem(state: object, state_file: Path) -> str:
     return ""
 
 
+def start_row(ckpt: Path | None) -> tuple[str, str]:
+    """The plan's row saying where a run starts: fresh, or the checkpoint ``check_run_dir``
+    found to resume (and the step it was saved after)."""
+    import json
+
+    from skyrl.trainer.checkpoint import TRAINER_STATE
+
+    if ckpt is None:
+        return ("start", "fresh")
+    step = json.loads((ckpt / TRAINER_STATE).read_text())["step"]
+    return ("start", f"resumes {ckpt} (saved after step {step})")
+
+
 def _check_checkpoint(ckpt: Path, state_name: str) -> dict:
     """A checkpoint to resume from: its trainer state parses and has a step number and a KL
     coefficient; its policy weights are there. Returns the trainer state."""
