@@ -68,10 +68,7 @@ class ReasoningGymEnv(TextEnv):
                 "extras['entry'] must be a reasoning-gym entry (a dict with its question, answer "
                 f"and metadata), got {type(entry).__name__} {str(entry)[:60]!r}"
             )
-        try:
-            _check_scores_its_own_answer(_scorer(name), name, entry)
-        except RuntimeError as exc:
-            raise ValueError(str(exc)) from None
+        _check_scores_its_own_answer(_scorer(name), name, entry)
         return super().init(prompt, extras)
 
     def step(self, action_text: str) -> StepResult:
@@ -111,7 +108,8 @@ def _dataset_problem(dataset: object) -> str | None:
 
 
 def _check_scores_its_own_answer(scorer, name: str, entry: dict) -> None:
-    """Raise unless ``scorer`` scores ``entry``'s own answer without raising."""
+    """``ValueError`` (the row cannot be scored) unless ``scorer`` scores ``entry``'s own
+    answer without raising."""
     gold = entry.get("answer") if isinstance(entry, dict) else None
     try:
         scorer.score_answer(gold, entry)
@@ -122,4 +120,4 @@ def _check_scores_its_own_answer(scorer, name: str, entry: dict) -> None:
         )
     else:
         return
-    raise RuntimeError(problem)  # outside the handler: no exception context
+    raise ValueError(problem)  # outside the handler: no exception context
