@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from skyrl.config.errors import ConfigError, did_you_mean
+from skyrl.config.generator import GeneratorConfig
 
 if TYPE_CHECKING:
     from skyrl.envs.base import TextEnv
@@ -58,9 +59,9 @@ def load_tool_parser(name: str):
 def check_tool_parser(name: str) -> None:
     """``ConfigError`` on ``generator.tool_parser`` naming no parser vLLM has, with the
     closest name: before anything starts, not at the first reply with tool calls. The
-    default (``hermes``) is not looked up (importing vLLM's parsers takes seconds); without
-    vllm nothing is checked (a run that declares tools says so then)."""
-    if name == "hermes":
+    default (``GeneratorConfig.tool_parser``) is not looked up (importing vLLM's parsers takes
+    seconds); without vllm nothing is checked (a run that declares tools says so then)."""
+    if name == GeneratorConfig.tool_parser:
         return
     try:
         from vllm.tool_parsers import ToolParserManager
