@@ -73,8 +73,10 @@ _THOUSANDS_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))")
 _BRACKETED = re.compile(r"[(\[]|\\\{|\\langle")
 """What opens a tuple, interval, set or vector (``(100,200)``, ``[0,100]``, ``\\{1,500\\}``),
 whose commas separate its items: not thousands separators."""
-_GROUPED_NUMBER = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_GROUPED_NUMBER = re.compile(r"[+-]?\s*[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
+_PLAIN_NUMBER = re.compile(r"[+-]?\s*(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+"""A signed integer or decimal; a space may follow the sign (``- 5``, as LaTeX renders ``-5``)."""
+_PARENTHESISED = re.compile(r"\(\s*(.*?)\s*\)", re.DOTALL)
 _MATH_DELIMITED = re.compile(r"\s*(?:\\\((.*)\\\)|\\\[(.*)\\\])\s*", re.DOTALL)
 """A text in LaTeX's inline or display math delimiters, ``\\(..\\)`` or ``\\[..\\]``."""
 _LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
@@ -223,8 +225,10 @@ def plain_number(text: str) -> Decimal | None:
 
     ``$`` and math delimiters around it (``\\(28\\)``, ``\\[28\\]``), thousands separators
     (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``, ``1\\,000``: between groups of three
-    digits only), a trailing ``.`` and ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers are
-    ignored; anything else (an operator, a unit, a fraction, an exponent) gives ``None``.
+    digits only), a trailing ``.``, ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers,
+    parentheses around a number without separators (``(-3)``) and a space after its sign
+    (``- 5``) are ignored; anything else (an operator, a unit, a fraction, an exponent) gives
+    ``None``.
     """
     s = _unmath(text).replace("\u2212", "-")
     for separator in _LATEX_THOUSANDS:
@@ -232,9 +236,12 @@ def plain_number(text: str) -> Decimal | None:
     s = s.strip().removesuffix(".").strip()
     while match := _WRAPPER.fullmatch(s):
         s = match.group(1).strip().removesuffix(".").strip()
+    match = _PARENTHESISED.fullmatch(s)
+    if match and _PLAIN_NUMBER.fullmatch(match.group(1)):  # not (1,000): a pair, maybe
+        s = match.group(1)
     if _GROUPED_NUMBER.fullmatch(s):
         s = s.replace(",", "")
-    return Decimal(s) if _PLAIN_NUMBER.fullmatch(s) else None
+    return Decimal("".join(s.split())) if _PLAIN_NUMBER.fullmatch(s) else None
 
 
 def _unmath(text: str) -> str:
