@@ -152,6 +152,9 @@ def _decimal_places(denominator: int) -> int | None:
 
 
 _TAKES = "the calculator takes numbers, + - * / // % ** and ( )"
+_DIGIT_LIMIT = "integer string conversion"
+"""In the parser's error for an integer literal past Python's digit limit (4,300 by default:
+past ``MAX_INT_BITS`` too)."""
 
 
 def _unsupported(node: ast.AST, source: str) -> str:
@@ -188,6 +191,12 @@ def calculator(expression: str) -> str:
         return "error: division by zero"
     except OverflowError:  # a float power: its own message is "(34, 'Numerical result ...')"
         return "error: result too large for a float"
+    except (RecursionError, MemoryError):  # the parser's depth limit: a MemoryError, no message
+        return "error: the expression is nested too deeply; split it into several calls"
+    except SyntaxError as exc:
+        if _DIGIT_LIMIT in str(exc):  # Python's advice (sys.set_int_max_str_digits) is not ours
+            return f"error: result too large (over {sys.get_int_max_str_digits()} digits)"
+        return f"error: {exc}"
     except Exception as exc:
         return f"error: {exc}"
 
