@@ -175,6 +175,7 @@ class RLTrainer:
                 else:
                     print(f"resumed from {resumed} at step {self.step}", flush=True)
                 self.sync_weights(self.policy_version)
+                self._eval_unlogged_step(resumed)
             if t.eval_before_train and self.step == 0 and self.rollouts.has_eval():
                 self.log(0, self.evaluate())
             while self.step < self.total_steps:
@@ -600,6 +601,27 @@ class RLTrainer:
         if moved is not None:
             print(moved, flush=True)
         return ckpt
+
+    def _eval_unlogged_step(self, resumed: Path) -> None:
+        """Evaluate and log the resumed step when its record was never written and its eval is
+        due: a run stopped after the step's checkpoint was saved but before the step was logged
+        (in its eval, say: ``train`` publishes a checkpoint only then) resumes that checkpoint
+        when no ``latest`` names an earlier one (``trainer.resume=auto``: the newest complete
+        one), and the eval never ran; at the last step there is nothing to train, so the run
+        had no final eval at all. The step's training metrics went with the stopped process:
+        its record holds the eval only."""
+        from skyrl.tracking.jsonl import FILENAME, read_records
+
+        t = self.cfg.trainer
+        if not self.rollouts.has_eval() or not self.checkpoints.holds(resumed):
+            return  # another run's checkpoint: its records are in that run's dir
+        if not ((t.eval_interval and self.step % t.eval_interval == 0)
+                or self.step >= self.total_steps):  # fmt: skip
+            return
+        metrics = self.output_dir / FILENAME
+        records = read_records(metrics) if metrics.is_file() else []
+        if all(r["step"] != self.step for r in records):
+            self.log(self.step, self.evaluate())
 
     @staticmethod
     def _load_workers(group, ckpt: Path) -> None:
