@@ -585,15 +585,28 @@ def check_local_weights(path: str, key: str) -> None:
 def _check_packed_forward(cfg: SkyRLConfig, model_config, key: str, name: str) -> None:
     """The workers' packed forward computes the model ``key`` names (``name``, its (text)
     config ``model_config``): its attention is one skyrl's packed attention implements
-    (``unimplemented_attention``), and no sequence reaches the length past which its RoPE
-    would change with the longest sequence of a packed row (``_length_dependent_rope``)."""
+    (``unimplemented_attention``), no sequence passes the chunk of chunked-attention layers
+    under ``per_sequence`` (``_attention_chunk``), and none reaches the length past which its
+    RoPE would change with the longest sequence of a packed row (``_length_dependent_rope``)."""
     from skyrl.workers.packed_attention import unimplemented_attention
 
     problem = unimplemented_attention(name, model_config)
     if problem is not None:
         raise ConfigError(key, f"{problem}: the workers would compute another model's logprobs")
-    rope = _length_dependent_rope(model_config)
     g = cfg.generator
+    chunk = _attention_chunk(model_config)
+    if cfg.trainer.packed_attention == "per_sequence" and chunk and g.max_seq_len > chunk:
+        raise ConfigError(
+            "trainer.packed_attention",
+            f"{name} ({model_config.model_type}) attends within chunks of attention_chunk_size "
+            f"= {chunk} tokens on its chunked layers, which trainer.packed_attention="
+            "per_sequence does not apply: a sequence of up to generator.max_prompt_length + "
+            f"generator.max_generate_length = {g.max_prompt_length} + "
+            f"{g.max_generate_length} = {g.max_seq_len} tokens would attend across chunks; use "
+            "trainer.packed_attention=masked (transformers' chunked mask), or keep the sum at "
+            f"most {chunk}",
+        )
+    rope = _length_dependent_rope(model_config)
     if rope is None or g.max_seq_len <= rope[1]:
         return
     rope_type, limit, source = rope
@@ -606,6 +619,14 @@ def _check_packed_forward(cfg: SkyRLConfig, model_config, key: str, name: str) -
         "row's largest position id): the sequences packed beside such a one would be scored "
         f"with its frequencies, not their own; keep the sum at most {limit}",
     )
+
+
+def _attention_chunk(model_config) -> int | None:
+    """``attention_chunk_size`` of a config with chunked-attention layers (Llama 4's: a query
+    sees only the keys of its own chunk of that many positions); None without such layers."""
+    layer_types = getattr(model_config, "layer_types", None) or ()
+    chunk = getattr(model_config, "attention_chunk_size", None)
+    return chunk if "chunked_attention" in layer_types and isinstance(chunk, int) else None
 
 
 def _length_dependent_rope(model_config) -> tuple[str, int, str] | None:

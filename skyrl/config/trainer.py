@@ -120,8 +120,9 @@ class TrainerConfig:
     kernel call of at most 96 queries under a mask; on a GPU in bf16/fp16 one
     flash-attention varlen call per micro batch; the cost of a budget above one
     sequence's length grows with the sequences, not with the budget squared), ``masked`` is
-    transformers' ``sdpa`` with a block-diagonal mask (every block computed)
-    (``skyrl.workers.packed_attention``)."""
+    transformers' ``sdpa`` with a block-diagonal mask (every block computed; it also applies
+    Llama 4's chunked attention, which ``per_sequence`` does not: the pre-flight refuses
+    ``per_sequence`` when a sequence can pass one chunk) (``skyrl.workers.packed_attention``)."""
     share_prompts: bool = True
     """Rows of a micro batch with the same prompt (the samples of one prompt, before their
     first loss token) are packed with that prompt once, and each row's own tokens attend to

@@ -38,7 +38,10 @@ arguments transformers' sdpa drops silently) is refused: by the pre-flight from 
 config (``unimplemented_attention``), at load, and per call (``check_arguments``); so is a
 model that attends in its own code, which neither reaches (``OWN_ATTENTION_MODEL_TYPES``:
 Bloom, Falcon, GPT-J, ...), or whose other layers mix tokens along the whole packed row
-(``MIXING_MODEL_TYPES``: Mamba, Qwen3.5's linear attention, ...).
+(``MIXING_MODEL_TYPES``: Mamba, Qwen3.5's linear attention, ...). Llama 4's chunked-attention
+layers (a query sees only its own ``attention_chunk_size`` chunk) are not applied here; the
+pre-flight refuses ``per_sequence`` once a sequence can pass one chunk (``masked`` applies
+transformers' chunked mask).
 """
 
 from __future__ import annotations
