@@ -14,7 +14,9 @@ A run resumed from another checkpoint than ``latest`` names (rewound to an earli
 step, or another run's) first points ``latest`` at it: the run drops the metrics
 records after its step (another run's checkpoint: it moves the records found in its run
 dir aside, as a fresh run does; they are not that checkpoint's steps), and a kill from
-then on resumes where the records end, never from a later checkpoint it is about to replace. ``trainer.resume=auto`` with no
+then on resumes where the records end, never from a later checkpoint it is about to replace
+(one of a step it passes without saving, resumed with another ``trainer.ckpt_interval``, is
+removed as it publishes a later one: ``_prune``). ``trainer.resume=auto`` with no
 ``latest`` (a run killed after its first save but before it published it, a pointer deleted
 by hand) resumes from the newest complete checkpoint: a fresh run replaced them all.
 
@@ -70,6 +72,10 @@ class CheckpointManager:
         self.root, self.max_to_keep = Path(root), max_to_keep
         self._stale_removed = False
         """This run removed the temp dirs of earlier killed saves (at resume or first save)."""
+        self._resumed_step: int | None = None
+        """The step of the checkpoint this run resumed from (``resume_from``)."""
+        self._saved: set[int] = set()
+        """The steps this run saved (``commit``)."""
 
     def temp_dir(self, step: int) -> Path:
         """A fresh temp dir for step ``step``; the run's first also removes the stale temp
@@ -101,6 +107,7 @@ class CheckpointManager:
         if final.exists():  # a re-run of the same step after a resume from an earlier one,
             shutil.rmtree(final)  # which ``resume_from`` made `latest`: a kill here is safe
         os.replace(tmp, final)
+        self._saved.add(step)
         if publish:
             self.publish(final)
         return final
@@ -120,6 +127,8 @@ class CheckpointManager:
         killed saves are removed. A pointer that names nothing (not text, NUL bytes: what
         ``trainer.resume=auto`` refuses, saying to resume by path) is replaced."""
         self.remove_stale_temp_dirs()
+        step = STEP_DIR.match(checkpoint.name)
+        self._resumed_step = int(step.group(1)) if step else None
         pointer = self.root / "latest"
         checkpoint = checkpoint.resolve()
         try:
@@ -179,7 +188,17 @@ class CheckpointManager:
     def _prune(self, up_to: int) -> None:
         """Keep the newest ``max_to_keep`` checkpoints up to step ``up_to`` (the one just
         published). Later ones are a rewound run's abandoned steps: a re-run of their step
-        replaces them (``commit``); counting them would prune the checkpoint ``latest`` names."""
+        replaces them (``commit``); counting them would prune the checkpoint ``latest`` names.
+        An abandoned step this run passed without saving it (resumed with another
+        ``trainer.ckpt_interval``) is one no re-run replaces: between the step it resumed from
+        and ``up_to``, not saved by this run, it is removed, not kept in place of this run's
+        own (``trainer.resume=`` it, or an eval of the run's checkpoints, took the abandoned
+        weights for this run's), whatever ``max_to_keep``."""
+        resumed = self._resumed_step
+        if resumed is not None:
+            for step in self.steps():
+                if resumed < step < up_to and step not in self._saved:
+                    shutil.rmtree(self.root / f"global_step_{step}", ignore_errors=True)
         if self.max_to_keep <= 0:
             return
         for step in [s for s in self.steps() if s <= up_to][: -self.max_to_keep]:
