@@ -587,7 +587,11 @@ class TrainingWorker:
 
         module = self.engine.module
         base = module.get_base_model() if lora else module
-        base.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
+        base.config.use_cache = True  # off for training only (models.py): not the model's
+        try:
+            base.save_pretrained(out_dir, state_dict=weights, safe_serialization=True)
+        finally:
+            base.config.use_cache = False
         tok_path = tokenizer_path or self.cfg.model.tokenizer_path or self.cfg.model.path
         tokenizer = AutoTokenizer.from_pretrained(
             tok_path, trust_remote_code=self.cfg.model.trust_remote_code

@@ -66,6 +66,8 @@ def test_smoke_grpo_two_steps_changes_the_policy(tmp_path):
     assert "step 2/2" in result.stdout
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final_hf")
     initial = AutoModelForCausalLM.from_pretrained(build_tiny_model())
+    # the exported config is the model's, not training's (which turns the KV cache off)
+    assert trained.config.use_cache is True and initial.config.use_cache is True
     changed = [
         n
         for n, p in trained.named_parameters()
