@@ -186,9 +186,10 @@ def extract_answer(text: str) -> str | None:
     (it starts with a capitalised word: ``#### Final Answer``, ``#### Explanation``) or has
     more than four ``#`` is not a marker while another marker exists, so a heading before
     or after the answer does not replace it; with no other marker it is still the answer,
-    as before. Markdown bold around an answer (``**42**``) is dropped, and after ``####`` a
-    trailing ``.`` and thousands separators (``1,234``) too, but not the commas of a tuple,
-    interval or set (``#### [0,100]`` stays ``[0,100]``, see ``_BRACKETED``). An answer tag
+    as before. Markdown bold around an answer (``**42**``, or around its marker line:
+    ``**#### 42**``) is dropped, and after ``####`` a trailing ``.`` and thousands separators
+    (``1,234``) too, but not the commas of a tuple, interval or set (``#### [0,100]`` stays
+    ``[0,100]``, see ``_BRACKETED``). An answer tag
     that holds a marker answers with that marker (``<answer>2 + 5 = 7\\n#### 7</answer>`` is
     ``7``, as without the tag; a prompt that asks for ``####`` and a tools env that asks for
     the tag get both).
@@ -207,7 +208,10 @@ def _markers(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     markers = [(start, _unbold(content)) for start, content in _boxes(text)]
     headings: list[tuple[int, str]] = []
     for match in _HASH.finditer(text):
-        answer = _unbold(match.group(2).strip().rstrip(".")).rstrip(".")
+        answer = match.group(2).strip().rstrip(".")
+        if answer.endswith("**") and answer.count("**") % 2:  # a bold opened before the ####
+            answer = answer.removesuffix("**").strip().rstrip(".")
+        answer = _unbold(answer).rstrip(".")
         if not _BRACKETED.search(answer):
             answer = _THOUSANDS_COMMA.sub("", answer)
         is_heading = match.group(1) or _HEADING.match(answer)
