@@ -76,7 +76,8 @@ whose commas separate its items: not thousands separators."""
 _GROUPED_NUMBER = re.compile(r"[+-]?\s*[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _PLAIN_NUMBER = re.compile(r"[+-]?\s*(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 """A signed integer or decimal; a space may follow the sign (``- 5``, as LaTeX renders ``-5``)."""
-_PARENTHESISED = re.compile(r"\(\s*(.*?)\s*\)", re.DOTALL)
+_PARENTHESISED = re.compile(r"\(\s*(.*?)\s*\)|\{\s*(.*?)\s*\}", re.DOTALL)
+"""A number in parentheses (``(-3)``) or in a LaTeX group's braces (``\\boxed{{-3}}``)."""
 _MATH_DELIMITED = re.compile(r"\s*(?:\\\((.*)\\\)|\\\[(.*)\\\])\s*", re.DOTALL)
 """A text in LaTeX's inline or display math delimiters, ``\\(..\\)`` or ``\\[..\\]``."""
 _LATEX_THOUSANDS = ("{,}", ",\\!", "\\,")
@@ -230,7 +231,8 @@ def plain_number(text: str) -> Decimal | None:
     ``$`` and math delimiters around it (``\\(28\\)``, ``\\[28\\]``), thousands separators
     (``1,000``, and LaTeX's ``1{,}000``, ``1,\\!000``, ``1\\,000``: between groups of three
     digits only), a trailing ``.``, ``\\boxed{}``/``\\text{}``/``\\mathbf{}`` wrappers,
-    parentheses around a number without separators (``(-3)``) and a space after its sign
+    braces around a number (a LaTeX group: ``\\boxed{{-3}}`` is ``-3``), parentheses around
+    one without separators (``(-3)``; ``(1,000)`` may be a pair) and a space after its sign
     (``- 5``) are ignored; anything else (an operator, a unit, a fraction, an exponent) gives
     ``None``.
     """
@@ -241,7 +243,9 @@ def plain_number(text: str) -> Decimal | None:
     while match := _WRAPPER.fullmatch(s):
         s = match.group(1).strip().removesuffix(".").strip()
     match = _PARENTHESISED.fullmatch(s)
-    if match and _PLAIN_NUMBER.fullmatch(match.group(1)):  # not (1,000): a pair, maybe
+    if match and match.group(2) is not None:  # a LaTeX group: what it holds
+        s = match.group(2)
+    elif match and _PLAIN_NUMBER.fullmatch(match.group(1)):  # not (1,000): a pair, maybe
         s = match.group(1)
     if _GROUPED_NUMBER.fullmatch(s):
         s = s.replace(",", "")
