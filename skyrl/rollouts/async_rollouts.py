@@ -361,14 +361,17 @@ class AsyncRollouts:
         self.tasks: set[asyncio.Task] = set()
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the source's event loop and wait for it (cancelled on a timeout)."""
+        """Run ``coro`` on the source's event loop and wait for it (cancelled on a timeout, or
+        when the wait ends otherwise: Ctrl-C in a ``next_batch`` left its task pending on the
+        stopped loop, and a script's ``skyrl.train`` ended with 'Task was destroyed but it is
+        pending!')."""
         if self.loop.is_closed():  # ``close`` ran: never scheduled, so close it (no warning)
             coro.close()
             raise RuntimeError("the rollout stream is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
-        except (TimeoutError, FutureTimeout):  # one class from Python 3.11, two on 3.10
+        except BaseException:  # a timeout (two classes on 3.10), or an interrupt
             future.cancel()
             raise
 
