@@ -47,7 +47,9 @@ row, the engine given the stop string's tokens as sampled and then the rest of t
 row the built-in loop makes with the same stop string). So with a reply that stopped on a special
 token its text leaves out and the template does not write back (``ChatFormat.hidden_end``: an
 EOS that is not the turn end, Qwen2.5 base's ``<|endoftext|>``): the engine is given it, then
-the turn end and the rest, as the built-in loop closes such a turn.
+the turn end and the rest, as the built-in loop closes such a turn. So with the special tokens
+inside a reply (``<|im_start|>`` written mid-reply): its text leaves them out, as vLLM's server
+does, and the engine is given them as sampled (``reconcile.Chain.left_out``).
 
 Fields the engines cannot honour are refused (a 400 naming them) unless they have their
 default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
@@ -616,7 +618,8 @@ class OpenAIBackend:
         unsent = text[_before_stop(text, sampling.stop) :] or self.format.hidden_end(
             completion.token_ids, completion.finish_reason
         )
-        session.chain.record(decision, completion.token_ids, unsent)
+        left_out = self.format.left_out(completion.token_ids, len(text) - len(unsent))
+        session.chain.record(decision, completion.token_ids, unsent, left_out)
         record = RequestRecord(
             decision, list(completion.token_ids), list(completion.logprobs),
             completion.finish_reason, v0, v1, t0, t1, messages=messages,

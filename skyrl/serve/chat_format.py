@@ -229,6 +229,27 @@ class ChatFormat:
             return ""
         return self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
 
+    def left_out(self, response_ids: list[int], upto: int) -> list[tuple[int, str]]:
+        """The special tokens of a reply before character ``upto`` of its text (decoded with
+        them) that the text its client is given leaves out (a decode without special tokens,
+        as vLLM's server and the built-in loop's env read a reply), as ``(offset, text)``:
+        ``<|im_start|>`` written mid-reply. Not a last token that is the template's turn end
+        (the template writes it back)."""
+        pieces, kept, at = [], [], 0
+        for k, tok in enumerate(response_ids):
+            if self.token_bytes(tok) is not None or (
+                k == len(response_ids) - 1 and tok == self.chat_tokens.turn_end_id
+            ):
+                kept.append(tok)
+                continue
+            at += len(self.tokenizer.decode(kept, skip_special_tokens=False))
+            piece = self.tokenizer.decode([tok], skip_special_tokens=False)
+            if at + len(piece) > upto:
+                break
+            pieces.append((at, piece))
+            at, kept = at + len(piece), []
+        return pieces
+
     @cached_property
     def _decoder_kind(self) -> str:
         return _decoder_kind(self.tokenizer)

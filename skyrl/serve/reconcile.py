@@ -19,7 +19,9 @@ for it) when it arrives, before the engine sees it:
   OpenAI does; ``Chain.unsent``): the prompt may extend the chain's text without
   it, and the engine is then given the stop string's tokens too, as sampled. So
   with a special token a reply stopped on that its text leaves out and the
-  template does not render back (an EOS that is not the turn end). The row goes
+  template does not render back (an EOS that is not the turn end), and with the
+  special tokens inside a reply, which its text leaves out too
+  (``Chain.left_out``: ``<|im_start|>`` written mid-reply). The row goes
   on holding what the client was never given (``Chain.hidden``): the requests
   after it still extend the row, their text compared without those pieces.
 - ``fork``: anything else. The turn starts a new training row of the same
@@ -98,9 +100,13 @@ class Chain:
     """The end of the chain's text the client was not given: the stop string the last
     reply stopped on and what follows it, or the special token it stopped on that the
     template does not render back (``""``: it was given all of it)."""
+    left_out: list[tuple[int, str]] = field(default_factory=list)
+    """The special tokens inside the last reply its client was given the text without
+    (``<|im_start|>`` written mid-reply), as ``(characters from the end of the chain's
+    text, text)``."""
     hidden: list[tuple[int, str]] = field(default_factory=list)
-    """The earlier replies' ``unsent`` pieces the row still holds, as ``(offset, text)`` in
-    the chain's text: the client's conversation has them nowhere."""
+    """The earlier replies' ``unsent`` and ``left_out`` pieces the row still holds, as
+    ``(offset, text)`` in the chain's text: the client's conversation has them nowhere."""
     counts: Counter = field(default_factory=Counter)
     """Decisions so far, by kind and fork reason."""
 
@@ -115,7 +121,9 @@ class Chain:
         text, want = self.decode(rendered), self.decode(chain)
         cut, hidden = self._text_boundary(rendered, same, text, want, want), []
         if cut is None and want.endswith(self.unsent):  # the text as the client has it
-            last = [(len(want) - len(self.unsent), self.unsent)] if self.unsent else []
+            last = [(len(want) - back, piece) for back, piece in self.left_out]
+            if self.unsent:
+                last.append((len(want) - len(self.unsent), self.unsent))
             hidden = self.hidden + last
             shown = _without(want, hidden) if hidden else None
             if shown is not None:
@@ -179,9 +187,16 @@ class Chain:
         before = _without(self.decode(self.ids[: self.last_prompt_len]), self.hidden)
         return before is not None and text.startswith(before)
 
-    def record(self, decision: Decision, response_ids: list[int], unsent: str = "") -> None:
+    def record(
+        self,
+        decision: Decision,
+        response_ids: list[int],
+        unsent: str = "",
+        left_out: list[tuple[int, str]] | None = None,
+    ) -> None:
         """The request was answered: its prompt + sampled tokens are the new chain, the
-        client given its text but for ``unsent`` at the end."""
+        client given its text but for ``unsent`` at the end and the ``left_out`` pieces
+        (``(offset, text)`` in the reply's text) before it."""
         self.counts[decision.kind] += 1
         if decision.reason:
             self.counts[f"{FORK}_{decision.reason}"] += 1
@@ -189,6 +204,8 @@ class Chain:
         self.last_prompt_len = len(decision.prompt_ids)
         self.row_prompt_len = decision.row_prompt_len
         self.unsent = unsent
+        reply_len = len(self.decode(list(response_ids))) if left_out else 0
+        self.left_out = [(reply_len - at, piece) for at, piece in left_out or []]
         self.hidden = list(decision.hidden)
 
 
