@@ -13,7 +13,7 @@ on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises,
 returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a message
 whose content is not a string) or an observation the chat template cannot render ends its
 trajectory with reward 0 and counts in ``env/errors``, logged once per distinct problem;
-the run goes on. Python cannot stop a thread, so a timed-out call's thread runs on
+the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python cannot stop a thread, so a timed-out call's thread runs on
 unwatched: it no longer counts against the ``environment.max_concurrent_calls`` that may
 run at once, the env is closed on that thread once the call returns (never under it; an
 env built past the limit once it exists), and more than
@@ -86,6 +86,13 @@ class EnvHangError(RuntimeError):
 class EnvTimeout(TimeoutError):
     """An env call ran past its time limit (``EnvThreads``); a ``TimeoutError`` the env raised
     itself (its socket, its sandbox client) is not one and is reported as raised."""
+
+
+class EnvExit(RuntimeError):
+    """An env call raised what is no ``Exception`` (``SystemExit``: ``sys.exit()``, ``exit()``,
+    an argparse error in the env's code). On its env thread it ends that call alone: handed to
+    the event loop as it was, it stopped the whole run (asyncio lets ``SystemExit`` through
+    every task). The message is how the log names it: ``raised SystemExit: 2``."""
 
 
 class BadEnvResult(ValueError):
@@ -221,8 +228,12 @@ class EnvThreads:
         outcome: tuple[Any, BaseException | None]
         try:
             outcome = (fn(*args), None)
-        except BaseException as exc:  # handed to the caller
+        except Exception as exc:  # handed to the caller
             outcome = (None, exc)
+        except BaseException as exc:  # SystemExit: of this call, not of the run (EnvExit)
+            error = EnvExit(f"raised {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            outcome = (None, error)
         with self.lock:
             call.returned = True
             self.stuck -= call.abandoned
@@ -288,7 +299,11 @@ class EnvThreads:
         """One warning line per distinct failure of a close: an env whose close raises does so
         on every trajectory (a traceback each flooded the log)."""
         name = type(env.env if isinstance(env, _Unbuilt) else env).__name__
-        what = str(exc) if isinstance(exc, EnvTimeout) else f"raised {type(exc).__name__}: {exc}"
+        what = (
+            str(exc)
+            if isinstance(exc, EnvTimeout | EnvExit)
+            else f"raised {type(exc).__name__}: {exc}"
+        )
         message = f"{name}.close: {what}"
         with self.lock:
             if message in self._logged_closes:
@@ -392,9 +407,7 @@ class AgentLoop:
 
     def _log_env_error(self, where: str, exc: Exception) -> None:
         """One warning per distinct problem: a bad env fails the same way on every trajectory."""
-        if isinstance(exc, BadEnvResult):
-            what = str(exc)
-        elif isinstance(exc, EnvTimeout):
+        if isinstance(exc, BadEnvResult | EnvTimeout | EnvExit):
             what = str(exc)
         else:
             what = f"raised {type(exc).__name__}: {exc}"
