@@ -13,7 +13,8 @@ The reward is what ``rollout`` returns, or, with ``generator.agent_reward_fn``,
 and the reply; a ``/v1/completions`` request sends none, so its reply alone, the text as
 content): any real number (a ``numpy`` scalar, a bool) is taken as a float. An agent
 that raises, returns no number (or not a finite one, or one beyond float32's range,
-``REWARD_MAX``, as the built-in loop's ``checked_step``), or runs past
+``REWARD_MAX``, as the built-in loop's ``checked_step``; a ``CancelledError`` of its own
+code too, where nothing cancelled the rollout), or runs past
 ``generator.agent_timeout_s`` gets reward 0 and counts in ``env/errors``; its
 requests so far still train. All trajectories of a step run concurrently.
 
@@ -98,6 +99,14 @@ def reward_function(path: str) -> Callable[[PromptRow, list[dict]], float]:
     except Exception as exc:  # the module was found but raised (its own bug, a syntax error)
         problem = f"importing {path!r} raised {exception_line(exc)}"
     raise ConfigError("generator.agent_reward_fn", problem)
+
+
+def _cancelled() -> bool:
+    """Whether the running task was asked to stop (``Task.cancelling``, Python 3.11+; before
+    it, a CancelledError counts as a request to stop)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
 
 
 class HarnessDriver:
@@ -194,6 +203,11 @@ class HarnessDriver:
             error = f"timed out after generator.agent_timeout_s={self.timeout_s:g} s"
         except Exception as exc:  # the agent's own bug or bad output: this trajectory only
             error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        except asyncio.CancelledError:
+            if _cancelled():  # the rollout itself is stopped (Ctrl-C, the step's end)
+                raise
+            # the agent's own (a task of its own cancelled and awaited): as any error of it
+            error = "CancelledError: the agent raised it, nothing cancelled its rollout"
         finally:
             self.backend.sessions.close(session)
         records = list(session.records)
