@@ -24,6 +24,7 @@ import contextlib
 import math
 import operator
 import os
+import re
 import secrets
 import selectors
 import signal
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
 from fractions import Fraction
 from typing import Any
 
@@ -80,11 +81,21 @@ def _log2(n: int) -> float:
 
 def _literal(node: ast.Constant, source: str) -> Fraction:
     """A number as written: ``0.1`` is 1/10, not the float nearest it. A decimal's exponent
-    is bounded before its power of ten is built (``1e100000000``)."""
+    is bounded before its power of ten is built (``1e100000000``), one past what ``Decimal``
+    holds (19 digits and more) too; zero is zero whatever its exponent (``0e20000``)."""
     if isinstance(node.value, int):
         _check_bits(node.value.bit_length())  # hex literals have no digit limit
         return Fraction(node.value)
-    written = Decimal(ast.get_source_segment(source, node) or repr(node.value))
+    text = ast.get_source_segment(source, node) or repr(node.value)
+    if not Decimal(re.split("[eE]", text)[0]):
+        return Fraction(0)
+    try:
+        written = Decimal(text)
+    except InvalidOperation:  # its message is "[<class 'decimal.InvalidOperation'>]"
+        if "e-" in text.lower():
+            _check_bits(0, math.inf)
+        _check_bits(math.inf)
+        raise
     _, digits, exponent = written.as_tuple()
     assert isinstance(exponent, int)  # a literal is finite
     _check_bits(  # the numerator, and the denominator: a power of ten
