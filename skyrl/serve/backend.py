@@ -28,9 +28,10 @@ client sends). A session's requests are:
   the finish reason and the policy versions at dispatch and finish.
 
 Without a session (``skyrl-serve``), requests are plain inference: the client's
-sampling and seed, ``max_tokens`` up to ``generator.max_generate_length`` (a 400 above it),
-capped to ``generator.max_tokens_per_turn`` when set, as a session's turn is; ``n`` up to
-128, OpenAI's limit (a session's must be 1).
+sampling (``top_k`` and ``min_p`` too, as vLLM's server reads them) and seed, ``max_tokens``
+up to ``generator.max_generate_length`` (a 400 above it), capped to
+``generator.max_tokens_per_turn`` when set, as a session's turn is; ``n`` up to 128,
+OpenAI's limit (a session's must be 1).
 
 Chat requests, in a session or not, also stop on the chat template's turn end when it is not
 the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), as the
@@ -555,6 +556,8 @@ class OpenAIBackend:
             base = SamplingParams(
                 temperature=_number(body, "temperature", float, 1.0, low=0),
                 top_p=_number(body, "top_p", float, 1.0),
+                top_k=_number(body, "top_k", int, -1),  # vLLM's server reads these two too
+                min_p=_number(body, "min_p", float, 0.0),
                 stop=_stops(body),
                 stop_token_ids=list(stop_ids),
                 max_tokens=max_tokens,
