@@ -73,7 +73,13 @@ from skyrl.inference.client import EngineClient
 from skyrl.rollouts import dynamic_sampling as ds
 from skyrl.rollouts.base import WeightSyncTimeout
 from skyrl.rollouts.evaluation import evaluate_prompts
-from skyrl.rollouts.sync import base_seed, dump_rollouts, eval_seed, prompt_loader, shape_rewards
+from skyrl.rollouts.sync import (
+    base_seed,
+    dump_step_rollouts,
+    eval_seed,
+    prompt_loader,
+    shape_rewards,
+)
 from skyrl.tracking import metric_names as names
 
 T = TypeVar("T")
@@ -384,7 +390,7 @@ class AsyncRollouts:
         metrics[names.ASYNC_TRAINER_WAIT_S] = time.perf_counter() - waited
         out = GeneratorOutput.concat([g.output for g in groups if g.output is not None])
         if self.cfg.trainer.dump_rollouts and self.output_dir is not None:
-            dump_rollouts(out, self.tokenizer, self.output_dir / "rollouts" / f"step_{step}.jsonl")
+            dump_step_rollouts(out, self.tokenizer, self.output_dir, step)
         return to_training_batch(out, self.pad_id), metrics
 
     def updating_weights(

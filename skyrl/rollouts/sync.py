@@ -70,8 +70,7 @@ class SyncRollouts:
         """The step's prompts -> rollouts -> reward shaping -> dynamic sampling -> batch."""
         out, metrics = self.collect(step)
         if self.cfg.trainer.dump_rollouts and self.output_dir is not None:
-            path = self.output_dir / "rollouts" / f"step_{step}.jsonl"
-            dump_rollouts(out, self.tokenizer, path)
+            dump_step_rollouts(out, self.tokenizer, self.output_dir, step)
         return to_training_batch(out, self.pad_id), metrics
 
     def updating_weights(
@@ -278,6 +277,24 @@ def merge_rollout_metrics(rounds: list[GeneratorOutput]) -> dict[str, float]:
 
 def _prompts_of(out: GeneratorOutput, source: str) -> set[str]:
     return {u for u, s in zip(out.uids, out.data_sources, strict=True) if s == source}
+
+
+def dump_step_rollouts(out: GeneratorOutput, tokenizer, output_dir: Path, step: int) -> None:
+    """``trainer.dump_rollouts``: ``step``'s rows into ``<output_dir>/rollouts/step_<step>.jsonl``.
+    A write that fails (a full disk) ends the run with ``TrainingAborted``, one line naming the
+    file, the free space there and the reason, as a failed metrics or checkpoint write does
+    (the step's dump comes first, so its traceback stood in for those lines)."""
+    from skyrl.trainer.checkpoint import free_space
+    from skyrl.trainer.trainer import TrainingAborted
+
+    path = output_dir / "rollouts" / f"step_{step}.jsonl"
+    try:
+        dump_rollouts(out, tokenizer, path)
+    except OSError as exc:
+        raise TrainingAborted(
+            f"writing the rollouts of step {step} (trainer.dump_rollouts) into {path} failed "
+            f"({free_space(path.parent)} free there); {exc}"
+        ) from exc
 
 
 def dump_rollouts(out: GeneratorOutput, tokenizer, path: Path) -> None:
