@@ -515,9 +515,12 @@ def export_checkpoint_hf(
     Weights tied to a loaded one (the output layer of tied-embedding models) may be absent;
     anything else missing or unexpected is an error, as is a LoRA checkpoint that records
     another base model than ``base_model`` (``BASE_FINGERPRINT``), even one of the same shapes.
-    ``trust_remote_code``: the model's and tokenizer's own code may run
+    The base's ``generation_config.json`` goes with it, as ``from_pretrained`` and the run's
+    ``final_hf`` keep it: its EOS ids are where the engines stop (a list beyond
+    ``config.json``'s EOS, Qwen2.5-Instruct's ``<|endoftext|>``) and its sampling defaults
+    are the model's. ``trust_remote_code``: the model's and tokenizer's own code may run
     (``model.trust_remote_code``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     remote = {"trust_remote_code": trust_remote_code}
     weights = policy_state_dict(ckpt)
@@ -528,6 +531,10 @@ def export_checkpoint_hf(
         return out_dir
     config = AutoConfig.from_pretrained(base_model, **remote)
     model = AutoModelForCausalLM.from_config(config, **remote)
+    try:  # from_config derives one from config.json alone
+        model.generation_config = GenerationConfig.from_pretrained(base_model)
+    except OSError:  # the base has none: the derived one, as from_pretrained does
+        pass
     missing, unexpected = _load_fitting(model, weights, ckpt, base_model, "policy weights")
     model.tie_weights()
     loaded = {
