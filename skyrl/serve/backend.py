@@ -57,7 +57,9 @@ default values, which agents commonly send: ``tool_choice`` other than ``auto`` 
 ``parallel_tool_calls`` false where tools are offered, ``response_format`` other than text,
 ``top_logprobs`` or completions ``logprobs`` above 0 (``logprobs=0`` gives the sampled
 tokens' own), a non-empty ``logit_bias``, non-zero ``presence_penalty`` or
-``frequency_penalty``. Numbers must be finite (Python's json sends
+``frequency_penalty``, and vLLM's own fields that no engine here honours, sent with the
+``openai`` client's ``extra_body`` (``VLLM_EXTENSIONS``: ``repetition_penalty``,
+``chat_template_kwargs``, ``stop_token_ids``, ...). Numbers must be finite (Python's json sends
 NaN and Infinity). As OpenAI refuses them: ``tool_choice`` without ``tools``,
 ``stream_options`` without ``stream`` (or with an ``include_usage`` neither true nor false),
 a message without content (an assistant's may have tool calls instead).
@@ -256,6 +258,42 @@ def _before_stop(text: str, stops: list[str]) -> int:
     return min((at for at in (text.find(s) for s in stops) if at >= 0), default=len(text))
 
 
+VLLM_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "repetition_penalty": ((1,), "1: no penalty"),
+    "min_tokens": ((0,), "0: a reply may end at once"),
+    "ignore_eos": ((False,), "false: replies end at EOS"),
+    "stop_token_ids": (([],), "[]: stop strings (stop) instead"),
+    "skip_special_tokens": ((True,), "true: the text leaves special tokens out"),
+    "include_stop_str_in_output": ((False,), "false: the text ends before its stop string"),
+    "use_beam_search": ((False,), "false: each reply is sampled"),
+    "guided_json": ((), "null: no output format can be forced"),
+    "guided_regex": ((), "null: no output format can be forced"),
+    "guided_choice": ((), "null: no output format can be forced"),
+    "guided_grammar": ((), "null: no output format can be forced"),
+    "structured_outputs": ((), "null: no output format can be forced"),
+}
+"""vLLM's request fields beyond OpenAI's that no engine here honours, with the values that
+pass (their defaults; null always does) and how the error says it. ``top_k`` and ``min_p``
+are read (without a session: ``SamplingParams``)."""
+VLLM_CHAT_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "chat_template": ((), "null: the model's own chat template renders the messages"),
+    "chat_template_kwargs": (({},), "null: the chat template is rendered without arguments"),
+    "continue_final_message": ((False,), "false: each reply is a new assistant turn"),
+    "add_generation_prompt": ((True,), "true: each reply is a new assistant turn"),
+}
+"""``VLLM_EXTENSIONS`` of chat requests only."""
+
+
+def _refuse_extensions(body: dict, chat: bool) -> None:
+    """A 400 naming a ``VLLM_EXTENSIONS`` field (chat: ``VLLM_CHAT_EXTENSIONS`` too) that
+    has another value than its default: sent with ``extra_body``, it was ignored."""
+    fields = VLLM_EXTENSIONS | (VLLM_CHAT_EXTENSIONS if chat else {})
+    for name, (defaults, allowed) in fields.items():
+        got = body.get(name)
+        if got is not None and got not in defaults:
+            raise APIError(400, f"{name} {got!r} is not supported (only {allowed})", param=name)
+
+
 def _refuse_unsupported(body: dict, chat: bool) -> None:
     """A 400 naming a field the endpoint cannot honour, unless it has its default value
     (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
@@ -269,6 +307,7 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
         got = body[name]
         return APIError(400, f"{name} {got!r} is not supported (only {allowed})", param=name)
 
+    _refuse_extensions(body, chat)
     for name in ("presence_penalty", "frequency_penalty"):
         if _number(body, name, float, 0.0) != 0:
             raise refuse(name, "0")
