@@ -492,36 +492,47 @@ def start_ray(num_cpus: int | None = None) -> None:
     _started_ray_address = ray.get_runtime_context().gcs_address
 
 
-def _ray_for_run(cfg) -> None:
-    """Ray with room for the run's actors. One process may run several: the basic launcher
-    runs a sweep's jobs one after another in it, a notebook calls ``skyrl.train`` again, and
-    a later run may reserve more CPUs than Ray has (its placement groups would wait 120 s and
-    fail). A local Ray that ``start_ray`` started is then restarted sized for this run; a Ray
-    the caller started is theirs: too small, it is a ``ConfigError``. A cluster at
-    ``RAY_ADDRESS`` is used as it is (it may grow)."""
+def _ray_for_run(cfg, engines_only: bool = False) -> None:
+    """Ray with room for the run's actors (``engines_only``: the engine actors alone, an eval's:
+    ``ray_for_engines``). One process may run several: the basic launcher runs a sweep's jobs
+    one after another in it, a notebook calls ``skyrl.train`` again, and a later run may
+    reserve more CPUs than Ray has (its placement groups would wait 120 s and fail). A local
+    Ray that ``start_ray`` started is then restarted sized for this run; a Ray the caller
+    started is theirs: too small, it is a ``ConfigError``. A cluster at ``RAY_ADDRESS`` is used
+    as it is (it may grow)."""
     import ray
 
-    needed = math.ceil(sum(_reserved_cpus(cfg).values()))
+    needed = math.ceil(sum(_reserved_cpus(cfg, engines_only).values()))
     if ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
         have = ray.cluster_resources().get("CPU", 0.0)
         if have >= needed:
             return
         if ray.get_runtime_context().gcs_address != _started_ray_address:
-            raise ConfigError("trainer.dp_size", _too_small_message(cfg, needed, have))
+            key = "generator.num_engines" if engines_only else "trainer.dp_size"
+            raise ConfigError(key, _too_small_message(cfg, needed, have, engines_only))
         ray.shutdown()
-    start_ray(_logical_cpus(cfg))
+    start_ray(_logical_cpus(cfg, engines_only))
 
 
-def _reserved_cpus(cfg) -> dict[str, float]:
+def ray_for_engines(cfg) -> None:
+    """Ray with room for the engine actors of ``cfg`` (``generator.engines_in_actors``) and
+    nothing else, by ``_ray_for_run``'s rules: ``skyrl-eval``'s, which starts no worker. Ray
+    started with the cores alone placed two engine actors of 1 CPU on 2 cores; the eval
+    waited for a third one's replies forever."""
+    _ray_for_run(cfg, engines_only=True)
+
+
+def _reserved_cpus(cfg, engines_only: bool = False) -> dict[str, float]:
     """Ray CPUs the run's actors reserve: each worker group that has its own bundles
-    (policy, a reference not colocated with it, critic) and the engine actors."""
+    (policy, a reference not colocated with it, critic; none for ``engines_only``) and the
+    engine actors."""
     from skyrl.trainer.plan import has_reference_workers
 
     t, a, g = cfg.trainer, cfg.algorithm, cfg.generator
-    groups = ["policy"]
-    if has_reference_workers(cfg) and not t.colocate_policy_ref:
+    groups = [] if engines_only else ["policy"]
+    if not engines_only and has_reference_workers(cfg) and not t.colocate_policy_ref:
         groups.append("reference")
-    if a.uses_critic:
+    if not engines_only and a.uses_critic:
         groups.append("critic")
     reserved = {group: t.dp_size * t.num_cpus_per_worker for group in groups}
     if g.engines_in_actors:
@@ -529,29 +540,35 @@ def _reserved_cpus(cfg) -> dict[str, float]:
     return reserved
 
 
-def _too_small_message(cfg, needed: int, have: float) -> str:
+def _too_small_message(cfg, needed: int, have: float, engines_only: bool = False) -> str:
     t, g = cfg.trainer, cfg.generator
-    reserved = _reserved_cpus(cfg)
+    reserved = _reserved_cpus(cfg, engines_only)
+    parts, lower = [], "generator.num_engines or generator.num_cpus_per_engine"
     groups = [group for group in reserved if group != "engines"]
-    names = groups[0] if len(groups) == 1 else f"{', '.join(groups[:-1])} and {groups[-1]}"
-    what = f"trainer.dp_size={t.dp_size} x trainer.num_cpus_per_worker={t.num_cpus_per_worker:g}"
-    what += f" for the {names}"
+    if groups:
+        names = groups[0] if len(groups) == 1 else f"{', '.join(groups[:-1])} and {groups[-1]}"
+        parts.append(
+            f"trainer.dp_size={t.dp_size} x trainer.num_cpus_per_worker="
+            f"{t.num_cpus_per_worker:g} for the {names}"
+        )
+        lower = "trainer.dp_size or trainer.num_cpus_per_worker"
     if "engines" in reserved:
-        what += (
-            f" + generator.num_engines={g.num_engines} x {g.num_cpus_per_engine or 1:g} "
+        parts.append(
+            f"generator.num_engines={g.num_engines} x {g.num_cpus_per_engine or 1:g} "
             "for the engines"
         )
     return (
-        f"the run reserves {needed} Ray CPUs ({what}), but the Ray this process is connected "
-        f"to, started outside skyrl, has {have:g}: start it with more CPUs, or lower "
-        "trainer.dp_size or trainer.num_cpus_per_worker"
+        f"the {'eval' if engines_only else 'run'} reserves {needed} Ray CPUs "
+        f"({' + '.join(parts)}), but the Ray this process is connected to, started outside "
+        f"skyrl, has {have:g}: start it with more CPUs, or lower {lower}"
     )
 
 
-def _logical_cpus(cfg) -> int:
+def _logical_cpus(cfg, engines_only: bool = False) -> int:
     """Ray CPUs to start a local Ray with: every worker bundle, the engine actors and the
     driver (logical: may exceed the cores)."""
-    return max(os.cpu_count() or 1, math.ceil(sum(_reserved_cpus(cfg).values())) + 1)
+    reserved = sum(_reserved_cpus(cfg, engines_only).values())
+    return max(os.cpu_count() or 1, math.ceil(reserved) + 1)
 
 
 def _timestamped_dir() -> Path:

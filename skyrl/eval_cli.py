@@ -453,10 +453,10 @@ def _run_eval(
     from skyrl.rollouts.sync import dump_rollouts, eval_seed
 
     g = cfg.generator
-    if g.num_engines > 1 or g.num_gpus_per_engine > 0:
-        from skyrl.api import start_ray
+    if g.engines_in_actors:  # with room for them: a local Ray of the cores may have too little
+        from skyrl.api import ray_for_engines
 
-        start_ray()
+        ray_for_engines(cfg)
     engine = make_engine(
         g,
         cfg.model.path,
