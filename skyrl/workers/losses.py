@@ -58,7 +58,9 @@ def policy_loss(
 ) -> tuple[torch.Tensor, LossSums]:
     """The policy objective on rows ``[n, S]`` of one micro batch; ``LossSums.loss`` is the
     registered policy loss term alone (the KL and entropy terms have their token sums). A
-    registered loss may return a constant for rows of no loss token (``_joined_to_graph``)."""
+    registered loss may return a constant for rows of no loss token (``_joined_to_graph``).
+    ``LossSums.loss_tokens`` is counted here from ``loss_mask``, the tokens the KL and entropy
+    sums run over, not taken from the loss's metrics: a loss may return none (``{}``)."""
     weights, mask = _field(rows, "loss_weights"), rows.loss_mask
     returned = POLICY_LOSSES.get(cfg.policy_loss)(
         logprobs, rows.old_logprobs, rows.advantages, weights, mask, cfg, rows.rollout_logprobs
@@ -67,6 +69,7 @@ def policy_loss(
     if logprobs.requires_grad and not loss.requires_grad:
         loss = _joined_to_graph(cfg.policy_loss, loss, logprobs, mask)
     sums = LossSums.from_loss_metrics(float(loss.detach()), metrics)
+    sums.loss_tokens = float((mask > 0).sum())
     if cfg.use_kl_loss:
         kl_term, kl_metrics = kl_loss(
             cfg.kl_estimator, logprobs, _field(rows, "ref_logprobs"), weights, mask
