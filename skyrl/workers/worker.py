@@ -51,6 +51,11 @@ and the training forward's own logprobs, detached, are the old ones
 
 ROLES = ("policy", "reference", "critic")
 
+HEAD_ONLY_DROPOUT = ("classif", "summary", "qa_", "pooler")
+"""Words of model-config dropout fields that only other heads read (sequence/token
+classification, GPT-2's multiple-choice summary, question answering, a pooler), never a
+causal LM's forward: ``TrainingWorker.active_dropout`` leaves them out."""
+
 
 class TrainingWorker:
     """A DeepSpeed engine for one role on one rank."""
@@ -332,7 +337,9 @@ class TrainingWorker:
     def active_dropout(self) -> list[str]:
         """What makes this rank's training forward random: dropout layers with ``p > 0`` and
         dropout, jitter or noise fields of the model config above 0 (e.g. ``lora_dropout``
-        layers, a config's ``attention_dropout``, a MoE router's ``router_jitter_noise``).
+        layers, a config's ``attention_dropout``, a MoE router's ``router_jitter_noise``), but
+        not those of heads a causal LM does not run (``HEAD_ONLY_DROPOUT``: GPT-NeoX's
+        ``classifier_dropout``, GPT-2's ``summary_first_dropout``).
         Empty = the training forward computes what ``forward`` does."""
         module = self.engine.module
         found = [
@@ -343,7 +350,8 @@ class TrainingWorker:
         config = getattr(module, "config", None)
         for key, value in sorted(vars(config).items() if config is not None else ()):
             dropout_key = any(word in key for word in ("dropout", "pdrop", "jitter", "noise"))
-            if dropout_key and isinstance(value, float) and value > 0:
+            head_only = any(word in key for word in HEAD_ONLY_DROPOUT)
+            if dropout_key and not head_only and isinstance(value, float) and value > 0:
                 found.append(f"config.{key}={value:g}")
         return found
 
