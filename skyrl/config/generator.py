@@ -84,10 +84,10 @@ class GeneratorConfig:
     conversation (its last request's messages plus the reply); None = the agent's return
     value is the reward."""
     agent_sampling_drift: str = "error"
-    """An external agent's request whose temperature or top_p differ from ``sampling``:
-    ``error`` (refused with HTTP 400; the trainer's logprobs assume the training sampling)
-    or ``override`` (the training values are used and the request counts in
-    ``agent/sampling_overrides``)."""
+    """An external agent's request whose temperature, top_p, top_k or min_p differ from
+    ``sampling``: ``error`` (refused with HTTP 400; the trainer's logprobs assume the
+    training sampling) or ``override`` (the training values are used and the request counts
+    in ``agent/sampling_overrides``)."""
     tool_parser: str = "hermes"
     """How tool calls are parsed from the model's output: a vLLM tool-parser name
     (``hermes`` for Qwen2.5 and similar ``<tool_call>`` JSON formats)."""

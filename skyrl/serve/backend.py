@@ -12,7 +12,7 @@ to the agent as the API key (the ``Authorization: Bearer`` value every OpenAI
 client sends). A session's requests are:
 
 - checked against the training sampling (``generator.sampling``): a
-  temperature or top_p that differs is refused (400) or overridden and counted
+  temperature, top_p, top_k or min_p that differs is refused (400) or overridden and counted
   (``generator.agent_sampling_drift``), because the trainer's logprobs assume it.
   An eval session (``Session.evaluating``: the eval pass, in training or ``skyrl-eval``)
   trains nothing: it is served with ``generator.eval_sampling`` whatever its requests ask,
@@ -234,11 +234,12 @@ def _number(body: dict, name: str, kind: type, default: Any, low: float | None =
 
 
 def _check_drift(body: dict, session: Session) -> None:
-    """A training session's request asking for another temperature or top_p than the
-    training sampling: refused (400) or, with ``generator.agent_sampling_drift=override``,
-    counted (the request is sampled with the session's sampling either way)."""
-    for name in ("temperature", "top_p"):
-        asked, used = _number(body, name, float, None), getattr(session.sampling, name)
+    """A training session's request asking for another temperature, top_p, top_k or min_p
+    than the training sampling: refused (400) or, with
+    ``generator.agent_sampling_drift=override``, counted (the request is sampled with the
+    session's sampling either way)."""
+    for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("min_p", float)):
+        asked, used = _number(body, name, kind, None), getattr(session.sampling, name)
         if asked is None or asked == float(used):
             continue
         if session.drift == "error":

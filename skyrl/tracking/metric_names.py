@@ -56,9 +56,9 @@ AGENT_REALIGNED = "agent/realigned"
 """External agent: requests that extended the row in text but not in tokens (the engine was
 given the sampled tokens; the row went on)."""
 AGENT_SAMPLING_OVERRIDES = "agent/sampling_overrides"
-"""External agent: temperature or top_p values that differed from ``generator.sampling`` and
-were overridden (``generator.agent_sampling_drift=override``; each parameter of each request
-counts once)."""
+"""External agent: temperature, top_p, top_k or min_p values that differed from
+``generator.sampling`` and were overridden (``generator.agent_sampling_drift=override``; each
+parameter of each request counts once)."""
 OVERLONG_PENALTY_MEAN = "reward/overlong_penalty_mean"
 """DAPO's soft overlong penalty added to the rewards (<= 0, reward units), mean over the
 trajectories of the step's batch; written when ``algorithm.overlong_buffer_len > 0``."""
