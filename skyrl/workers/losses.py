@@ -68,7 +68,10 @@ def policy_loss(
     loss, metrics = _loss_and_metrics(cfg.policy_loss, returned)
     if logprobs.requires_grad and not loss.requires_grad:
         loss = _joined_to_graph(cfg.policy_loss, loss, logprobs, mask)
-    sums = LossSums.from_loss_metrics(float(loss.detach()), metrics)
+    try:
+        sums = LossSums.from_loss_metrics(float(loss.detach()), metrics)
+    except ValueError as exc:  # a metric off the additive convention
+        raise TypeError(f"algorithm.policy_loss={cfg.policy_loss}: {exc}") from None
     sums.loss_tokens = float((mask > 0).sum())
     if cfg.use_kl_loss:
         kl_term, kl_metrics = kl_loss(

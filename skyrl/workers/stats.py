@@ -39,15 +39,16 @@ class LossSums:
     def from_loss_metrics(cls, loss: float, metrics: Mapping[str, float]) -> LossSums:
         """From a registered loss's ``(loss, metrics)``; ``metrics`` follow the convention of
         ``skyrl/algorithms/policy_losses/terms.py``: ``loss_tokens``, ``<name>_tokens``
-        (flag counts) and ``<name>_sum`` (sums over loss tokens), nothing else."""
+        (flag counts) and ``<name>_sum`` (sums over loss tokens), each one number; anything
+        else is a ``ValueError`` naming the metric."""
         sums = cls(loss=loss)
         for key, value in metrics.items():
             if key == "loss_tokens":
-                sums.loss_tokens = float(value)
+                sums.loss_tokens = _number(key, value)
             elif key.endswith("_tokens"):
-                sums.flag_tokens[key.removesuffix("_tokens")] = float(value)
+                sums.flag_tokens[key.removesuffix("_tokens")] = _number(key, value)
             elif key.endswith("_sum"):
-                sums.token_sums[key.removesuffix("_sum")] = float(value)
+                sums.token_sums[key.removesuffix("_sum")] = _number(key, value)
             else:
                 raise ValueError(
                     f"loss metric {key!r} is neither a token count (<name>_tokens) nor a sum "
@@ -175,6 +176,19 @@ def combine_ranks(per_rank: Sequence[TrainStats]) -> TrainStats:
             max(tokens) / max(min(tokens), 1.0) if max(tokens) else 1.0,
         ),
     )
+
+
+def _number(key: str, value: object) -> float:
+    """A loss metric's value as a float; a ``ValueError`` naming ``key`` when it is not one
+    number (a per-row tensor, a list, None)."""
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        raise ValueError(
+            f"loss metric {key!r} is a tensor of shape {list(value.shape)}, not a number"
+        )
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"loss metric {key!r} is a {type(value).__name__}, not a number") from None
 
 
 def _add_dicts(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
