@@ -11,7 +11,10 @@ after EVERY job, not only at the end: Hydra's basic sweeper re-raises a failed j
 after its batch and never calls ``on_multirun_end``, and the table must still be there, with
 that job marked ``failed``. Each job leaves ``job_return.json`` (status, objective, error) in
 its directory; a job directory without one is ``running`` until the multirun ends, then
-``failed`` (its process died before Hydra could record the end). Each job also leaves
+``failed`` (its process died before Hydra could record the end, or Ctrl-C stopped it). A
+sweep that ends before its last job (Ctrl-C, or a failed job that ends it) gets its final
+summary as the process exits: Hydra calls ``on_multirun_end`` only after the last job, and
+no ``on_job_end`` for a job a ``KeyboardInterrupt`` stopped. Each job also leaves
 ``job_output_dir.txt`` at its start: where its trainer writes (a ``skyrl-eval`` job: its job
 dir, where it writes whatever ``trainer.output_dir`` says), resolved while the job's Hydra
 config is current (Hydra saves ``.hydra/config.yaml`` unresolved, and ``${hydra:job.num}``
@@ -22,6 +25,7 @@ path resolved the same way in ``job_eval_file.txt``.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import json
 import math
@@ -64,6 +68,16 @@ rewarded step shows its reward in both, and one without any leaves both empty); 
 class SweepSummary(Callback):
     """Hydra callback: record each job's output dir and end, then rewrite the sweep summary."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Have the final summary written at exit, unless ``on_multirun_end`` writes it."""
+        self._sweep_dir = Path(config.hydra.sweep.dir).absolute()
+        atexit.register(self._summarize_at_exit)
+
+    def _summarize_at_exit(self) -> None:
+        """The final summary of a sweep that ended before its last job, if any job started."""
+        if job_dirs(self._sweep_dir):
+            write_summary(self._sweep_dir, finished=True)
+
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Write the job's ``job_output_dir.txt`` (and ``job_eval_file.txt``) while its Hydra
         config is the current one."""
@@ -86,6 +100,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The final summary: a job that never recorded its end counts as failed."""
+        atexit.unregister(self._summarize_at_exit)
         csv_path, png_path = write_summary(Path(config.hydra.sweep.dir), finished=True)
         print(f"sweep summary: {csv_path}\nsweep plot: {png_path}", flush=True)
 
@@ -355,7 +370,7 @@ def _status(job_dir: Path, finished: bool) -> tuple[str, str]:
         record = json.loads(path.read_text())
         return record["status"], record.get("error", "")
     if finished:
-        return "failed", "the job ended without recording a result (killed or exited)"
+        return "failed", "the job ended without recording a result (interrupted, killed or exited)"
     return "running", ""
 
 
