@@ -451,10 +451,14 @@ class AgentLoop:
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         context = self.chat.prompt_ids(messages, tools)
-        if len(context) > s.max_prompt_length:  # the loaders drop or reject these first
-            raise ValueError(
-                f"prompt {row.uid!r} has {len(context)} tokens > generator.max_prompt_length={s.max_prompt_length}"
+        if len(context) > s.max_prompt_length:  # the loaders drop or reject these first, by
+            # an init call of their own: this one returned a longer opening (it varies)
+            problem = (  # no count: logged once, however long each one is
+                f"its opening is longer than generator.max_prompt_length={s.max_prompt_length} "
+                "tokens (the load check measured a shorter one)"
             )
+            self._log_env_error(f"{name}.init", BadEnvResult(problem))
+            return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         prompt_len, reward, stop = len(context), 0.0, "max_turns"
         for turn_idx in range(s.max_turns):
             budget = s.max_generate_length - (len(context) - prompt_len)
