@@ -71,7 +71,8 @@ def compose(
     """The config the CLI would build from these command-line overrides: a list of
     ``"key=value"`` strings, or a mapping (a dict or ``DictConfig``) whose items are
     ``key=value`` overrides, each value written as Hydra reads it back (a string quoted,
-    None as ``null``, lists and mappings as such, numpy's values as Python's):
+    None as ``null``, lists and mappings as such, a mapping's keys escaped, numpy's values as
+    Python's):
     ``{"experiment": "smoke", "trainer.total_steps": 3}`` is ``["experiment=smoke",
     "trainer.total_steps=3"]``, and a mapping value is merged into its node (``{"trainer":
     {"epochs": 2}}`` keeps the other ``trainer`` keys). A bad override (a config group set to
@@ -255,13 +256,45 @@ def _override_value(value: Any, key: str) -> str:
         # quoted: a backslash is literal except in a run before a quote or the end, halved
         return "'" + re.sub(r"(\\*)('|\Z)", _escape_before_quote, value) + "'"
     if isinstance(value, Mapping):
-        items = (f"{k}:{_override_value(v, f'{key}.{k}')}" for k, v in value.items())
+        items = (
+            f"{_override_key(k, key)}:{_override_value(v, f'{key}.{k}')}" for k, v in value.items()
+        )
         return "{" + ",".join(items) + "}"
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         return "[" + ",".join(_override_value(v, f"{key}[]") for v in value) + "]"
     raise TypeError(
         f"skyrl.compose: {key} is a {type(value).__name__}; a mapping's values are None, "
         "bool, int, float, str (numpy's too), or lists and mappings of these"
+    )
+
+
+KEY_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
+"""The characters a key in an override's mapping (``{key:value}``) writes after a backslash."""
+
+
+def _override_key(k: object, key: str) -> str:
+    """A key of the mapping ``key`` holds, in Hydra's override grammar: a string with the
+    grammar's characters escaped (``x\\:y``; bare, ``{"x:y": 1}`` read back as ``{"x":
+    "y:1"}``), anything else written as a value. A key that does not read back as itself (a
+    string Hydra reads as a number, ``true`` or ``null``, or one it cannot read at all) is a
+    ``ConfigError`` naming ``key``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    written = KEY_ESCAPED.sub(r"\\\1", k) if isinstance(k, str) else _override_value(k, key)
+    try:
+        (override,) = OverridesParser.create().parse_overrides([f"k={{{written}:0}}"])
+        mapping = override.value()
+    except OverrideParseException:
+        problem = " (its grammar has no way to write it);"
+    else:
+        assert isinstance(mapping, dict)
+        (read,) = mapping
+        if read == k and type(read) is type(k):
+            return written
+        what = "None" if read is None else f"the {type(read).__name__} {read!r}"
+        problem = f": it reads back as {what};"
+    raise ConfigError(
+        key, f"the mapping key {k!r} cannot be written in a Hydra override{problem} rename it"
     )
 
 
