@@ -113,11 +113,17 @@ def _check_answer(call_id: str, answered: tuple[int, list] | None, where: str) -
             "just before it (tool messages aside)",
         )
     at, ids = answered
-    if call_id not in ids:
-        its = ", ".join(repr(i) for i in ids)
+    if call_id in ids:
+        return
+    named = [i for i in ids if i is not None]
+    if not named:
         raise FormatError(
-            where, f"{call_id!r} answers no tool call of messages[{at}] (its ids: {its})"
+            where,
+            f"{call_id!r} answers no tool call of messages[{at}]: its tool calls have no id "
+            "(give each the id its tool message names)",
         )
+    its = ", ".join(repr(i) for i in named)
+    raise FormatError(where, f"{call_id!r} answers no tool call of messages[{at}] (its ids: {its})")
 
 
 def _template_call(call: Any, where: str) -> dict:
@@ -132,8 +138,11 @@ def _template_call(call: Any, where: str) -> dict:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             pass  # rendered as sent
+    call_id = call.get("id")
+    if call_id is not None and (not isinstance(call_id, str) or not call_id):
+        raise FormatError(f"{where}.id", f"must be a non-empty string, got {call_id!r}")
     return {
-        "id": call.get("id"),
+        "id": call_id,
         "type": "function",
         "function": {"name": fn["name"], "arguments": args},
     }
