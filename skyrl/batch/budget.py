@@ -87,17 +87,19 @@ def text_config(model_dir: str, trust_remote_code: bool):
     return getattr(model_config, "text_config", None) or model_config
 
 
-def activation_bytes(model_config, tokens: int, precision: str, checkpointing: bool) -> int:
-    """Estimated bytes of the activations a micro batch of ``tokens`` keeps for backward."""
+def activation_bytes(
+    model_config, tokens: int, precision: str, checkpointing: bool, logits: bool = True
+) -> int:
+    """Estimated bytes of the activations a micro batch of ``tokens`` keeps for backward;
+    ``logits=False``: a value model's (the critic's head has one output, no vocabulary)."""
     hidden = int(model_config.hidden_size)
     layers = int(model_config.num_hidden_layers)
-    vocab = int(model_config.vocab_size)
     width = 2 if precision == "bf16" else 4
     per_layer = 34 * hidden * width
     kept_layers = (
         per_layer * layers if not checkpointing else (2 * hidden * width * layers + per_layer)
     )
-    return tokens * (kept_layers + 3 * vocab * 4)
+    return tokens * (kept_layers + (3 * int(model_config.vocab_size) * 4 if logits else 0))
 
 
 def machine_memory_bytes() -> int:
@@ -122,27 +124,35 @@ def check_context(cfg: SkyRLConfig, model_config, context_of: str = "the model's
 
 def check_micro_batch_budget(cfg: SkyRLConfig, model_config) -> None:
     """The longest sequence within the context of the model whose (text) config is
-    ``model_config`` and, on CPU ranks, the micro batches of the longest sequence and of
-    ``trainer.micro_batch_max_tokens`` within the memory estimate; a ``ConfigError`` naming
-    the key to change otherwise (the sequence length where the longest sequence alone is over:
-    no budget makes its micro batch smaller)."""
+    ``model_config`` and its micro batches within the memory estimate
+    (``check_activation_memory``); a ``ConfigError`` naming the key to change otherwise."""
+    check_context(cfg, model_config)
+    check_activation_memory(cfg, model_config)
+
+
+def check_activation_memory(cfg: SkyRLConfig, model_config, critic_key: str | None = None) -> None:
+    """On CPU ranks, the micro batches of the longest sequence and of
+    ``trainer.micro_batch_max_tokens`` within the memory estimate for the model whose (text)
+    config is ``model_config`` (``critic_key``: the critic's, a value model, named so); a
+    ``ConfigError`` naming the key to change otherwise (the sequence length where the longest
+    sequence alone is over: no budget makes its micro batch smaller)."""
     t, g = cfg.trainer, cfg.generator
     budget = micro_batch_tokens(cfg)
-    check_context(cfg, model_config)
     if t.num_gpus_per_worker > 0:
         return
     total = machine_memory_bytes()
+    whose = f" for the critic ({critic_key})" if critic_key else ""
 
     def over(tokens: int) -> str | None:
         """What micro batches of ``tokens`` need on every rank at once, if more than fits."""
         need = t.dp_size * activation_bytes(
-            model_config, tokens, t.precision, t.gradient_checkpointing
+            model_config, tokens, t.precision, t.gradient_checkpointing, not critic_key
         )
         if need <= MEMORY_SHARE * total:
             return None
         return (
-            f"need about {need / 2**30:.1f} GiB of activations on {t.dp_size} rank(s), over "
-            f"{MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB"
+            f"need about {need / 2**30:.1f} GiB of activations{whose} on {t.dp_size} rank(s), "
+            f"over {MEMORY_SHARE:.0%} of this machine's {total / 2**30:.1f} GiB"
         )
 
     # a sequence longer than the budget is packed alone: no budget makes the longest

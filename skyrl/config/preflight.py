@@ -512,7 +512,7 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     folder = critic if for_run else locate_model_path(critic, CRITIC_KEY)
     if not folder:
         return None
-    from skyrl.batch.budget import check_context
+    from skyrl.batch.budget import check_activation_memory, check_context
 
     model_config = model_text_config(folder, CRITIC_KEY, cfg.model.trust_remote_code)
     require(  # its AutoModel wants decoder inputs, and its config has no context to check
@@ -523,6 +523,7 @@ def _check_critic_model(cfg: SkyRLConfig, for_run: bool):
     )
     _check_packed_forward(cfg, model_config, CRITIC_KEY, folder)
     check_context(cfg, model_config, f"the critic's context ({CRITIC_KEY})")
+    check_activation_memory(cfg, model_config, CRITIC_KEY)
     return model_config
 
 
