@@ -111,6 +111,13 @@ class WorkerGroup:
                     if self._owns_pg:
                         remove_placement_group(self.pg)
                     raise
+            except BaseException:
+                # Ctrl-C while the ranks start: left, the ranks and their bundles stay
+                # reserved, and the next run in a notebook's kernel finds no room in Ray
+                self._kill_actors()
+                if self._owns_pg:
+                    remove_placement_group(self.pg)
+                raise
 
     def _wait_for_placement(self, bundle: dict[str, float]) -> None:
         """Wait for Ray to place the ranks' bundles; bundles that do not fit within
@@ -119,8 +126,10 @@ class WorkerGroup:
         the resources once they free up."""
         try:
             ray.get(self.pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
-        except GetTimeoutError:
+        except BaseException as exc:  # a timeout, or Ctrl-C while waiting
             remove_placement_group(self.pg)
+            if not isinstance(exc, GetTimeoutError):
+                raise
             raise ConfigError(
                 "trainer.dp_size",
                 f"{self.dp_size} {self.role} workers of {_cpus_and_gpus(bundle)} each "
