@@ -549,9 +549,9 @@ def _ray_for_run(cfg, engines_only: bool = False) -> None:
 
 def ray_for_engines(cfg) -> None:
     """Ray with room for the engine actors of ``cfg`` (``generator.engines_in_actors``) and
-    nothing else, by ``_ray_for_run``'s rules: ``skyrl-eval``'s, which starts no worker. Ray
-    started with the cores alone placed two engine actors of 1 CPU on 2 cores; the eval
-    waited for a third one's replies forever."""
+    nothing else, by ``_ray_for_run``'s rules: ``skyrl-eval``'s and ``skyrl-serve``'s, which
+    start no worker. Ray started with the cores alone placed two engine actors of 1 CPU on 2
+    cores; the eval waited for a third one's replies forever."""
     _ray_for_run(cfg, engines_only=True)
 
 
@@ -591,7 +591,7 @@ def _too_small_message(cfg, needed: int, have: float, engines_only: bool = False
             "for the engines"
         )
     return (
-        f"the {'eval' if engines_only else 'run'} reserves {needed} Ray CPUs "
+        f"{'its engines reserve' if engines_only else 'the run reserves'} {needed} Ray CPUs "
         f"({' + '.join(parts)}), but the Ray this process is connected to, started outside "
         f"skyrl, has {have:g}: start it with more CPUs, or lower {lower}"
     )

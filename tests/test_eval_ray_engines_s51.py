@@ -83,7 +83,7 @@ def test_a_callers_ray_too_small_for_the_engines_is_one_line(monkeypatch):
     assert fake.calls == []  # not ours to shut down
     assert err.value.key == "generator.num_engines"
     assert err.value.message == (
-        "the eval reserves 3 Ray CPUs (generator.num_engines=3 x 1 for the engines), but the "
+        "its engines reserve 3 Ray CPUs (generator.num_engines=3 x 1 for the engines), but the "
         "Ray this process is connected to, started outside skyrl, has 2: start it with more "
         "CPUs, or lower generator.num_engines or generator.num_cpus_per_engine"
     )

@@ -61,10 +61,10 @@ def serve(cfg: DictConfig, stop: Future | None = None) -> None:
     tokenizer = load_tokenizer(checked, typed.model.tokenizer_path)
     model_config = model_text_config(typed.model.path, "model.path", typed.model.trust_remote_code)
     check_vocab_size(checked, len(tokenizer), model_config, None)
-    if g.engines_in_actors:
-        from skyrl.api import start_ray
+    if g.engines_in_actors:  # with room for them: a local Ray of the cores may have too little
+        from skyrl.api import ray_for_engines
 
-        start_ray()
+        ray_for_engines(typed)
     engine = make_engine(
         g,
         typed.model.path,
