@@ -190,7 +190,7 @@ def _check_sweep(config_name: str, overrides: list[str], preflight_jobs: bool) -
     composed = compose(config_name=config_name, overrides=fixed, return_hydra_config=True)
     hydra_cfg = composed.hydra
     _require_static_dir(hydra_cfg, "sweep")
-    _refuse_earlier_jobs(composed, None)
+    _refuse_earlier_jobs(composed, None, trains=preflight_jobs)
     target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default=""))
     if needs_objective(target):
         _check_search_settings(hydra_cfg.sweeper)
@@ -212,7 +212,7 @@ def _check_sweep(config_name: str, overrides: list[str], preflight_jobs: bool) -
         for n in checked
         if basic and isinstance(out := jobs.check(n), _JobDir)
     }
-    _refuse_earlier_jobs(composed, taken)
+    _refuse_earlier_jobs(composed, taken, trains=preflight_jobs)
 
 
 def _check_search_settings(sweeper: DictConfig) -> None:
@@ -416,10 +416,13 @@ def _shared_dir_error(out: _JobDir, earlier: int, later: int, who: str, noun: st
     )
 
 
-def _refuse_earlier_jobs(composed: DictConfig, taken: set[str] | None) -> None:
+def _refuse_earlier_jobs(
+    composed: DictConfig, taken: set[str] | None, trains: bool = True
+) -> None:
     """Refuse a sweep dir that holds job dirs already: their rows would join this sweep's
     summary (``skyrl.sweeps`` reads every job dir under it), and this sweep's job N would
-    resume the checkpoints an earlier job N left in its dir. A dry run's job dir is refused
+    resume the checkpoints an earlier job N left in its dir (``trains``; an eval's would
+    write over its results). A dry run's job dir is refused
     only when no job of this sweep takes it over: ``taken`` holds its jobs' dirs once they
     are checked; None before, when dry runs' dirs wait for that."""
     from skyrl.sweeps import job_dirs
@@ -435,9 +438,9 @@ def _refuse_earlier_jobs(composed: DictConfig, taken: set[str] | None) -> None:
     names = sorted((str(d.relative_to(sweep_dir.resolve())) for d in found),
                    key=lambda name: (len(name), name))  # fmt: skip
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    takes_over = "resume the checkpoints" if trains else "write over the results"
     harm = (
-        "would join this sweep's summary.csv and this sweep's jobs would resume the "
-        "checkpoints in theirs"
+        f"would join this sweep's summary.csv and this sweep's jobs would {takes_over} in theirs"
         if taken is None
         else "would join this sweep's summary.csv (no job of this sweep takes them over)"
     )
