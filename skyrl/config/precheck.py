@@ -416,9 +416,7 @@ def _shared_dir_error(out: _JobDir, earlier: int, later: int, who: str, noun: st
     )
 
 
-def _refuse_earlier_jobs(
-    composed: DictConfig, taken: set[str] | None, trains: bool = True
-) -> None:
+def _refuse_earlier_jobs(composed: DictConfig, taken: set[str] | None, trains: bool = True) -> None:
     """Refuse a sweep dir that holds job dirs already: their rows would join this sweep's
     summary (``skyrl.sweeps`` reads every job dir under it), and this sweep's job N would
     resume the checkpoints an earlier job N left in its dir (``trains``; an eval's would
