@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from skyrl.config.errors import exception_line
 from skyrl.inference.base import Completion, InferenceEngine, SamplingParams, WeightItems
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class EngineActor:
             except BaseException as exc:  # nothing serves from now on: fail requests at once
                 logger.error("inference engine stopped serving", exc_info=exc)
                 self._stopped = (
-                    f"the inference engine stopped serving after {_first_line(exc)}; "
+                    f"the inference engine stopped serving after {exception_line(exc)}; "
                     "start a new engine"
                 )
                 refuse = getattr(engine, "refuse_requests", None)  # LocalEngine: no race
@@ -202,12 +203,6 @@ def _died(during: str, exc: Exception) -> EngineDiedError:
         if raised is not None:
             return EngineDiedError(f"inference engine actor failed to start: {raised}")
     return EngineDiedError(f"inference engine actor died during {during}: {lines[0]}")
-
-
-def _first_line(exc: BaseException) -> str:
-    """``Type: message``, the message's first line (an out-of-memory error spans many)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
