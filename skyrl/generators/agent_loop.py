@@ -13,11 +13,11 @@ on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises,
 returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a message
 whose content is not a string) or an observation the chat template cannot render ends its
 trajectory with reward 0 and counts in ``env/errors``, logged once per distinct problem;
-the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python cannot stop a thread, so a timed-out call's thread runs on
-unwatched: it no longer counts against the ``environment.max_concurrent_calls`` that may
-run at once, the env is closed on that thread once the call returns (never under it; an
-env built past the limit once it exists), and more than
-``environment.max_hung_calls`` such calls still running stop the run with
+the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python cannot stop a
+thread, so a timed-out call's thread runs on unwatched: it no longer counts against the
+``environment.max_concurrent_calls`` that may run at once, the env is closed on that thread
+once the call returns (never under it; an env built past the limit once it exists), and
+more than ``environment.max_hung_calls`` such calls still running stop the run with
 ``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown) does not wait for
 its env's close: that runs on a thread not waited for. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
@@ -97,6 +97,14 @@ class EnvExit(RuntimeError):
 
 class BadEnvResult(ValueError):
     """An env call returned what the loop cannot use; the message says what."""
+
+
+def _failure(exc: Exception) -> str:
+    """How the log names an env call's failure: the loop's own errors (an unusable result, a
+    time limit, a ``sys.exit()``) by their message, anything else as ``raised Type: message``."""
+    if isinstance(exc, BadEnvResult | EnvTimeout | EnvExit):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
 
 
 def checked_opening(env: TextEnv, row: PromptRow) -> list[Message]:
@@ -299,12 +307,7 @@ class EnvThreads:
         """One warning line per distinct failure of a close: an env whose close raises does so
         on every trajectory (a traceback each flooded the log)."""
         name = type(env.env if isinstance(env, _Unbuilt) else env).__name__
-        what = (
-            str(exc)
-            if isinstance(exc, EnvTimeout | EnvExit)
-            else f"raised {type(exc).__name__}: {exc}"
-        )
-        message = f"{name}.close: {what}"
+        message = f"{name}.close: {_failure(exc)}"
         with self.lock:
             if message in self._logged_closes:
                 return
@@ -407,11 +410,7 @@ class AgentLoop:
 
     def _log_env_error(self, where: str, exc: Exception) -> None:
         """One warning per distinct problem: a bad env fails the same way on every trajectory."""
-        if isinstance(exc, BadEnvResult | EnvTimeout | EnvExit):
-            what = str(exc)
-        else:
-            what = f"raised {type(exc).__name__}: {exc}"
-        message = f"{where}: {what}; its trajectory ends with reward 0 (env_error)"
+        message = f"{where}: {_failure(exc)}; its trajectory ends with reward 0 (env_error)"
         if message not in self._logged_env_errors:
             self._logged_env_errors.add(message)
             logger.warning(message)
