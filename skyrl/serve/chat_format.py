@@ -243,20 +243,20 @@ class ChatFormat:
         them) that the text its client is given leaves out (a decode without special tokens,
         as vLLM's server and the built-in loop's env read a reply), as ``(offset, text)``:
         ``<|im_start|>`` written mid-reply. Not a last token that is the template's turn end
-        (the template writes it back)."""
-        pieces, kept, at = [], [], 0
+        (the template writes it back). An offset is where the token starts in the decode of
+        the whole reply, not in its pieces decoded one by one: a SentencePiece decoder drops
+        the prefix space of a text's first token ("▁sat" alone reads "sat")."""
+        pieces = []
         for k, tok in enumerate(response_ids):
             if self.token_bytes(tok) is not None or (
                 k == len(response_ids) - 1 and tok == self.chat_tokens.turn_end_id
             ):
-                kept.append(tok)
                 continue
-            at += len(self.tokenizer.decode(kept, skip_special_tokens=False))
+            at = len(self.tokenizer.decode(response_ids[:k], skip_special_tokens=False))
             piece = self.tokenizer.decode([tok], skip_special_tokens=False)
             if at + len(piece) > upto:
                 break
             pieces.append((at, piece))
-            at, kept = at + len(piece), []
         return pieces
 
     @cached_property

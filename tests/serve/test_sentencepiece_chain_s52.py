@@ -1,0 +1,88 @@
+"""A session on a SentencePiece tokenizer (Llama-2, Mistral: a word's leading space is its
+token's ``▁``, which a decode drops at the start of a text; ``<0xNN>`` byte fallback) with a
+Mistral-like chat template, built here. The agent sends each reply back as it got it; the
+session's row goes on. The engine is scripted: it says the prompt's last ``SAY:``."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from conftest import endpoint, training_session
+from scripted_engine import ScriptedEngine
+
+from skyrl.inference.base import Completion
+
+MISTRAL_V3 = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% elif m['role'] == 'assistant' %}"
+    "{{ ' ' + m['content']|trim + eos_token }}{% endif %}{% endfor %}"
+)
+"""Mistral v0.3's shape: the template writes the space before a reply itself."""
+
+
+def sentencepiece_tokenizer(template: str):
+    """A Llama tokenizer (Metaspace, byte fallback, prefix space stripped on decode) with a
+    vocabulary trained here, ``[INST]``, ``[/INST]`` and ``[TOOL_CALLS]`` special."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaTokenizer
+
+    spm = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    spm.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    corpus = ["SAY: the cat sat on the mat ok"] * 20
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    spm.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=specials))
+    model = json.loads(spm.to_str())["model"]
+    tok = LlamaTokenizer(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]])
+    tok.add_special_tokens({"additional_special_tokens": ["[INST]", "[/INST]", "[TOOL_CALLS]"]})
+    tok.chat_template = template
+    return tok
+
+
+class InstEngine(ScriptedEngine):
+    """Says what the prompt's last ``SAY:`` says up to `` [/INST]``, then EOS."""
+
+    def reply(self, prompt_ids, sampling):
+        text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        said = text.rsplit("SAY:", 1)[1].split(" [/INST]", 1)[0]
+        ids = self.tokenizer.encode(said, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return Completion(ids, [-0.5] * len(ids), "stop")
+
+
+def converse(tok, first: str, then: list[str]):
+    """``(engine, session, replies)``: the agent says ``first``, then each of ``then`` after
+    the reply before it, sent back as it got it."""
+    engine = InstEngine(tok)
+    replies = []
+    with endpoint(engine, tok, max_prompt=256, max_gen=128) as (url, backend):
+        session = training_session(backend, engine, seed=11)
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        messages = [{"role": "user", "content": "SAY:" + first}]
+        for said in [*then, None]:
+            reply = client.chat.completions.create(model="tiny", messages=messages).choices[0]
+            replies.append(reply.message.content)
+            if said is not None:
+                messages += [reply.message.model_dump(), {"role": "user", "content": "SAY:" + said}]
+    return engine, session, replies
+
+
+@pytest.fixture(scope="module")
+def v3_tokenizer():
+    return sentencepiece_tokenizer(MISTRAL_V3)
+
+
+def test_special_tokens_after_a_prefix_spaced_word_are_left_out_where_they_are(v3_tokenizer):
+    """Two special tokens mid-reply, each followed by a "▁word": the second one's offset was
+    counted from the text between them decoded alone ("sat", not " sat"), one character
+    short, so the reply sent back forked the row (rerendered) instead of realigning."""
+    tok = v3_tokenizer
+    engine, session, replies = converse(tok, "the cat[TOOL_CALLS] sat[TOOL_CALLS] on", ["ok"])
+    special = tok.convert_tokens_to_ids("[TOOL_CALLS]")
+    first, second = session.records
+    assert first.response_ids.count(special) == 2
+    assert replies[0].strip() == "the cat sat on"  # the text leaves the special tokens out
+    assert (second.decision.kind, second.decision.reason) == ("realigned", "")
+    # the engine continues from what it sampled, both special tokens included
+    rest = tok.encode("[INST] SAY:ok [/INST]", add_special_tokens=False)
+    assert engine.prompts[1] == engine.prompts[0] + first.response_ids + rest
