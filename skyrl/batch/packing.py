@@ -523,11 +523,13 @@ def micro_batch_metrics(
     shared prompt once; ``shared_prefix_tokens`` is what sharing saved; ``padding_tokens``
     what data-parallel padding rows cost on top).
 
-    ``fill_ratio`` = real tokens / (micro batches x cap).
+    ``fill_ratio`` = real tokens / ``capacity_tokens``, each micro batch's capacity the cap, or
+    its tokens when a sequence longer than the cap sits in it alone (so the ratio is at most 1).
     """
     padding = sum(mb.padding_tokens for mb in micro_batches)
     tokens = [mb.num_tokens for mb in micro_batches]
     real = sum(tokens) - padding
+    capacity = sum(max(n, max_tokens) for n in tokens)
     loss_tokens = sum(
         float(mb.token_fields["loss_mask"].sum())
         for mb in micro_batches
@@ -546,12 +548,13 @@ def micro_batch_metrics(
         "local_micro_batches": float(len(micro_batches)),
         "max_micro_batch_tokens": float(max(tokens, default=0)),
         "micro_batch_max_tokens": float(max_tokens),
-        "fill_ratio": real / (len(micro_batches) * max_tokens) if micro_batches else 0.0,
+        "fill_ratio": real / capacity if capacity else 0.0,
         "oversized_sequences": float(sum(n > max_tokens for n in data_lens)),
         "shared_prefix_tokens": float(
             sum(mb.sequence_tokens - mb.num_tokens for mb in micro_batches)
         ),
         "padding_tokens": float(padding),
+        "capacity_tokens": float(capacity),
     }
     if rank_token_imbalance is not None:
         metrics["rank_token_imbalance"] = float(rank_token_imbalance)

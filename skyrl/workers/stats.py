@@ -95,9 +95,8 @@ class PackingStats:
     (the budget itself when every rank has the same; GPU ranks size theirs from their own
     free memory)."""
     fill_ratio: float
-    """``local_tokens / (local_micro_batches x micro_batch_max_tokens)``: real tokens over
-    the budgets of the micro batches run, recomputed from the totals whenever records are
-    combined."""
+    """``local_tokens / capacity_tokens``: the share of the micro batches' capacity that real
+    tokens filled (at most 1), recomputed from the totals whenever records are combined."""
     oversized_sequences: float
     """Sequences longer than the budget (each packed alone)."""
     shared_prefix_tokens: float = 0.0
@@ -110,14 +109,21 @@ class PackingStats:
     padding_tokens: float = 0.0
     """Tokens of the zero-loss rows that pad a mini-batch to the data-parallel size: computed,
     but not in ``local_tokens``."""
+    capacity_tokens: float = 0.0
+    """Tokens the micro batches run could hold: each one's budget, or its tokens when it holds a
+    sequence longer than the budget (packed alone: it is full). 0 in a record that does not
+    give it: its micro batches' budgets, ``local_micro_batches x micro_batch_max_tokens``."""
 
     @staticmethod
     def combine(parts: Sequence[PackingStats], rank_token_imbalance: float) -> PackingStats:
         """The record of several disjoint parts (ranks of a mini-batch, mini-batches of a step)."""
         tokens = sum(p.local_tokens for p in parts)
         micro = sum(p.local_micro_batches for p in parts)
-        capacity = sum(p.local_micro_batches * p.micro_batch_max_tokens for p in parts)
-        cap = capacity / micro if micro else parts[0].micro_batch_max_tokens
+        budgets = sum(p.local_micro_batches * p.micro_batch_max_tokens for p in parts)
+        capacity = sum(
+            p.capacity_tokens or p.local_micro_batches * p.micro_batch_max_tokens for p in parts
+        )
+        cap = budgets / micro if micro else parts[0].micro_batch_max_tokens
         return PackingStats(
             local_tokens=tokens,
             local_loss_tokens=sum(p.local_loss_tokens for p in parts),
@@ -130,6 +136,7 @@ class PackingStats:
             shared_prefix_tokens=sum(p.shared_prefix_tokens for p in parts),
             rank_token_imbalance=rank_token_imbalance,
             padding_tokens=sum(p.padding_tokens for p in parts),
+            capacity_tokens=capacity,
         )
 
 

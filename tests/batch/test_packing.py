@@ -253,10 +253,10 @@ def test_padding_rows_are_computed_but_not_counted_as_data():
     assert metrics["oversized_sequences"] == 1  # the real 20-token row only
     assert metrics["local_samples"] == 3
     # 2 micro batches ([20], [6 6 1]) of 16 (a whole-row copy made 3: [20], [20], [6 6]);
-    # real fill 32 / 32
+    # real fill 32 / (20 + 16): the 20-token row, alone, is a full micro batch of 20
     assert [mb.row_indices for mb in micro] == [[0], [1, 2, 3]]
     assert metrics["local_micro_batches"] == 2
-    assert metrics["fill_ratio"] == pytest.approx(32 / 32)
+    assert metrics["fill_ratio"] == pytest.approx(32 / 36)
 
 
 @pytest.mark.parametrize("share", [False, True])
