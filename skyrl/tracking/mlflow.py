@@ -13,12 +13,16 @@ file store keeps each metric as a file at its name's path, so ``rollout/logprob_
 (a file) and ``rollout/logprob_abs_diff/staleness_1`` (which needs it as a folder) could not
 both be logged: a name keeps its first ``/`` (its section, by which MLflow's charts group) and
 joins its deeper levels with ``.`` (``rollout/logprob_abs_diff.staleness_1``), on every store.
+Two names that clean to one key (data sources ``a/b`` and ``a.b``: ``eval/a/b/pass@1`` and
+``eval/a.b/pass@1``) would share one history: the later-seen one gets the key with ``_2``
+(``_3``, ...) appended, kept for the rest of the run, and the sink says so once on stderr.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -60,6 +64,8 @@ class MlflowSink:
             self.run_id = self.client.create_run(experiment_id, run_name=run.run_name).info.run_id
         except Exception as error:  # the store the settings name refused, or is unreachable
             raise start_error("mlflow", SETTINGS, error) from error
+        self.keys: dict[str, str] = {}
+        """Metric name -> its MLflow key (``metric_key``)."""
         try:
             self._log_params(run)
         except Exception as error:
@@ -82,9 +88,28 @@ class MlflowSink:
         from mlflow.entities import Metric
 
         now_ms = int(time.time() * 1000)
-        batch = [Metric(sanitize_name(k), v, now_ms, step) for k, v in metrics.items()]
+        batch = [Metric(self.metric_key(k), v, now_ms, step) for k, v in metrics.items()]
         for start in range(0, len(batch), METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch[start : start + METRICS_PER_BATCH])
+
+    def metric_key(self, name: str) -> str:
+        """``name``'s key in this run: ``sanitize_name(name)``, or, when another metric already
+        has that key, the first free ``<key>_N`` (N = 2, 3, ...), said once on stderr."""
+        if name in self.keys:
+            return self.keys[name]
+        key = clean = sanitize_name(name)
+        taken = {k: n for n, k in self.keys.items()}
+        n = 1
+        while key in taken:
+            n += 1
+            key = f"{clean[: MAX_KEY_CHARS - len(f'_{n}')]}_{n}"
+        if n > 1:
+            print(
+                f"mlflow: logging {name!r} as {key!r}: {taken[clean]!r} has {clean!r}",
+                file=sys.stderr,
+            )
+        self.keys[name] = key
+        return key
 
     def close(self, failed: bool = False) -> None:
         """Mark the run FINISHED, or FAILED if it ended with an error."""
