@@ -433,7 +433,9 @@ class OpenAIBackend:
         out = []
         for k, (completion, record) in enumerate(choices):
             stopped = completion.finish_reason == "stop"  # its last token may be a stop, not text
-            content, calls = self.format.parse_reply(completion.token_ids, tools, messages, stopped)
+            content, calls = self.format.parse_reply(
+                completion.token_ids, tools, messages, stopped, prompt_ids
+            )
             if content:
                 content = content[: _before_stop(content, stops)]
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -465,6 +467,7 @@ class OpenAIBackend:
         out = []
         for k, (completion, record) in enumerate(choices):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+            text = self.format.reply_lead(prompt_ids, completion.token_ids, False) + text
             text = text[: _before_stop(text, stops)]
             if record is not None:  # no messages were sent: the reply is the text given
                 record.reply = {"role": "assistant", "content": text}
@@ -657,11 +660,13 @@ class OpenAIBackend:
         # the client gets the reply's text without the stop string or the special token
         # (not the turn end) it stopped on: the chain knows, so the next request realigns
         # after the text it was given
-        text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        alone = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
+        lead = self.format.reply_lead(decision.prompt_ids, completion.token_ids, True)
+        text = lead + alone  # as it reads after the prompt: as the client and the chain read it
         unsent = text[_before_stop(text, sampling.stop) :] or self.format.hidden_end(
             completion.token_ids, completion.finish_reason
         )
-        left_out = self.format.left_out(completion.token_ids, len(text) - len(unsent))
+        left_out = self.format.left_out(completion.token_ids, len(alone) - len(unsent))
         session.chain.record(decision, completion.token_ids, unsent, left_out)
         record = RequestRecord(
             decision, list(completion.token_ids), list(completion.logprobs),

@@ -10,7 +10,9 @@ imported on the first request that declares tools, from the reply's text as the 
 loop's env gets it (``ChatTokens.reply_text``: without the token it stopped on, EOS, the
 turn end or another special stop token). A reply's content before its calls
 leaves out the whitespace the template writes itself before a call
-(``ChatFormat.content_as_sampled``), so the reply sent back renders as sampled.
+(``ChatFormat.content_as_sampled``), so the reply sent back renders as sampled. A reply's
+text reads as it does after its prompt, as vLLM's server gives it (``ChatFormat.reply_lead``:
+a SentencePiece reply "▁the ▁cat" is " the cat", not the "the cat" of its decode alone).
 
 Logprobs give each sampled token's raw bytes (``ChatFormat.token_bytes``), as OpenAI's
 ``bytes`` are: a byte-level BPE token that holds part of a multi-byte character is that part,
@@ -296,12 +298,44 @@ class ChatFormat:
         """The conversation with the generation prompt appended, as token ids."""
         return render_prompt_ids(self.tokenizer, messages, tools)
 
-    def reply_text(self, response_ids: list[int], keep_special: bool, stopped: bool = False) -> str:
+    def reply_lead(self, prompt_ids: list[int], response_ids: list[int], keep_special: bool) -> str:
+        """The text a reply starts with after its prompt that its decode alone drops: a
+        SentencePiece decoder (Llama, Mistral) strips the prefix space of a text's first token,
+        so a reply "▁the ▁cat" reads "the cat" alone and " the cat" after its prompt, as
+        vLLM's server gives it (its decode stream is primed with the prompt) and as the
+        session's chain holds it. ``""`` for byte-level BPE (Qwen, Llama 3), whose decode does
+        not depend on what came before. Read from the prompt's tail from its last text
+        token (a decode without special tokens starts there; ``keep_special``: decoded with
+        them)."""
+        backwards = range(len(prompt_ids) - 1, -1, -1)
+        start = next((j for j in backwards if self.token_bytes(prompt_ids[j]) is not None), None)
+        if start is None or not response_ids:
+            return ""
+        context = list(prompt_ids[start:])
+        decode = self.tokenizer.decode
+        before = decode(context, skip_special_tokens=not keep_special)
+        after = decode(context + list(response_ids), skip_special_tokens=not keep_special)
+        alone = decode(list(response_ids), skip_special_tokens=not keep_special)
+        if not after.startswith(before) or not after.endswith(alone):
+            return ""  # not a prefix the decode alone drops (a prompt ending mid-character)
+        return after[len(before) : len(after) - len(alone)]
+
+    def reply_text(
+        self,
+        response_ids: list[int],
+        keep_special: bool,
+        stopped: bool = False,
+        prompt_ids: list[int] | None = None,
+    ) -> str:
         """The sampled text without the token it stopped on, as the built-in loop's env gets
         it (``ChatTokens.reply_text``): EOS, the template's turn end where that is another
         token (a chat request stops on either), or, for a reply that ``stopped``, any special
-        token last in it (the engine's other stop ids: a model's generation_config EOS)."""
-        return self.chat_tokens.reply_text(list(response_ids), keep_special, stopped)
+        token last in it (the engine's other stop ids: a model's generation_config EOS). With
+        ``prompt_ids``, as it reads after them (``reply_lead``)."""
+        text = self.chat_tokens.reply_text(list(response_ids), keep_special, stopped)
+        if not prompt_ids:
+            return text
+        return self.reply_lead(prompt_ids, response_ids, keep_special) + text
 
     def parse_reply(
         self,
@@ -309,15 +343,17 @@ class ChatFormat:
         tools: list[dict] | None,
         messages: list[dict],
         stopped: bool = False,
+        prompt_ids: list[int] | None = None,
     ) -> tuple[str | None, list[dict]]:
         """``(content, tool_calls)`` of a reply, tool calls in the OpenAI format (the content
-        as ``content_as_sampled`` gives it); ``stopped``: its finish reason is ``stop``."""
+        as ``content_as_sampled`` gives it); ``stopped``: its finish reason is ``stop``;
+        ``prompt_ids``: the prompt it was sampled for (its text is read after it)."""
         if not tools:
-            return self.reply_text(response_ids, False, stopped), []
-        sampled = self.reply_text(response_ids, True, stopped)
+            return self.reply_text(response_ids, False, stopped, prompt_ids), []
+        sampled = self.reply_text(response_ids, True, stopped, prompt_ids)
         content, calls = self.parser.parse(sampled, tools)
         if not calls:
-            return self.reply_text(response_ids, False, stopped), []
+            return self.reply_text(response_ids, False, stopped, prompt_ids), []
         return self.content_as_sampled(content, calls, sampled, messages, tools), calls
 
     def content_as_sampled(

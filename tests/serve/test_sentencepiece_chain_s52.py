@@ -86,3 +86,54 @@ def test_special_tokens_after_a_prefix_spaced_word_are_left_out_where_they_are(v
     # the engine continues from what it sampled, both special tokens included
     rest = tok.encode("[INST] SAY:ok [/INST]", add_special_tokens=False)
     assert engine.prompts[1] == engine.prompts[0] + first.response_ids + rest
+
+
+MISTRAL_V2 = MISTRAL_V3.replace("' ' + m['content']|trim", "m['content']")
+"""Mistral v0.1/v0.2's shape (and any template writing a reply right after the generation
+prompt): the reply's own first token carries the space."""
+
+
+def vllm_text(tok, prompt_ids: list[int], reply_ids: list[int]) -> str:
+    """The reply's text as vLLM's server gives it: a decode stream primed with the prompt,
+    special tokens skipped (``FastIncrementalDetokenizer``)."""
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
+    return "".join(stream.step(tok._tokenizer, t) or "" for t in reply_ids)
+
+
+def test_a_reply_reads_as_after_its_prompt_and_sent_back_extends_the_row():
+    """The reply's text was its decode alone, "the cat": vLLM's server answers " the cat",
+    and sent back after "[/INST]" it rendered a text the row does not hold, so every turn of
+    every session on such a model forked the row (rerendered)."""
+    tok = sentencepiece_tokenizer(MISTRAL_V2)
+    engine, session, replies = converse(tok, "the cat", ["sat on", "ok"])
+    assert replies == [" the cat", " sat on", " ok"]
+    records = session.records
+    said = [vllm_text(tok, p, r.response_ids) for p, r in zip(engine.prompts, records, strict=True)]
+    assert replies == said
+    assert [(r.decision.kind, r.decision.reason) for r in records] == [
+        ("first", ""),
+        ("append", ""),
+        ("append", ""),
+    ]
+
+
+def test_a_completion_text_reads_as_after_its_prompt():
+    # "Q: the cat" + "▁sat ▁on": the text is " sat on" (vLLM's), as the tokens' own logprob
+    # texts and offsets say (" sat" at 0, " on" at 4); it was "sat on" with the offsets of
+    # " sat on", so prompt + text read "Q: the catsat on"
+    tok = sentencepiece_tokenizer(MISTRAL_V2)
+    engine = ScriptedEngine(tok, then="")
+    with endpoint(engine, tok, max_prompt=256, max_gen=128) as (url, _):
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        choice = client.completions.create(
+            model="tiny",
+            prompt="Q: the cat SAY:sat on",
+            logprobs=0,
+            extra_body={"return_token_ids": True},
+        ).choices[0]
+    sampled = choice.model_extra["token_ids"]
+    assert choice.text == " sat on" == vllm_text(tok, engine.prompts[0], sampled)
+    assert choice.logprobs.tokens[:2] == [" sat", " on"]
+    assert choice.logprobs.text_offset[:2] == [0, 4]
