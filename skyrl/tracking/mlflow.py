@@ -1,11 +1,13 @@
 """MLflow sink: params from the flattened config, metrics per step.
 
-Without ``MLFLOW_TRACKING_URI`` it writes a local file store under ``<output_dir>/mlruns``
-(browse with ``mlflow ui --backend-store-uri <output_dir>/mlruns``). MLflow 3 keeps that
-store in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE`` is set, so this
-sink sets it (if unset) for that default only; a database store would need SQLAlchemy,
-which ``mlflow-skinny`` does not install. The experiment is ``MLFLOW_EXPERIMENT_NAME`` or
-``skyrl``.
+Without ``MLFLOW_TRACKING_URI`` it writes a local file store under ``<output_dir>/mlruns``.
+MLflow 3 keeps that store in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE``
+is set, so this sink sets it (if unset) for that default only, in its own process; a
+database store would need SQLAlchemy, which ``mlflow-skinny`` does not install. Anything
+else that opens the store needs the setting too: browse with
+``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri <output_dir>/mlruns`` (the UI is
+in the full ``mlflow`` package, not in ``mlflow-skinny``). The experiment is
+``MLFLOW_EXPERIMENT_NAME`` or ``skyrl``.
 
 MLflow refuses names outside ``[A-Za-z0-9_-. /]`` (and ``:`` except on Windows), so for this
 sink only ``eval/pass@1`` becomes ``eval/pass_at_1`` and other characters become ``_``. The
