@@ -48,9 +48,10 @@ row, the engine given the stop string's tokens as sampled and then the rest of t
 row the built-in loop makes with the same stop string). So with a reply that stopped on a special
 token its text leaves out and the template does not write back (``ChatFormat.hidden_end``: an
 EOS that is not the turn end, Qwen2.5 base's ``<|endoftext|>``): the engine is given it, then
-the turn end and the rest, as the built-in loop closes such a turn. So with the special tokens
-inside a reply (``<|im_start|>`` written mid-reply): its text leaves them out, as vLLM's server
-does, and the engine is given them as sampled (``reconcile.Chain.left_out``).
+the turn end and the rest, as the built-in loop closes such a turn; a completion's EOS (no
+template writes any token back) is given, then the rest of the agent's prompt. So with the
+special tokens inside a reply (``<|im_start|>`` written mid-reply): its text leaves them out,
+as vLLM's server does, and the engine is given them as sampled (``reconcile.Chain.left_out``).
 
 Fields the engines cannot honour are refused (a 400 naming them) unless they have their
 default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
@@ -462,7 +463,7 @@ class OpenAIBackend:
             raise APIError(400, "echo is not supported", param="echo")
         rendered = self._prompt_ids(body.get("prompt"))
         stops = self._stop_strings(body, session)
-        choices, prompt_ids = await self._sample(body, session, rendered, [], [])
+        choices, prompt_ids = await self._sample(body, session, rendered, [], [], chat=False)
         logprobs = body.get("logprobs") is not None  # 0: the sampled tokens' own
         out = []
         for k, (completion, record) in enumerate(choices):
@@ -563,9 +564,11 @@ class OpenAIBackend:
         rendered: list[int],
         messages: list[dict],
         stop_ids: list[int],
+        chat: bool = True,
     ) -> tuple[list[tuple[Completion, RequestRecord | None]], list[int]]:
         """``stop_ids``: token ids the request stops on beside EOS and the session's own;
-        ``messages``: the request's, as sent (a session's record keeps them)."""
+        ``messages``: the request's, as sent (a session's record keeps them); ``chat``: a
+        chat request (else a completion: no template renders its reply back)."""
         n = _number(body, "n", int, 1, low=1)
         if n > MAX_N:  # its engine calls are made on the server's loop: it would stall
             raise APIError(400, f"n must be <= {MAX_N} (as in OpenAI's API), got {n}", param="n")
@@ -576,7 +579,7 @@ class OpenAIBackend:
         if session.lock is None:
             session.lock = asyncio.Lock()
         async with session.lock:
-            return await self._sample_session(body, session, rendered, messages, stop_ids)
+            return await self._sample_session(body, session, rendered, messages, stop_ids, chat)
 
     async def _sample_free(self, body: dict, prompt: list[int], n: int, stop_ids: list[int]):
         lim = self.limits
@@ -626,6 +629,7 @@ class OpenAIBackend:
         rendered: list[int],
         messages: list[dict],
         stop_ids: list[int],
+        chat: bool,
     ):
         lim = self.limits
         if self.max_requests is not None and len(session.records) >= self.max_requests:
@@ -664,7 +668,7 @@ class OpenAIBackend:
         lead = self.format.reply_lead(decision.prompt_ids, completion.token_ids, True)
         text = lead + alone  # as it reads after the prompt: as the client and the chain read it
         unsent = text[_before_stop(text, sampling.stop) :] or self.format.hidden_end(
-            completion.token_ids, completion.finish_reason
+            completion.token_ids, completion.finish_reason, chat
         )
         left_out = self.format.left_out(completion.token_ids, len(alone) - len(unsent))
         session.chain.record(decision, completion.token_ids, unsent, left_out)

@@ -226,17 +226,19 @@ class ChatFormat:
         """Stop ids of chat requests beside the engine's EOS (``ChatTokens.turn_stop_ids``)."""
         return self.chat_tokens.turn_stop_ids
 
-    def hidden_end(self, response_ids: list[int], finish_reason: str) -> str:
+    def hidden_end(self, response_ids: list[int], finish_reason: str, chat: bool = True) -> str:
         """The text of the special token a reply stopped on when neither its text nor the
         template gives it back (``""`` otherwise): any but the template's turn end, e.g. an
         EOS that is not the turn end (Qwen2.5 base's ``<|endoftext|>``). The reply's text
         leaves it out, and sent back the reply renders the turn end in its place; the
         built-in loop keeps the token and then closes the turn
-        (``ChatTokens.observation_ids``), so a session's chain does too (``Chain.unsent``)."""
-        chat, ids = self.chat_tokens, response_ids
-        if finish_reason != "stop" or not ids or ids[-1] == chat.turn_end_id:
+        (``ChatTokens.observation_ids``), so a session's chain does too (``Chain.unsent``).
+        A completion (not ``chat``) has no template to give any token back: the turn end
+        too (an agent continues a reply that ended on EOS with its prompt + text + more)."""
+        tokens, ids = self.chat_tokens, response_ids
+        if finish_reason != "stop" or not ids or ids[-1] not in tokens.special_ids:
             return ""
-        if ids[-1] not in chat.special_ids:
+        if chat and ids[-1] == tokens.turn_end_id:
             return ""
         return self.tokenizer.decode(ids[-1:], skip_special_tokens=False)
 
