@@ -56,6 +56,8 @@ as vLLM's server does, and the engine is given them as sampled (``reconcile.Chai
 Fields the engines cannot honour are refused (a 400 naming them) unless they have their
 default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
 ``parallel_tool_calls`` false where tools are offered, ``response_format`` other than text,
+a ``reasoning_effort`` (vLLM's server renders it into the chat template, and
+``enable_thinking`` with it: ``"none"`` gives a Qwen3 prompt without thinking),
 ``top_logprobs`` or completions ``logprobs`` above 0 (``logprobs=0`` gives the sampled
 tokens' own), a non-empty ``logit_bias``, non-zero ``presence_penalty`` or
 ``frequency_penalty``, and vLLM's own fields that no engine here honours, sent with the
@@ -299,7 +301,7 @@ def _refuse_extensions(body: dict, chat: bool) -> None:
 def _refuse_unsupported(body: dict, chat: bool) -> None:
     """A 400 naming a field the endpoint cannot honour, unless it has its default value
     (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
-    ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
+    no ``reasoning_effort``, ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
     ``logit_bias``, penalties 0, ``parallel_tool_calls`` true where tools are offered, and
     none of the old ``functions`` (``function_call`` auto or none): ``tools`` declares
     functions. A ``tool_choice`` without ``tools`` is refused whatever its value, as OpenAI
@@ -338,6 +340,8 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
     response_format = body.get("response_format")
     if response_format is not None and response_format != {"type": "text"}:
         raise refuse("response_format", '{"type": "text"}: no output format can be forced')
+    if body.get("reasoning_effort") is not None:  # vLLM's server renders it into the template
+        raise refuse("reasoning_effort", "null: the chat template is rendered without it")
     if _number(body, "top_logprobs", int, 0, low=0) > 0:
         raise refuse("top_logprobs", "0: the sampled tokens' own logprobs")
 
