@@ -487,15 +487,16 @@ def _report_stopped(output_dir: Path) -> None:
         logger.warning("no summary of the steps finished: %s", exc)
 
 
-def _ray_keeping_sigterm_handler(cfg) -> None:
+def _ray_keeping_sigterm_handler(cfg, engines_only: bool = False) -> None:
     """``_ray_for_run``, then the caller's own SIGTERM handler back in place (``skyrl-train``'s
-    ends the run in one line): ``ray.init`` replaces it with Ray's ``sys.exit`` behind a C++
-    handler that prints a stack banner. A default handler (a notebook's) is left to Ray's."""
+    and ``skyrl-eval``'s end in one line): ``ray.init`` replaces it with Ray's ``sys.exit``
+    behind a C++ handler that prints a stack banner. A default handler (a notebook's) is left
+    to Ray's."""
     import signal
     import threading
 
     handler = signal.getsignal(signal.SIGTERM)
-    _ray_for_run(cfg)
+    _ray_for_run(cfg, engines_only)
     if callable(handler) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
 
@@ -551,8 +552,10 @@ def ray_for_engines(cfg) -> None:
     """Ray with room for the engine actors of ``cfg`` (``generator.engines_in_actors``) and
     nothing else, by ``_ray_for_run``'s rules: ``skyrl-eval``'s and ``skyrl-serve``'s, which
     start no worker. Ray started with the cores alone placed two engine actors of 1 CPU on 2
-    cores; the eval waited for a third one's replies forever."""
-    _ray_for_run(cfg, engines_only=True)
+    cores; the eval waited for a third one's replies forever. The caller's SIGTERM handler is
+    kept (``_ray_keeping_sigterm_handler``): under Ray's, a SIGTERM aborted the eval (SIGABRT)
+    with a stack banner, and Ray's agents outlived it."""
+    _ray_keeping_sigterm_handler(cfg, engines_only=True)
 
 
 def _reserved_cpus(cfg, engines_only: bool = False) -> dict[str, float]:

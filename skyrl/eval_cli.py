@@ -664,31 +664,50 @@ EVAL_EXAMPLES = (
 )
 
 
-INTERRUPTED = "interrupted: the eval in progress wrote no results"
+NOT_WRITTEN = "the eval in progress wrote no results"
+INTERRUPTED = f"interrupted: {NOT_WRITTEN}"
 
 
 def main() -> None:
     """Console script: check the command line (as ``skyrl-train`` does), then evaluate (each
-    job of a sweep, ``-m``, as ``skyrl-train`` runs them). Ctrl-C ends it with one line and
-    exit code 130, as ``skyrl-train``'s (the engine is shut down in ``_run_eval``'s
-    ``finally``); it was a traceback through the engine's serving loop, exit 1."""
+    job of a sweep, ``-m``, as ``skyrl-train`` runs them). Ctrl-C and SIGTERM end it with one
+    line and exit code 130 or 143, as ``skyrl-train``'s (the engine is shut down in
+    ``_run_eval``'s ``finally``); Ctrl-C was a traceback through the engine's serving loop,
+    exit 1, and SIGTERM killed it without a line (with engines in Ray actors: Ray's stack
+    banner, SIGABRT, and Ray's agents outlived it)."""
+    import threading
+
     from hydra._internal.utils import get_args_parser
 
-    from skyrl.cli import _exit_now, run_sweep
+    from skyrl.cli import (
+        _exit_now,
+        _raise_interrupted,
+        _signal_of,
+        _stopped_by,
+        _terminated,
+        run_sweep,
+    )
 
     if wants_help(sys.argv[1:]):
         print(command_help("skyrl-eval", EVAL_SUMMARY, EVAL_EXAMPLES, sys.argv[1:]))
         return
-    _check_command_line()
-    sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
+        _check_command_line()
+        sys.argv[1:] = with_eval_run_dir(sys.argv[1:])
         if get_args_parser().parse_known_args(sys.argv[1:])[0].multirun:
             run_sweep(_hydra_main)
         else:
             _hydra_main()
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        _exit_now(128 + signal.SIGINT)
+    except KeyboardInterrupt as exc:
+        signum = _signal_of(exc)
+        print(f"{_stopped_by(signum)}: {NOT_WRITTEN}", file=sys.stderr)
+        _exit_now(128 + signum)
+    finally:
+        _terminated.clear()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
