@@ -16,8 +16,9 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   up into a batch that holds one: it heads the next batch instead, as the synchronous
   source's refills skip the step's prompts), so which prompts a step trains on does
   not depend on timing, a fast prompt is never preferred to a slow one, and a resumed
-  run consumes the prompts the uninterrupted one would have. The trainer waits for the
-  slowest group of its batch while the engines go on with the next ones.
+  run consumes the prompts the uninterrupted one would have (with the dynamic filter, see
+  **Resume**). The trainer waits for the slowest group of its batch while the engines go
+  on with the next ones.
 - **Versions are data**: every turn records the policy version at dispatch and
   at finish; each batch reports the staleness it holds (``async/...``). A group
   whose oldest turn is older than the bound is counted in ``async/stale_groups`` and its
@@ -41,7 +42,12 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   trained on (running or finished at save time); after a resume those are
   generated again first, so no prompt is trained twice or skipped. It also holds what the
   next batch's filter has dropped already (the rest of its allowance and the counts), so a
-  resumed batch drops no more than the uninterrupted one would.
+  resumed batch drops no more than the uninterrupted one would. Without the dynamic filter a
+  resumed run trains on the prompts the uninterrupted one would have; with it, not always:
+  the groups generated again are sampled under the resumed weights, not those they had, and
+  the filter judges those new rollouts (kill -9 after step 3 of 6 with ``max_staleness=2``:
+  step 4 trained ``s10r0p18 s10r0p19`` where the uninterrupted run trained ``s8r0p15
+  s10r0p19``; its regenerated group of ``s8r0p15`` came out flat and was dropped).
 """
 
 from __future__ import annotations
