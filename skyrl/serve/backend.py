@@ -36,7 +36,9 @@ OpenAI's limit (a session's must be 1).
 Chat requests, in a session or not, also stop on the chat template's turn end when it is not
 the tokenizer's EOS (Qwen2.5 base: EOS ``<|endoftext|>``, turns end ``<|im_end|>``), as the
 built-in loop's turns do: the reply ends there instead of the model inventing the next turns.
-``/v1/completions`` prompts need not be chats: they stop at EOS and ``stop`` only.
+``/v1/completions`` prompts need not be chats: they stop at EOS and ``stop`` only. A text
+prompt is encoded as vLLM's server encodes it: with the special tokens the tokenizer adds (a
+Llama's or Gemma's BOS) unless ``add_special_tokens`` is false; token ids are taken as they are.
 
 A reply that stopped on a stop string (the request's ``stop``; in a session without one, the
 training ``generator.sampling.stop``) is answered without it, as OpenAI answers: the text (or
@@ -350,7 +352,7 @@ def _check_flags(body: dict, chat: bool) -> None:
     """A 400 naming a true-or-false field that is neither (nor null): ``"stream": "false"``
     would otherwise be read as true."""
     chat_only = ("logprobs", "parallel_tool_calls")
-    names = ("stream", "return_token_ids") + (chat_only if chat else ("echo",))
+    names = ("stream", "return_token_ids") + (chat_only if chat else ("echo", "add_special_tokens"))
     for name in names:
         value = body.get(name)
         if value is not None and not isinstance(value, bool):
@@ -465,7 +467,7 @@ class OpenAIBackend:
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
-        rendered = self._prompt_ids(body.get("prompt"))
+        rendered = self._prompt_ids(body.get("prompt"), body.get("add_special_tokens") is not False)
         stops = self._stop_strings(body, session)
         choices, prompt_ids = await self._sample(body, session, rendered, [], [], chat=False)
         logprobs = body.get("logprobs") is not None  # 0: the sampled tokens' own
@@ -517,10 +519,11 @@ class OpenAIBackend:
             message = f"messages: the chat template refuses them: {exc}"
             raise APIError(400, message, param="messages") from None
 
-    def _prompt_ids(self, prompt: Any) -> list[int]:
-        """A completion request's prompt as token ids (text is encoded)."""
+    def _prompt_ids(self, prompt: Any, add_special_tokens: bool) -> list[int]:
+        """A completion request's prompt as token ids (text is encoded, with the special tokens
+        the tokenizer adds where ``add_special_tokens``, as vLLM's server encodes it)."""
         if isinstance(prompt, str) and prompt:
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
+            return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
             raise APIError(
                 400, "prompt must be a non-empty string or list of token ids", param="prompt"

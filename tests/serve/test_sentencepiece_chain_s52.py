@@ -137,3 +137,26 @@ def test_a_completion_text_reads_as_after_its_prompt():
     assert choice.text == " sat on" == vllm_text(tok, engine.prompts[0], sampled)
     assert choice.logprobs.tokens[:2] == [" sat", " on"]
     assert choice.logprobs.text_offset[:2] == [0, 4]
+
+
+@pytest.mark.parametrize("add_special_tokens", [None, True, False])
+def test_a_completion_prompt_is_encoded_with_the_tokenizers_bos(add_special_tokens):
+    """As vLLM's server encodes a /v1/completions text prompt: with the special tokens the
+    tokenizer adds (Llama-2's, Mistral's, Gemma's BOS), unless ``add_special_tokens`` is false.
+    It was encoded without them, so a completions agent on such a model sampled, and trained,
+    on a prompt with no BOS, a context its deployment never gives the model."""
+    tok = sentencepiece_tokenizer(MISTRAL_V2)
+    tok.add_bos_token = True  # Llama-2's and Mistral's tokenizer_config
+    engine = ScriptedEngine(tok)
+    prompt = "Q: the cat SAY:ok"
+    extra = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+    with endpoint(engine, tok, max_prompt=256, max_gen=128) as (url, backend):
+        session = training_session(backend, engine, seed=11)
+        client = openai.OpenAI(base_url=url, api_key=session.key, max_retries=0)
+        text = client.completions.create(model="tiny", prompt=prompt, extra_body=extra)
+        more = prompt + text.choices[0].text + " more"
+        client.completions.create(model="tiny", prompt=more, extra_body=extra)
+    bos = [] if add_special_tokens is False else [tok.bos_token_id]
+    assert engine.prompts[0] == bos + tok.encode(prompt, add_special_tokens=False)
+    # the agent's next prompt (its first + the text it got + more) still extends the row
+    assert [r.decision.kind for r in session.records] == ["first", "realigned"]
