@@ -277,6 +277,13 @@ VLLM_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
     "guided_choice": ((), "null: no output format can be forced"),
     "guided_grammar": ((), "null: no output format can be forced"),
     "structured_outputs": ((), "null: no output format can be forced"),
+    "bad_words": (([],), "[]: no word can be banned"),
+    "allowed_token_ids": ((), "null: every token may be sampled"),
+    "truncate_prompt_tokens": ((), "null: a prompt is never cut; one too long is a 400"),
+    "prompt_logprobs": ((), "null: only the sampled tokens have logprobs"),
+    "logprob_token_ids": ((), "null: only the sampled tokens have logprobs"),
+    "return_tokens_as_token_ids": ((False,), "false: logprobs give each token's text"),
+    "thinking_token_budget": ((), "null: thinking is not budgeted"),
 }
 """vLLM's request fields beyond OpenAI's that no engine here honours, with the values that
 pass (their defaults; null always does) and how the error says it. ``top_k`` and ``min_p``
@@ -286,6 +293,9 @@ VLLM_CHAT_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
     "chat_template_kwargs": (({},), "null: the chat template is rendered without arguments"),
     "continue_final_message": ((False,), "false: each reply is a new assistant turn"),
     "add_generation_prompt": ((True,), "true: each reply is a new assistant turn"),
+    "add_special_tokens": ((False,), "false: the chat template writes the special tokens"),
+    "documents": ((), "null: the chat template is rendered without documents"),
+    "echo": ((False,), "false: a reply is the assistant's text only"),
 }
 """``VLLM_EXTENSIONS`` of chat requests only."""
 
