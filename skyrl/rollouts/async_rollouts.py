@@ -16,8 +16,8 @@ actors with CPUs or GPUs of their own, so generation and training really overlap
   up into a batch that holds one: it heads the next batch instead, as the synchronous
   source's refills skip the step's prompts), so which prompts a step trains on does
   not depend on timing, a fast prompt is never preferred to a slow one, and a resumed
-  run consumes the prompts the uninterrupted one would have (with the dynamic filter, see
-  **Resume**). The trainer waits for the slowest group of its batch while the engines go
+  run consumes the prompts the uninterrupted one would have (without the dynamic filter:
+  see **Resume**). The trainer waits for the slowest group of its batch while the engines go
   on with the next ones.
 - **Versions are data**: every turn records the policy version at dispatch and
   at finish; each batch reports the staleness it holds (``async/...``). A group
