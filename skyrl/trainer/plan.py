@@ -83,7 +83,11 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
         total_steps=known_total_steps(cfg),
         dp_size=t.dp_size,
         roles=roles,
-        engines=f"{g.num_engines} x {g.backend}",
+        engines=(
+            "none (data=fake: random rollouts, nothing generates)"
+            if cfg.data.source == "fake"
+            else f"{g.num_engines} x {g.backend}"
+        ),
         overlap_cpus=_overlap_cpus(cfg, _cores()),
     )
     if plan.total_steps is None:  # the trainer checks once the prompts have loaded

@@ -1,0 +1,31 @@
+"""``data=fake`` starts no engine (``FakeRollouts.engine`` is None); the run plan said
+``inference engines  1 x hf`` all the same."""
+
+from __future__ import annotations
+
+from hydra import compose, initialize_config_module
+
+from skyrl.config import register_configs
+from skyrl.config.validate import validate
+from skyrl.trainer.plan import format_plan, make_plan
+
+
+def _plan_text(*overrides: str) -> str:
+    register_configs()
+    with initialize_config_module(config_module="skyrl.conf", version_base="1.3"):
+        cfg = validate(compose(config_name="config", overrides=list(overrides)))
+    return format_plan(make_plan(cfg))
+
+
+def test_the_plan_of_a_fake_data_run_names_no_engine():
+    text = _plan_text("data=fake")
+    [line] = [row for row in text.splitlines() if "inference engines" in row]
+    assert line.split("inference engines")[1].strip() == (
+        "none (data=fake: random rollouts, nothing generates)"
+    )
+
+
+def test_the_plan_of_a_generating_run_names_its_engines():
+    text = _plan_text("generator=hf", "generator.num_engines=1")
+    [line] = [row for row in text.splitlines() if "inference engines" in row]
+    assert line.split("inference engines")[1].strip() == "1 x hf"
