@@ -533,19 +533,64 @@ def _ray_for_run(cfg, engines_only: bool = False) -> None:
     reserve more CPUs than Ray has (its placement groups would wait 120 s and fail). A local
     Ray that ``start_ray`` started is then restarted sized for this run; a Ray the caller
     started is theirs: too small, it is a ``ConfigError``. A cluster at ``RAY_ADDRESS`` is used
-    as it is (it may grow)."""
+    as it is (it may grow). The GPUs the actors ask for must be in a local Ray, whoever started
+    it (``_check_gpus``)."""
     import ray
 
     needed = math.ceil(sum(_reserved_cpus(cfg, engines_only).values()))
     if ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
         have = ray.cluster_resources().get("CPU", 0.0)
-        if have >= needed:
-            return
-        if ray.get_runtime_context().gcs_address != _started_ray_address:
-            key = "generator.num_engines" if engines_only else "trainer.dp_size"
-            raise ConfigError(key, _too_small_message(cfg, needed, have, engines_only))
-        ray.shutdown()
-    start_ray(_logical_cpus(cfg, engines_only))
+        if have < needed:
+            if ray.get_runtime_context().gcs_address != _started_ray_address:
+                key = "generator.num_engines" if engines_only else "trainer.dp_size"
+                raise ConfigError(key, _too_small_message(cfg, needed, have, engines_only))
+            ray.shutdown()
+    start_ray(_logical_cpus(cfg, engines_only))  # nothing when Ray is up
+    if not os.environ.get("RAY_ADDRESS"):
+        _check_gpus(cfg, engines_only)
+
+
+def _check_gpus(cfg, engines_only: bool) -> None:
+    """The GPUs the run's actors ask for (``_reserved_cpus``' groups: the workers'
+    ``trainer.num_gpus_per_worker``, the engines' ``generator.num_gpus_per_engine``) are no more
+    than the local Ray has (its machine's, or what its caller gave it): Ray never placed an
+    engine actor asking for a GPU it lacked, and the eval (or run) waited for its replies
+    forever. A sum: fractions of one GPU each are not packed here."""
+    import ray
+
+    t, g = cfg.trainer, cfg.generator
+    workers = [group for group in _reserved_cpus(cfg, engines_only) if group != "engines"]
+    asked = {group: t.dp_size * t.num_gpus_per_worker for group in workers}
+    if g.engines_in_actors:
+        asked["engines"] = g.num_engines * g.num_gpus_per_engine
+    needed = sum(asked.values())
+    have = ray.cluster_resources().get("GPU", 0.0) if needed else 0.0
+    if needed <= have:
+        return
+    parts, lower = [], []
+    groups = [group for group in workers if asked[group]]
+    if groups:
+        names = groups[0] if len(groups) == 1 else f"{', '.join(groups[:-1])} and {groups[-1]}"
+        parts.append(
+            f"trainer.dp_size={t.dp_size} x trainer.num_gpus_per_worker="
+            f"{t.num_gpus_per_worker:g} for the {names}"
+        )
+        lower.append("trainer.dp_size or trainer.num_gpus_per_worker")
+    if asked.get("engines"):
+        parts.append(
+            f"generator.num_engines={g.num_engines} x generator.num_gpus_per_engine="
+            f"{g.num_gpus_per_engine:g} for the engine{'s' if g.num_engines > 1 else ''}"
+        )
+        lower.insert(
+            0, "generator.num_engines or generator.num_gpus_per_engine (0 runs the engines on CPUs)"
+        )
+    key = "generator.num_gpus_per_engine" if asked.get("engines") else "trainer.num_gpus_per_worker"
+    raise ConfigError(
+        key,
+        f"{'its engines ask' if engines_only else 'the run asks'} for {needed:g} "
+        f"GPU{'' if needed == 1 else 's'} "
+        f"({' + '.join(parts)}), but the local Ray has {have:g}: lower {', or '.join(lower)}",
+    )
 
 
 def ray_for_engines(cfg) -> None:

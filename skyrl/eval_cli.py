@@ -25,7 +25,7 @@ while exporting): then the checkpoint is, with a line saying why. A ``final_hf``
 no step (exported before the record existed) is evaluated.
 
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
-source without eval prompts) is a ``ConfigError`` raised before any weights are read or
+source without eval prompts, engine actors asking for more GPUs than the local Ray has) is a ``ConfigError`` raised before any weights are read or
 any prompt is generated; a checkpoint whose weights do not fit ``model.path`` (another
 architecture than the run trained) is one too, found as its weights are read.
 ``data.source=files`` needs no ``data.train_files`` here. A sweep (``-m``) whose jobs would all
@@ -106,6 +106,10 @@ def evaluate(cfg: DictConfig, output_dir: str | Path) -> EvalResult:
     assert base.model.tokenizer_path is not None  # local_model_paths sets it
     rows, tokenizer = _eval_rows(typed, base.model.tokenizer_path)  # before any weights are read
     _check_vocab(base, len(tokenizer))
+    if typed.generator.engines_in_actors:  # Ray with room and GPUs for them, before any weights
+        from skyrl.api import ray_for_engines
+
+        ray_for_engines(typed)
     with tempfile.TemporaryDirectory(prefix="skyrl-eval-") as scratch:
         model = base if ckpt is None else _exported(base, ckpt, Path(scratch))
         metrics, num_prompts = _run_eval(model, rows, tokenizer, samples)
@@ -443,8 +447,9 @@ def _eval_rows(cfg: SkyRLConfig, tokenizer_path: str) -> tuple[list, Any]:
 def _run_eval(
     cfg: SkyRLConfig, rows: list, tokenizer: Any, samples_file: Path
 ) -> tuple[dict[str, float], dict[str, int]]:
-    """The eval pass over ``rows`` on the engines ``generator`` names, its samples written to
-    ``samples_file``; the metrics and the prompts per source."""
+    """The eval pass over ``rows`` on the engines ``generator`` names (in Ray actors: on the Ray
+    ``evaluate`` started for them), its samples written to ``samples_file``; the metrics and
+    the prompts per source."""
     from collections import Counter
 
     from skyrl.generators import VersionClock, make_generator
@@ -453,10 +458,6 @@ def _run_eval(
     from skyrl.rollouts.sync import dump_rollouts, eval_seed
 
     g = cfg.generator
-    if g.engines_in_actors:  # with room for them: a local Ray of the cores may have too little
-        from skyrl.api import ray_for_engines
-
-        ray_for_engines(cfg)
     engine = make_engine(
         g,
         cfg.model.path,

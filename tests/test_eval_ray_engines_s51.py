@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_api import FakeRay, typed
+from test_api import FakeRay
 
 from skyrl import api
 from skyrl.config.errors import ConfigError
@@ -31,7 +31,10 @@ class EngineStarted(Exception):
 
 
 def ray_when_the_engines_start(monkeypatch, fake: FakeRay, *overrides: str) -> list:
-    """The Ray calls ``skyrl.eval_cli._run_eval`` made before it started its engines."""
+    """The Ray calls ``skyrl.eval_cli.evaluate`` made before it started its engines."""
+    import tempfile
+
+    import skyrl
     from skyrl import eval_cli
     from skyrl.inference import factory
 
@@ -39,8 +42,8 @@ def ray_when_the_engines_start(monkeypatch, fake: FakeRay, *overrides: str) -> l
         raise EngineStarted
 
     monkeypatch.setattr(factory, "make_engine", make_engine)
-    with pytest.raises(EngineStarted):
-        eval_cli._run_eval(typed(*overrides), [], None, Path("unused"))
+    with tempfile.TemporaryDirectory() as out, pytest.raises(EngineStarted):
+        eval_cli.evaluate(skyrl.compose(["experiment=smoke", *overrides]), out)
     return fake.calls
 
 
