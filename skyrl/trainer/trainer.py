@@ -11,11 +11,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,10 +26,9 @@ from skyrl.algorithms.kl_controllers import build_kl_controller
 from skyrl.batch import TrainingInputBatch, compute_prompt_mini_batch_boundaries
 from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
-from skyrl.config.validate import check_critic_only_steps, resolve_precision, weight_sync_path
+from skyrl.config.validate import check_critic_only_steps, resolve_precision
 from skyrl.dispatch import MeshDispatch
 from skyrl.generators.agent_loop import REWARD_MAX
-from skyrl.inference.base import WeightItems
 from skyrl.inference.client import EngineClient
 from skyrl.models.resolve import with_local_model_paths
 from skyrl.rollouts import RolloutSource, WeightSyncTimeout, make_rollouts
@@ -56,7 +51,7 @@ from skyrl.trainer.plan import (
     short_warm_ups,
 )
 from skyrl.trainer.step_stats import step_metrics
-from skyrl.trainer.weight_sync import BroadcastWeightSync, SharedMemoryWeightSync, run_in_thread
+from skyrl.trainer.weight_sync import EngineSync, SyncTimedOut
 from skyrl.workers.worker import OLD_LOGPROBS_FROM_TRAINING
 
 if TYPE_CHECKING:
@@ -115,19 +110,7 @@ class RLTrainer:
             )
             uses_critic = cfg.algorithm.uses_critic
             self.critic = WorkerGroup("critic", cfg, schedule["critic"]) if uses_critic else None
-            sync_path = weight_sync_path(cfg) if self.engine is not None else None
-            self.weight_sync = (
-                BroadcastWeightSync(self.policy, self.engine, cfg)
-                if self.engine is not None and sync_path == "broadcast"
-                else None
-            )
-            self.shared_weights = (
-                SharedMemoryWeightSync.start(self.policy, cfg, explicit=t.weight_sync != "auto")
-                if sync_path == "shared_memory"
-                else None
-            )
-            """Set with ``trainer.weight_sync=shared_memory``; neither this nor ``weight_sync``:
-            the object store."""
+            self.engine_sync = EngineSync.start(self.policy, self.engine, self.rollouts, cfg)
             self.kl_ctrl = build_kl_controller(cfg.algorithm)
             self.reuse_training_logprobs = self._decide_old_logprobs()
             """The step is exactly on-policy: the training forward's logprobs are the old ones."""
@@ -145,8 +128,6 @@ class RLTrainer:
         """Weight syncs so far: the version of the weights the engines hold."""
         self.consecutive_nonfinite = 0
         """Steps in a row with a refused (non-finite) mini-batch, refused in full or in part."""
-        self._loading: tuple[Future, int, float] | None = None
-        """A weight load running in the background: (its future, version, start time)."""
         self.history: list[dict[str, float]] = []
         self.tracker: Tracker | None = None
 
@@ -215,8 +196,9 @@ class RLTrainer:
             try:
                 batch, metrics = self.rollouts.next_batch(step)
             except WeightSyncTimeout as exc:  # the batch waited for a background weight load
-                assert self._loading is not None
-                raise self._sync_timed_out(self._loading[1], str(exc)) from None
+                version = self.engine_sync.loading_version()
+                assert version is not None
+                raise self._sync_timed_out(SyncTimedOut(version, str(exc))) from None
         with timer("forward"):
             batch = self.add_logprobs_and_values(batch, step)
         batch, adv_metrics = self.add_advantages(batch)
@@ -380,128 +362,30 @@ class RLTrainer:
     # -- weights, checkpoints, eval ------------------------------------------------------
 
     def sync_weights(self, version: int) -> None:
-        """Policy weights into the inference engines from rank 0: through a shared-memory
-        file, broadcast over the sync group, or through the object store
-        (``trainer.weight_sync``); the engines then hold policy version ``version``. The
-        rollout source holds new requests meanwhile (``updating_weights``); a sync that takes
-        longer than ``trainer.weight_sync_timeout_s`` ends the run (``WeightSyncTimedOut``).
-
-        Asynchronous training over shared memory or the object store: the step's weights are
-        written or fetched from rank 0 now and the engines load them in the background while
-        the trainer goes on (the next batch is already generated); the next sync, an eval and
-        the end of the run wait for that load (``wait_for_engines``)."""
-        self.wait_for_engines()
-        timeout = self.cfg.trainer.weight_sync_timeout_s
-        started = time.monotonic()
-        engine = self.engine
-        if engine is not None and self.cfg.trainer.max_staleness > 0 and self.weight_sync is None:
-            try:
-                weights = self._stage_within(timeout)  # this step's, taken now
-            except WeightSyncTimeout as exc:
-                raise self._sync_timed_out(version, str(exc)) from None
-            # new requests wait from here, on this thread: before the next batch is taken
-            sync = self.rollouts.updating_weights(version, timeout)
-
-            def load() -> None:
-                with sync:
-                    engine.update_weights(weights)
-                    engine.reset_prefix_cache()
-                if self.shared_weights is not None:
-                    self.shared_weights.loaded()
-
-            self._loading = (in_thread(load), version, started)
-            self.policy_version = version
-            return
+        """Policy weights into the inference engines (``EngineSync``: the path
+        ``trainer.weight_sync`` picks; in the background with asynchronous training); the
+        engines then hold policy version ``version``. A sync that takes longer than
+        ``trainer.weight_sync_timeout_s`` ends the run (``WeightSyncTimedOut``)."""
         try:
-            with self.rollouts.updating_weights(version, timeout):
-                if engine is not None:
-                    left = timeout - (time.monotonic() - started)
-                    self._push_weights(max(left, 0.0))
-        except WeightSyncTimeout as exc:
-            raise self._sync_timed_out(version, str(exc)) from None
+            self.engine_sync.sync(version)
+        except SyncTimedOut as exc:
+            raise self._sync_timed_out(exc) from None
         self.policy_version = version
 
-    def _stage_within(self, timeout: float) -> WeightItems:
-        """``_staged_weights`` within ``timeout`` seconds: it waits for policy rank 0 (another
-        process) to write or send them; ``WeightSyncTimeout`` naming that wait when it does not
-        finish in time (the wait itself goes on, on a daemon thread)."""
-        staging = run_in_thread(self._staged_weights)
-        try:
-            return staging.result(timeout)
-        except FutureTimeout:
-            raise WeightSyncTimeout(
-                f"policy rank 0 to stage the weights ({self._sync_name()})"
-            ) from None
-
-    def _staged_weights(self) -> WeightItems:
-        """The policy's weights where the engines can load them: written by rank 0 into the
-        shared-memory file, or a list of buckets of ``trainer.weight_sync_bucket_mb`` fetched
-        from rank 0 through the object store."""
-        if self.shared_weights is not None:
-            return self.shared_weights.stage()
-        return list(self.policy.stream_weight_buckets(self.cfg.trainer.weight_sync_bucket_mb << 20))
-
     def wait_for_engines(self) -> None:
-        """Wait for a weight load still running in the background (asynchronous training),
-        within what is left of ``trainer.weight_sync_timeout_s``."""
-        if self._loading is None:
-            return
-        done, version, started = self._loading
-        self._loading = None
-        left = self.cfg.trainer.weight_sync_timeout_s - (time.monotonic() - started)
+        """Wait for a weight load still running in the background (asynchronous training)."""
         try:
-            done.result(max(left, 0.0))
-        except FutureTimeout:
-            what = (
-                f"the inference engines to load the weights ({self._sync_name()}, "
-                "in the background)"
-            )
-            raise self._sync_timed_out(version, what) from None
-        except WeightSyncTimeout as exc:
-            raise self._sync_timed_out(version, str(exc)) from None
+            self.engine_sync.wait()
+        except SyncTimedOut as exc:
+            raise self._sync_timed_out(exc) from None
 
-    def _sync_timed_out(self, version: int, waiting_for: str) -> WeightSyncTimedOut:
+    def _sync_timed_out(self, exc: SyncTimedOut) -> WeightSyncTimedOut:
         timeout = self.cfg.trainer.weight_sync_timeout_s
         return WeightSyncTimedOut(
-            f"weight sync to policy version {version} did not finish within "
-            f"trainer.weight_sync_timeout_s={timeout:g}: still waiting for {waiting_for}; "
+            f"weight sync to policy version {exc.version} did not finish within "
+            f"trainer.weight_sync_timeout_s={timeout:g}: still waiting for {exc.waiting_for}; "
             f"stopped at step {self.step}; {self._last_checkpoint('last checkpoint')}"
         )
-
-    def _push_weights(self, timeout: float) -> None:
-        """The transfer itself. With the engines in Ray actors it runs on a helper thread so it
-        can time out; an in-process engine loads on this thread (its torch work stays on the
-        thread that owns torch's thread pool), and what that load waits for from policy rank 0
-        (another process), the staged weights, times out on a helper thread; an in-process
-        engine's broadcast receive is bounded by the group's own (gloo) timeout only."""
-        engine = self.engine
-        assert engine is not None
-
-        def push(weights: WeightItems | None = None) -> None:
-            if self.weight_sync is not None:
-                self.weight_sync.sync()
-            else:
-                engine.update_weights(self._staged_weights() if weights is None else weights)
-            engine.reset_prefix_cache()
-            if self.shared_weights is not None:
-                self.shared_weights.loaded()
-
-        if not self.cfg.generator.engines_in_actors:
-            weights = None if self.weight_sync is not None else self._stage_within(timeout)
-            push(weights)
-            return
-        try:
-            in_thread(push).result(timeout)
-        except FutureTimeout:
-            raise WeightSyncTimeout(
-                f"the inference engines to load the weights ({self._sync_name()} sync from "
-                "policy rank 0)"
-            ) from None
-
-    def _sync_name(self) -> str:
-        if self.weight_sync is not None:
-            return "broadcast"
-        return "shared memory" if self.shared_weights is not None else "object store"
 
     def save_checkpoint(self, step: int, publish: bool = True) -> Path:
         """Workers' state, trainer state, dataloader state, RNG: temp dir, rename, ``latest``
@@ -732,7 +616,7 @@ class RLTrainer:
     def _stop_started(self) -> None:
         """Stop what a failed ``__init__`` started (the rollout source and its engines, the
         worker groups up so far): ``shutdown``, the components not reached taken as absent."""
-        for name in ("policy", "reference", "critic", "shared_weights"):
+        for name in ("policy", "reference", "critic", "engine_sync"):
             if not hasattr(self, name):
                 setattr(self, name, None)
         self.shutdown()
@@ -749,8 +633,8 @@ class RLTrainer:
         stops += [(f"{n} workers", g.shutdown) for n, g in groups.items() if g is not None]
         if self.engine is not None:
             stops.append(("inference engines", self.engine.shutdown))
-        if self.shared_weights is not None:
-            stops.append(("shared-memory weights", self.shared_weights.close))
+        if self.engine_sync is not None:
+            stops.append(("shared-memory weights", self.engine_sync.close))
         for name, stop in stops:
             try:
                 stop()
@@ -795,21 +679,6 @@ class RLTrainer:
                 )
 
         return MeshDispatch.stage_chunks(t.dp_size, batch, bounds, loss_weights_fn=weights_fn)
-
-
-def in_thread(fn: Callable[[], None]) -> Future:
-    """Run ``fn`` on a daemon thread; its outcome arrives in the returned future."""
-    done: Future = Future()
-
-    def run() -> None:
-        try:
-            fn()
-            done.set_result(None)
-        except BaseException as exc:
-            done.set_exception(exc)
-
-    threading.Thread(target=run, name="skyrl-weight-sync", daemon=True).start()
-    return done
 
 
 class PhaseTimer:

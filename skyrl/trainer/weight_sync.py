@@ -1,7 +1,7 @@
-"""The driver's side of the weight sync paths that need set-up: broadcast and shared memory.
+"""The driver's side of the weight sync: the policy's weights into the inference engines.
 
-``trainer.weight_sync`` picks the path (``skyrl.config.validate.weight_sync_path``
-resolves ``auto``):
+``EngineSync`` runs each sync (the engines then hold one policy version) on the path
+``trainer.weight_sync`` picks (``skyrl.config.validate.weight_sync_path`` resolves ``auto``):
 
 - ``shared_memory`` (the CPU default): policy rank 0 copies its weights into one file in
   ``/dev/shm`` and the engines load from views of it
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -27,7 +28,8 @@ import ray
 
 from skyrl.config.errors import ConfigError
 from skyrl.config.root import SkyRLConfig
-from skyrl.inference.base import InferenceEngine
+from skyrl.config.validate import weight_sync_path
+from skyrl.inference.base import InferenceEngine, WeightItems
 from skyrl.inference.client import EngineDiedError
 from skyrl.inference.shared_weights import (
     SHM_DIR,
@@ -39,6 +41,7 @@ from skyrl.inference.shared_weights import (
     weight_files,
 )
 from skyrl.inference.weight_sync import Plan
+from skyrl.rollouts import RolloutSource, WeightSyncTimeout
 from skyrl.workers.group import WorkerGroup
 
 SENDER_GRACE_S = 10.0
@@ -46,6 +49,181 @@ SENDER_GRACE_S = 10.0
 sender) failed first, its error then being the cause."""
 RELEASE_TIMEOUT_S = 30.0
 """How long policy rank 0 letting go of the group (``leave_weight_sync``) may take."""
+
+
+class SyncTimedOut(Exception):
+    """The sync to policy version ``version`` did not finish within
+    ``trainer.weight_sync_timeout_s``; ``waiting_for`` says what it still waited for."""
+
+    def __init__(self, version: int, waiting_for: str):
+        super().__init__(
+            f"weight sync to policy version {version}: still waiting for {waiting_for}"
+        )
+        self.version, self.waiting_for = version, waiting_for
+
+
+class EngineSync:
+    """Puts policy rank 0's weights into the inference engines, one policy version per sync.
+
+    The rollout source holds new requests meanwhile (``updating_weights``); a sync that takes
+    longer than ``trainer.weight_sync_timeout_s`` raises ``SyncTimedOut``. Asynchronous
+    training over shared memory or the object store: the step's weights are written or
+    fetched from rank 0 at once and the engines load them in the background while the trainer
+    goes on (the next batch is already generated); the next sync, an eval and the end of the
+    run wait for that load (``wait``). Without engines (``data=fake``) a sync only moves the
+    rollout source's version."""
+
+    def __init__(
+        self,
+        policy: WorkerGroup,
+        engine: InferenceEngine | None,
+        rollouts: RolloutSource,
+        cfg: SkyRLConfig,
+        broadcast: BroadcastWeightSync | None = None,
+        shared_weights: SharedMemoryWeightSync | None = None,
+    ):
+        self.policy, self.engine, self.rollouts, self.cfg = policy, engine, rollouts, cfg
+        self.broadcast, self.shared_weights = broadcast, shared_weights
+        """The path's set-up, where it has one (neither: the object store)."""
+        self._loading: tuple[Future, int, float] | None = None
+        """A weight load running in the background: (its future, version, start time)."""
+
+    @classmethod
+    def start(
+        cls,
+        policy: WorkerGroup,
+        engine: InferenceEngine | None,
+        rollouts: RolloutSource,
+        cfg: SkyRLConfig,
+    ) -> EngineSync:
+        """The sync with its path set up: the broadcast group joined, or the shared-memory
+        file made (or the object store where it cannot serve: ``SharedMemoryWeightSync.start``)."""
+        path = weight_sync_path(cfg) if engine is not None else None
+        broadcast = shared = None
+        if path == "broadcast":
+            assert engine is not None
+            broadcast = BroadcastWeightSync(policy, engine, cfg)
+        elif path == "shared_memory":
+            shared = SharedMemoryWeightSync.start(
+                policy, cfg, explicit=cfg.trainer.weight_sync != "auto"
+            )
+        return cls(policy, engine, rollouts, cfg, broadcast, shared)
+
+    @property
+    def name(self) -> str:
+        """The path, for a line that names it."""
+        if self.broadcast is not None:
+            return "broadcast"
+        return "shared memory" if self.shared_weights is not None else "object store"
+
+    def sync(self, version: int) -> None:
+        """The engines hold policy version ``version`` once this returns, or, asynchronous
+        training off the broadcast path, once the load it started in the background ends."""
+        self.wait()
+        timeout = self.cfg.trainer.weight_sync_timeout_s
+        started = time.monotonic()
+        engine = self.engine
+        if engine is not None and self.cfg.trainer.max_staleness > 0 and self.broadcast is None:
+            try:
+                weights = self._stage_within(timeout)  # this step's, taken now
+            except WeightSyncTimeout as exc:
+                raise SyncTimedOut(version, str(exc)) from None
+            # new requests wait from here, on this thread: before the next batch is taken
+            holding = self.rollouts.updating_weights(version, timeout)
+
+            def load() -> None:
+                with holding:
+                    engine.update_weights(weights)
+                    engine.reset_prefix_cache()
+                if self.shared_weights is not None:
+                    self.shared_weights.loaded()
+
+            self._loading = (self.in_background(load), version, started)
+            return
+        try:
+            with self.rollouts.updating_weights(version, timeout):
+                if engine is not None:
+                    left = timeout - (time.monotonic() - started)
+                    self._push(max(left, 0.0))
+        except WeightSyncTimeout as exc:
+            raise SyncTimedOut(version, str(exc)) from None
+
+    def wait(self) -> None:
+        """Wait for a weight load still running in the background (asynchronous training),
+        within what is left of ``trainer.weight_sync_timeout_s``."""
+        if self._loading is None:
+            return
+        done, version, started = self._loading
+        self._loading = None
+        left = self.cfg.trainer.weight_sync_timeout_s - (time.monotonic() - started)
+        try:
+            done.result(max(left, 0.0))
+        except FutureTimeout:
+            waiting_for = (
+                f"the inference engines to load the weights ({self.name}, in the background)"
+            )
+            raise SyncTimedOut(version, waiting_for) from None
+        except WeightSyncTimeout as exc:
+            raise SyncTimedOut(version, str(exc)) from None
+
+    def loading_version(self) -> int | None:
+        """The version a background load is bringing in, if one runs."""
+        return None if self._loading is None else self._loading[1]
+
+    def close(self) -> None:
+        """Release the shared-memory file, where there is one."""
+        if self.shared_weights is not None:
+            self.shared_weights.close()
+
+    def in_background(self, load: Callable[[], None]) -> Future:
+        """Start a background load on a daemon thread (a test starts it when it says)."""
+        return run_in_thread(load)
+
+    def _stage_within(self, timeout: float) -> WeightItems:
+        """``_staged`` within ``timeout`` seconds: it waits for policy rank 0 (another
+        process) to write or send them; ``WeightSyncTimeout`` naming that wait when it does not
+        finish in time (the wait itself goes on, on a daemon thread)."""
+        staging = run_in_thread(self._staged)
+        try:
+            return staging.result(timeout)
+        except FutureTimeout:
+            raise WeightSyncTimeout(f"policy rank 0 to stage the weights ({self.name})") from None
+
+    def _staged(self) -> WeightItems:
+        """The policy's weights where the engines can load them: written by rank 0 into the
+        shared-memory file, or a list of buckets of ``trainer.weight_sync_bucket_mb`` fetched
+        from rank 0 through the object store."""
+        if self.shared_weights is not None:
+            return self.shared_weights.stage()
+        return list(self.policy.stream_weight_buckets(self.cfg.trainer.weight_sync_bucket_mb << 20))
+
+    def _push(self, timeout: float) -> None:
+        """The transfer itself. With the engines in Ray actors it runs on a helper thread so it
+        can time out; an in-process engine loads on this thread (its torch work stays on the
+        thread that owns torch's thread pool), and what that load waits for from policy rank 0
+        (another process), the staged weights, times out on a helper thread; an in-process
+        engine's broadcast receive is bounded by the group's own (gloo) timeout only."""
+        engine = self.engine
+        assert engine is not None
+
+        def push(weights: WeightItems | None = None) -> None:
+            if self.broadcast is not None:
+                self.broadcast.sync()
+            else:
+                engine.update_weights(self._staged() if weights is None else weights)
+            engine.reset_prefix_cache()
+            if self.shared_weights is not None:
+                self.shared_weights.loaded()
+
+        if not self.cfg.generator.engines_in_actors:
+            push(None if self.broadcast is not None else self._stage_within(timeout))
+            return
+        try:
+            run_in_thread(push).result(timeout)
+        except FutureTimeout:
+            raise WeightSyncTimeout(
+                f"the inference engines to load the weights ({self.name} sync from policy rank 0)"
+            ) from None
 
 
 class BroadcastWeightSync:

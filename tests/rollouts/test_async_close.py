@@ -93,14 +93,14 @@ def test_shutdown_after_an_async_run_does_not_wait_for_envs_to_close(tmp_path):
         tr = RLTrainer.__new__(RLTrainer)
         tr.rollouts, tr.engine = source, Stops("engine", stopped)
         tr.policy, tr.reference = Stops("policy", stopped), Stops("reference", stopped)
-        tr.critic, tr.shared_weights = Stops("critic", stopped), Stops("shared_weights", stopped)
+        tr.critic, tr.engine_sync = Stops("critic", stopped), Stops("engine_sync", stopped)
         tr.shutdown()
         closed_by_then = ClosesSlowly.closed  # each close takes 1 s: none ended if none waited
     finally:
         source.close()
         ClosesSlowly.close_s = 0.0
     assert closed_by_then == 0
-    assert stopped == ["critic", "reference", "policy", "engine", "shared_weights"]
+    assert stopped == ["critic", "reference", "policy", "engine", "engine_sync"]
     assert source.loop.is_closed() and not source.thread.is_alive()
     deadline = time.monotonic() + 10
     while ClosesSlowly.closed < 4 and time.monotonic() < deadline:

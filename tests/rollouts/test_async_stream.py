@@ -251,13 +251,14 @@ def test_reward_shaping_metrics_describe_the_batch_as_in_synchronous_training(tm
         assert got["reward/overlong_penalty_mean"] == -0.5
 
 
-def test_a_background_load_holds_new_requests_before_the_next_batch_is_taken(tmp_path, monkeypatch):
+def test_a_background_load_holds_new_requests_before_the_next_batch_is_taken(tmp_path):
     # RLTrainer.sync_weights with a background load (object store / shared memory). The load
     # thread is started late here: the trainer's next next_batch reaches the stream first.
     # When the hold came from that thread, next_batch lifted the admission bound while the
     # engines still held version 0: s3r0p4 and s3r0p5 went out at version 0, were 2 versions
     # old at step 3, dropped as stale and regenerated, and step 3 trained s4r0p6 s4r0p7.
     from skyrl.trainer.trainer import RLTrainer
+    from skyrl.trainer.weight_sync import EngineSync
 
     cfg = async_cfg("trainer.max_staleness=1")
     tok = tokenizer_of(cfg)
@@ -265,8 +266,8 @@ def test_a_background_load_holds_new_requests_before_the_next_batch_is_taken(tmp
     source = AsyncRollouts(cfg, engine, tok, tmp_path)
     tr = RLTrainer.__new__(RLTrainer)
     tr.cfg, tr.engine, tr.rollouts = cfg, engine, source
-    tr.weight_sync, tr.shared_weights, tr._loading = None, None, None
-    tr._staged_weights = list
+    tr.engine_sync = EngineSync(None, engine, source, cfg)
+    tr.engine_sync._staged = list
     loads: list[tuple] = []
 
     def started_later(fn) -> Future:  # the load thread, run when the test says (load())
@@ -278,7 +279,7 @@ def test_a_background_load_holds_new_requests_before_the_next_batch_is_taken(tmp
         fn()
         done.set_result(None)
 
-    monkeypatch.setattr("skyrl.trainer.trainer.in_thread", started_later)
+    tr.engine_sync.in_background = started_later
     try:
         next_batch_within(source, 1)
         tr.sync_weights(1)

@@ -32,6 +32,7 @@ from skyrl.rollouts.sync import filled_batch, shape_rewards
 from skyrl.serve.reconcile import Chain, fork_counts
 from skyrl.tracking import metric_names as names
 from skyrl.trainer.trainer import RLTrainer
+from skyrl.trainer.weight_sync import EngineSync
 from skyrl.workers.stats import LossSums, PackingStats, TrainStats
 
 CONSTANTS = {
@@ -173,7 +174,7 @@ def test_a_trainer_step_writes_documented_names_only():
     tr.cfg = NS(trainer=t, generator=NS(step_wise=False, max_seq_len=6), algorithm=a)
     tr.policy, tr.reference, tr.critic = FakeGroup(), None, FakeGroup()
     tr.kl_ctrl = FixedKLController(0.1)
-    tr.reuse_training_logprobs, tr._loading = False, None
+    tr.reuse_training_logprobs = False
     tr.total_steps, tr.policy_version, tr.consecutive_nonfinite = 1, 1, 0
     tr.moved_since_checkpoint = False
     tr.rollouts = NS(
@@ -181,6 +182,7 @@ def test_a_trainer_step_writes_documented_names_only():
     )
     tr.add_logprobs_and_values = lambda batch, step: batch
     tr.sync_weights = lambda version: None
+    tr.engine_sync = EngineSync(tr.policy, None, tr.rollouts, tr.cfg)  # no engine: no wait
     tr.save_checkpoint = lambda step, publish=True: None
     metrics = tr.run_step(1)
     phases = {"timing/sync_s", names.CHECKPOINT_TIME, "timing/eval_s", "timing/train_s"}

@@ -2,7 +2,8 @@
 the driver): the load runs on the driver's thread, but the weights it loads come from policy
 rank 0, another process; a rank 0 that never delivers them ended the run only at its own
 timeouts (none, for the object store), the configured timeout was not applied at all. The
-trainer is built with ``__new__``; policy rank 0 is a stand-in whose weights never come."""
+trainer is built with ``__new__`` around a real ``EngineSync``; policy rank 0 is a stand-in whose
+weights never come."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 
 from skyrl.trainer.checkpoint import CheckpointManager
 from skyrl.trainer.trainer import RLTrainer, WeightSyncTimedOut
+from skyrl.trainer.weight_sync import EngineSync
 
 STUCK_S = 3.0
 
@@ -53,12 +55,12 @@ def in_process_trainer(tmp_path: Path, policy, max_staleness: int = 0) -> RLTrai
         generator=SimpleNamespace(engines_in_actors=False),
     )
     tr.policy, tr.engine = policy, Engine()
-    tr.weight_sync = tr.shared_weights = None
     tr.rollouts = SimpleNamespace(
         updating_weights=lambda version, timeout: contextlib.nullcontext()
     )
+    tr.engine_sync = EngineSync(policy, tr.engine, tr.rollouts, tr.cfg)
     tr.checkpoints = CheckpointManager(tmp_path / "checkpoints", 2)
-    tr.step, tr.policy_version, tr._loading = 3, 2, None
+    tr.step, tr.policy_version = 3, 2
     return tr
 
 

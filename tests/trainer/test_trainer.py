@@ -523,10 +523,10 @@ def test_shutdown_stops_every_component_when_some_fail(caplog):
     tr.reference = Component("reference", stopped, RuntimeError("actor died"))
     tr.policy = Component("policy", stopped)
     tr.engine = Component("engine", stopped)
-    tr.shared_weights = Component("shared_weights", stopped)
+    tr.engine_sync = Component("engine_sync", stopped)
     with caplog.at_level(logging.ERROR, logger="skyrl.trainer.trainer"):
         tr.shutdown()
-    assert stopped == ["rollouts", "critic", "reference", "policy", "engine", "shared_weights"]
+    assert stopped == ["rollouts", "critic", "reference", "policy", "engine", "engine_sync"]
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
     assert "rollout source" in lines[0] and "TimeoutError" in lines[0]
@@ -538,7 +538,7 @@ def test_shutdown_skips_the_components_a_run_does_not_have():
     stopped: list[str] = []
     tr = RLTrainer.__new__(RLTrainer)
     tr.rollouts, tr.policy = Component("rollouts", stopped), Component("policy", stopped)
-    tr.critic = tr.reference = tr.engine = tr.shared_weights = None  # data=fake, no critic
+    tr.critic = tr.reference = tr.engine = tr.engine_sync = None  # data=fake, no critic
     tr.shutdown()
     assert stopped == ["rollouts", "policy"]
 
