@@ -70,9 +70,9 @@ def compose(
 ) -> DictConfig:
     """The config the CLI would build from these command-line overrides: a list of
     ``"key=value"`` strings, or a mapping (a dict or ``DictConfig``) whose items are
-    ``key=value`` overrides, each value written as Hydra reads it back (a string quoted,
-    None as ``null``, lists and mappings as such, a mapping's keys escaped, numpy's values as
-    Python's):
+    ``key=value`` overrides, each value written as Hydra reads it back (a string quoted, a
+    path as its string (``TrainResult.output_dir``), None as ``null``, lists and mappings as
+    such, a mapping's keys escaped, numpy's values as Python's):
     ``{"experiment": "smoke", "trainer.total_steps": 3}`` is ``["experiment=smoke",
     "trainer.total_steps=3"]``, and a mapping value is merged into its node (``{"trainer":
     {"epochs": 2}}`` keeps the other ``trainer`` keys). A bad override (a config group set to
@@ -252,6 +252,8 @@ def _override_value(value: Any, key: str) -> str:
         return repr(float(value))  # 1e-06, inf and nan parse back as floats
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes, Mapping, Sequence)):
         return _override_value(value.tolist(), key)  # numpy's bool_ and arrays, a tensor
+    if isinstance(value, os.PathLike):  # a TrainResult's output_dir, final_hf, checkpoint
+        return _override_value(os.fspath(value), key)
     if isinstance(value, str):
         # quoted: a backslash is literal except in a run before a quote or the end, halved
         return "'" + re.sub(r"(\\*)('|\Z)", _escape_before_quote, value) + "'"
@@ -264,7 +266,7 @@ def _override_value(value: Any, key: str) -> str:
         return "[" + ",".join(_override_value(v, f"{key}[]") for v in value) + "]"
     raise TypeError(
         f"skyrl.compose: {key} is a {type(value).__name__}; a mapping's values are None, "
-        "bool, int, float, str (numpy's too), or lists and mappings of these"
+        "bool, int, float, str (numpy's too), paths, or lists and mappings of these"
     )
 
 
