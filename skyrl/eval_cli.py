@@ -25,9 +25,10 @@ while exporting): then the checkpoint is, with a line saying why. A ``final_hf``
 no step (exported before the record existed) is evaluated.
 
 Bad input (an output file that cannot be written, a checkpoint without weights, a data
-source without eval prompts, engine actors asking for more GPUs than the local Ray has) is a ``ConfigError`` raised before any weights are read or
-any prompt is generated; a checkpoint whose weights do not fit ``model.path`` (another
-architecture than the run trained) is one too, found as its weights are read.
+source without eval prompts, engine actors asking for more GPUs than the local Ray has) is a
+``ConfigError`` raised before any weights are read or any prompt is generated; a checkpoint
+whose weights do not fit ``model.path`` (another architecture than the run trained) is one
+too, found as its weights are read.
 ``data.source=files`` needs no ``data.train_files`` here. A sweep (``-m``) whose jobs would all
 write one ``eval.output_file``, each over the last one's results, is refused before its first
 job (``_shared_output_file``).
