@@ -121,7 +121,8 @@ ASYNC_STALE_GROUPS = "async/stale_groups"
 """Groups found past the staleness bound since the previous batch (generated again; 0 under
 the admission rule)."""
 LOGPROB_DIFF_BY_STALENESS = "rollout/logprob_abs_diff/staleness_"
-"""Prefix: ``rollout/logprob_abs_diff`` over the rows of one staleness value (``..._0``, ``..._1``)."""
+"""Prefix: ``rollout/logprob_abs_diff`` over the rows of one staleness value (``..._0``, ``..._1``);
+written for a batch unless all its rows have staleness 0."""
 STEP_TIME = "timing/step_s"
 """Wall seconds of the whole step."""
 OVERHEAD_FRAC = "timing/overhead_frac"

@@ -708,9 +708,10 @@ class PhaseTimer:
 
 def rollout_logprob_mismatch(batch: TrainingInputBatch, version: int) -> dict[str, float]:
     """Mean |trainer logprob - engine logprob| over the trained tokens: ~0 (numerics) when the
-    engine samples with the policy's current weights; a stale engine or bf16 shows here. With
-    rows of several staleness values (asynchronous training: ``version`` minus the version
-    at dispatch of the row's first turn) also per staleness value."""
+    engine samples with the policy's current weights; a stale engine or bf16 shows here. Also
+    per staleness value (asynchronous training: ``version`` minus the version at dispatch of
+    the row's first turn) unless every row's is 0: a batch of one staleness value above 0
+    gets its one key, an on-policy batch none."""
     if batch.rollout_logprobs is None:
         return {}
     mask = batch.loss_mask
