@@ -105,7 +105,9 @@ ASYNC_STALENESS_MAX = "async/staleness_max"
 """Asynchronous mode: the step's largest staleness (never above ``trainer.max_staleness``)."""
 ASYNC_MIXED_VERSION_TURNS = "async/mixed_version_turns"
 """Turns of the step that finished under other weights than they were dispatched with (only
-with ``trainer.partial_rollouts``; a count)."""
+with ``trainer.partial_rollouts``; a count). A lower bound: a turn's end version is the one
+the rollout source records once every engine has loaded and reset its prefix cache, so a turn
+that ends in between on an engine already on the new weights counts as one version."""
 ASYNC_QUEUE_DEPTH = "async/queue_depth"
 """Groups generated and waiting for a later step when the step's batch was taken."""
 ASYNC_RUNNING = "async/running_groups"
