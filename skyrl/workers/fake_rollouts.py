@@ -3,11 +3,15 @@
 and benchmarked without an inference engine.
 
 Rows look like ``skyrl.generators.output.to_training_batch`` output: right-padded to the
-longest row, ``loss_mask`` 1 on the response, ``rollout_logprobs`` on the response,
-``rewards`` (0/1) on each trajectory's last row, ``uids`` = ``p<i>``, ``trajectory_ids``
-= ``<uid>/<sample>``. Response lengths are log-normal (long-tailed, like real RL
-rollouts), which is what makes packing matter. Everything is drawn from one
-``numpy`` generator, so a seed gives the same batch on every machine.
+longest row, ``loss_mask`` 1 on the response, ``rewards`` (0/1) on each trajectory's last
+row, ``uids`` = ``p<i>``, ``trajectory_ids`` = ``<uid>/<sample>``, and ``rollout_logprobs``
+on the response as an engine reports its sampler's: ``-log(vocab_size)``, each response
+token's log-probability under the distribution it was drawn from (uniform over the
+vocabulary), so ``rollout/logprob_abs_diff``, ``algorithm.tis_cap`` and
+``algorithm.seq_ratio_bounds`` compare the policy with that sampler. Response lengths are
+log-normal (long-tailed, like real RL rollouts), which is what makes packing matter.
+Everything is drawn from one ``numpy`` generator, so a seed gives the same batch on every
+machine.
 
 Step-wise (``step_wise=True``): each trajectory has 1..``max_turns`` turns, one row per
 turn; turn ``t``'s prompt is turn ``t-1``'s prompt + response + an observation, as a
@@ -73,10 +77,10 @@ def fake_rollouts(
                 if last:
                     break
                 context = np.concatenate([seq, obs])
-    return _to_batch(rows, uids, trajectory_ids, is_last, rewards, rng)
+    return _to_batch(rows, uids, trajectory_ids, is_last, rewards, vocab_size)
 
 
-def _to_batch(rows, uids, trajectory_ids, is_last, rewards, rng) -> TrainingInputBatch:
+def _to_batch(rows, uids, trajectory_ids, is_last, rewards, vocab_size) -> TrainingInputBatch:
     """Right-padded ``[B, S]`` tensors, ``S`` = the longest row."""
     b, s = len(rows), max(len(seq) for seq, _ in rows)
     input_ids = np.zeros((b, s), dtype=np.int64)
@@ -86,7 +90,8 @@ def _to_batch(rows, uids, trajectory_ids, is_last, rewards, rng) -> TrainingInpu
         input_ids[i, : len(seq)] = seq
         attention[i, : len(seq)] = 1
         loss_mask[i, prompt : len(seq)] = 1.0
-    logprobs = -rng.exponential(1.0, (b, s)).astype(np.float32) * loss_mask
+    # each response token was drawn uniformly: its sampling logprob is -log(vocab_size)
+    logprobs = np.float32(-math.log(vocab_size)) * loss_mask
     return TrainingInputBatch(
         {
             "input_ids": torch.from_numpy(input_ids),
