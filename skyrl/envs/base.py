@@ -33,18 +33,22 @@ class StepResult:
     """Reward of this step (the trajectory's reward is the last step's): a finite real number
     (anything ``float()`` takes but text: an int, a bool, a numpy or 0-d torch scalar)."""
     done: bool
-    """True when the episode is over."""
+    """True when the episode is over: a bool (Python's, or a numpy or 0-d torch bool)."""
     info: dict[str, Any] = field(default_factory=dict)
     """Free-form diagnostics."""
 
 
 def step_result_problem(result: object) -> str | None:
     """What makes ``result`` unusable as a ``StepResult`` (None: nothing): not one, a reward
-    that is not a finite real number, observations that are not messages with string
-    ``role`` and ``content``. The generator checks every step (a NaN reward would make every
-    advantage of its group NaN) and ends the trajectory as an env error."""
+    that is not a finite real number, a ``done`` that is not a bool, observations that are not
+    messages with string ``role`` and ``content``. The generator checks every step (a NaN
+    reward would make every advantage of its group NaN; ``StepResult(obs, False, 1.0)``, done
+    and reward swapped, ended the episode with reward 0, and a ``None`` done ran it to
+    ``max_turns``) and ends the trajectory as an env error."""
     if not isinstance(result, StepResult):
         return f"returned a {type(result).__name__}, not a StepResult"
+    if not _is_bool(result.done):
+        return f"done is {reprlib.repr(result.done)}, not True or False"
     reward = result.reward
     try:  # float() of text parses it: "1.0" is a mistake, not a reward
         value = None if isinstance(reward, str | bytes) else float(reward)
@@ -55,6 +59,14 @@ def step_result_problem(result: object) -> str | None:
     if not math.isfinite(value):
         return f"reward is {value}, not a finite number"
     return messages_problem(result.observations, "observations")
+
+
+def _is_bool(value: object) -> bool:
+    """A bool: Python's, numpy's (``np.bool_``, a 0-d array) or a 0-d torch bool tensor."""
+    if isinstance(value, bool):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return str(dtype) in ("bool", "torch.bool") and getattr(value, "ndim", None) == 0
 
 
 def messages_problem(messages: object, name: str) -> str | None:

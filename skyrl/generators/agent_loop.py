@@ -10,15 +10,15 @@ runs out, or the engine's context does (a reply cut short of its ``max_tokens``:
 model's context is smaller than ``max_prompt_length + max_generate_length``; the trajectory
 ends ``length``). Each env call (its constructor, ``init``, ``step``, ``close``) runs
 on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises, times out,
-returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a message
-whose content is not a string) or an observation the chat template cannot render ends its
-trajectory with reward 0 and counts in ``env/errors``, logged once per distinct problem;
-the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python cannot stop a
-thread, so a timed-out call's thread runs on unwatched: it no longer counts against the
-``environment.max_concurrent_calls`` that may run at once, the env is closed on that thread
-once the call returns (never under it; an env built past the limit once it exists), and
-more than ``environment.max_hung_calls`` such calls still running stop the run with
-``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown) does not wait for
+returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a done that
+is no bool, a message whose content is not a string) or an observation the chat template
+cannot render ends its trajectory with reward 0 and counts in ``env/errors``, logged once per
+distinct problem; the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python
+cannot stop a thread, so a timed-out call's thread runs on unwatched: it no longer counts
+against the ``environment.max_concurrent_calls`` that may run at once, the env is closed on
+that thread once the call returns (never under it; an env built past the limit once it
+exists), and more than ``environment.max_hung_calls`` such calls still running stop the run
+with ``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown) does not wait for
 its env's close: that runs on a thread not waited for. Each request's seed is
 ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
 template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
