@@ -57,7 +57,13 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
     t, g, a = cfg.trainer, cfg.generator, cfg.algorithm
     mini_batches = t.train_batch_size // t.policy_mini_batch_size
     worker = f"{t.dp_size} x DeepSpeed ZeRO-{t.zero_stage} {t.precision}"
-    roles = {"policy": worker}
+    lora = cfg.model.lora
+    adapters = (
+        f", LoRA rank {lora.rank} alpha {lora.alpha:g} on {','.join(lora.target_modules)}"
+        if lora.enabled
+        else ""
+    )
+    roles = {"policy": worker + adapters}
     if a.uses_reference and cfg.model.lora.enabled:
         roles["reference"] = "the policy with its LoRA adapters off"
     elif has_reference_workers(cfg):

@@ -29,3 +29,15 @@ def test_the_plan_of_a_generating_run_names_its_engines():
     text = _plan_text("generator=hf", "generator.num_engines=1")
     [line] = [row for row in text.splitlines() if "inference engines" in row]
     assert line.split("inference engines")[1].strip() == "1 x hf"
+
+
+def test_the_plan_says_the_policy_trains_lora_adapters():
+    # model.lora.rank > 0 trains adapters only; the plan's policy row said nothing of it
+    text = _plan_text("model.lora.rank=4", "model.lora.alpha=8")
+    [line] = [row for row in text.splitlines() if "policy workers" in row]
+    row = line.split("policy workers")[1].strip()
+    # the precision is this CPU's (trainer.precision=auto: bf16 with AMX)
+    assert row.startswith("1 x DeepSpeed ZeRO-0 ")
+    assert row.endswith(", LoRA rank 4 alpha 8 on all-linear")
+    [line] = [row for row in _plan_text().splitlines() if "policy workers" in row]
+    assert "LoRA" not in line
