@@ -4,8 +4,9 @@ A row is a prompt (a string, or a list of chat messages with string ``content`` 
 ``role`` of ``ROLES``; not blank: a whitespace string, or messages whose every content is
 whitespace, is refused, as is text with a lone surrogate, which no tokenizer takes), the
 ``data_source`` it belongs to (metrics such as pass@n are reported per source), and
-``extras``: every other column (e.g. ``answer``; the keys of a dict ``extra_info`` column are
-merged in, over a column of the same name unless null or NaN), handed to the env's ``init``.
+``extras``: every other column (e.g. ``answer``; the keys of a dict ``extra_info`` column, a
+parquet struct or map, are merged in, over a column of the same name unless null or NaN), handed
+to the env's ``init``. A parquet map column is read as a dict, as a jsonl object is.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -25,6 +26,8 @@ Message = dict[str, str]
 
 PARQUET_BATCH_ROWS = 1024
 """Parquet rows read at a time when streaming a file."""
+MAPS = "strict"
+"""How a parquet map column is read: as a dict (a map with a key twice is refused)."""
 UTF8_BOM = b"\xef\xbb\xbf"
 """The byte order mark an editor may start a UTF-8 file with (``json.loads`` skips it)."""
 ROLES = ("system", "user", "assistant", "tool")
@@ -162,9 +165,9 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
     first = 1  # the 1-based row of the batch's first record
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            try:
-                records = batch.to_pylist()
-            except (OverflowError, ValueError) as exc:  # e.g. a date past year 9999
+            try:  # a map column as a dict, as a jsonl object (pyarrow: a list of pairs)
+                records = batch.to_pylist(maps_as_pydicts=MAPS)
+            except (OverflowError, ValueError, KeyError) as exc:  # year 10000, a key twice
                 raise PromptDataError(_unconvertible(path, batch, first, exc)) from None
             yield from records
             first += batch.num_rows
@@ -173,15 +176,20 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _unconvertible(path: Path, batch, first: int, exc: Exception) -> str:
-    """Where a parquet batch (rows from ``first``) has a value no Python object holds: its
-    first such cell, by row."""
+    """Where a parquet batch (rows from ``first``) has a value no Python object holds (or a
+    map with a key twice): its first such cell, by row."""
     for j in range(batch.num_rows):
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
             try:
-                column[j].as_py()
-            except (OverflowError, ValueError) as cell:
-                return f"{path}: row {first + j}: column {name!r} cannot be read ({cell})"
-    return f"{path}: rows {first} to {first + batch.num_rows - 1} cannot be read ({exc})"
+                column[j].as_py(maps_as_pydicts=MAPS)
+            except (OverflowError, ValueError, KeyError) as cell:
+                return f"{path}: row {first + j}: column {name!r} cannot be read ({_reason(cell)})"
+    return f"{path}: rows {first} to {first + batch.num_rows - 1} cannot be read ({_reason(exc)})"
+
+
+def _reason(exc: Exception) -> str:
+    """``exc``'s message (a ``KeyError``'s without the quotes ``str`` adds)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def uid_prefixes(files: Sequence[str | Path]) -> list[str]:
