@@ -108,9 +108,13 @@ def _failure(exc: Exception) -> str:
 
 
 def checked_opening(env: TextEnv, row: PromptRow) -> list[Message]:
-    """``opening_messages``, refused unless they are messages with string role and content."""
+    """``opening_messages``, refused unless they are messages with string role and content,
+    some of it not blank (as a prompt row's must be: no messages at all stopped the run in the
+    chat template, "Cannot apply chat template to an empty conversation")."""
     messages = opening_messages(env, row)
     problem = messages_problem(messages, "messages")
+    if problem is None and not any(m["content"].strip() for m in messages):
+        problem = "messages is empty" if not messages else "every message's content is blank"
     if problem is not None:
         raise BadEnvResult(problem)
     return messages
