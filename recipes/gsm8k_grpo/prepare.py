@@ -59,9 +59,10 @@ def convert_record(record: dict[str, Any]) -> dict[str, str]:
 
 def read_records(path: Path) -> list[tuple[int, Any]]:
     """``(1-based row, record)`` of a ``.jsonl`` or ``.parquet`` file (jsonl rows are line
-    numbers, blank lines skipped). A jsonl line ends at ``\\n`` only, as skyrl's loader reads
-    it (a JSON string may hold a U+2028 or U+0085, which ``str.splitlines`` would split at:
-    ``json.dumps(..., ensure_ascii=False)`` writes them as they are); a UTF-8 BOM is skipped."""
+    numbers, blank lines skipped; of a parquet file only the ``COLUMNS``, which it must have).
+    A jsonl line ends at ``\\n`` only, as skyrl's loader reads it (a JSON string may hold a
+    U+2028 or U+0085, which ``str.splitlines`` would split at: ``json.dumps(...,
+    ensure_ascii=False)`` writes them as they are); a UTF-8 BOM is skipped."""
     if path.suffix == ".jsonl":
         records = []
         for i, line in enumerate(path.read_bytes().split(b"\n"), start=1):
@@ -79,10 +80,14 @@ def read_records(path: Path) -> list[tuple[int, Any]]:
                     f"row {i}: unreadable JSON ({number}): write such a number as a string"
                 ) from None
         return records
-    if path.suffix == ".parquet":
+    if path.suffix == ".parquet":  # only the GSM8K columns are read: the rows keep no other
         import pyarrow.parquet as pq
 
-        return list(enumerate(pq.read_table(path).to_pylist(), start=1))
+        names = pq.read_schema(path).names
+        missing = [c for c in COLUMNS if c not in names]  # in every row: no row to name
+        if missing:
+            raise ValueError(f"missing column {missing[0]!r} (has {sorted(names)})")
+        return list(enumerate(pq.read_table(path, columns=list(COLUMNS)).to_pylist(), start=1))
     raise ValueError(f"use {' or '.join(SUFFIXES)}")
 
 
