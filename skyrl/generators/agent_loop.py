@@ -11,17 +11,17 @@ model's context is smaller than ``max_prompt_length + max_generate_length``; the
 ends ``length``). Each env call (its constructor, ``init``, ``step``, ``close``) runs
 on a thread of its own (``EnvThreads``) under ``timeout_s``; an env that raises, times out,
 returns what the loop cannot use (``step_result_problem``: a NaN or None reward, a done that
-is no bool, a message whose content is not a string) or an observation the chat template
-cannot render ends its trajectory with reward 0 and counts in ``env/errors``, logged once per
-distinct problem; the run goes on (an env that calls ``sys.exit()`` too: ``EnvExit``). Python
-cannot stop a thread, so a timed-out call's thread runs on unwatched: it no longer counts
-against the ``environment.max_concurrent_calls`` that may run at once, the env is closed on
-that thread once the call returns (never under it; an env built past the limit once it
-exists), and more than ``environment.max_hung_calls`` such calls still running stop the run
-with ``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown) does not wait for
-its env's close: that runs on a thread not waited for. Each request's seed is
-``request_seed(base, uid, sample, turn)``. Each request also stops on the chat
-template's turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
+is no bool, a message whose content is not a string) or an opening or observation the chat
+template cannot render ends its trajectory with reward 0 and counts in ``env/errors``, logged
+once per distinct problem; the run goes on (an env that calls ``sys.exit()`` too:
+``EnvExit``). Python cannot stop a thread, so a timed-out call's thread runs on unwatched: it
+no longer counts against the ``environment.max_concurrent_calls`` that may run at once, the
+env is closed on that thread once the call returns (never under it; an env built past the
+limit once it exists), and more than ``environment.max_hung_calls`` such calls still running
+stop the run with ``EnvHangError``. A cancelled trajectory (an asynchronous run's shutdown)
+does not wait for its env's close: that runs on a thread not waited for. Each request's seed
+is ``request_seed(base, uid, sample, turn)``. Each request also stops on the chat template's
+turn-end token when that is not EOS (``ChatTokens.turn_stop_ids``).
 """
 
 from __future__ import annotations
@@ -441,6 +441,26 @@ class AgentLoop:
             finished_at=time.monotonic(),
         )
 
+    def _opening_ids(self, messages: list[Message], tools, where: str) -> list[int] | None:
+        """The first context, or None (logged as an env error of ``where``) when the chat
+        template refuses the opening or it is longer than ``max_prompt_length``. The loaders
+        drop or reject such rows first, by an init call of their own: this one returned
+        another opening (it varies), and the template's error stopped the whole run."""
+        try:
+            context = self.chat.prompt_ids(messages, tools)
+        except Exception as exc:  # its raise_exception: roles that do not alternate, say
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            problem = f"the chat template cannot render its opening ({why})"
+        else:
+            if len(context) <= self.settings.max_prompt_length:
+                return context
+            problem = (  # no count: logged once, however long each one is
+                "its opening is longer than generator.max_prompt_length="
+                f"{self.settings.max_prompt_length} tokens (the load check measured a shorter one)"
+            )
+        self._log_env_error(where, BadEnvResult(problem))
+        return None
+
     async def _turns(self, env, row, tid, sample, sampling) -> Trajectory:
         s = self.settings
         turns: list[Turn] = []
@@ -453,14 +473,8 @@ class AgentLoop:
         messages, err = await self._safe_env_call(env, f"{name}.init", checked_opening, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
-        context = self.chat.prompt_ids(messages, tools)
-        if len(context) > s.max_prompt_length:  # the loaders drop or reject these first, by
-            # an init call of their own: this one returned a longer opening (it varies)
-            problem = (  # no count: logged once, however long each one is
-                f"its opening is longer than generator.max_prompt_length={s.max_prompt_length} "
-                "tokens (the load check measured a shorter one)"
-            )
-            self._log_env_error(f"{name}.init", BadEnvResult(problem))
+        context = self._opening_ids(messages, tools, f"{name}.init")
+        if context is None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         prompt_len, reward, stop = len(context), 0.0, "max_turns"
         for turn_idx in range(s.max_turns):
