@@ -6,7 +6,7 @@ whitespace, is refused, as is text with a lone surrogate, which no tokenizer tak
 ``data_source`` it belongs to (metrics such as pass@n are reported per source), and
 ``extras``: every other column (e.g. ``answer``; the keys of a dict ``extra_info`` column, a
 parquet struct or map, are merged in, over a column of the same name unless null or NaN), handed
-to the env's ``init``. A parquet map column is read as a dict, as a jsonl object is.
+to the env's ``init``. A parquet map with string keys is read as a dict, as a jsonl object is.
 A malformed row raises ``PromptDataError`` (a ``ValueError``) naming the file and
 the 1-based row. ``iter_prompt_file`` streams a file row by row (a jsonl line or a
 parquet record batch at a time), so checking a large file never holds all of it.
@@ -26,8 +26,6 @@ Message = dict[str, str]
 
 PARQUET_BATCH_ROWS = 1024
 """Parquet rows read at a time when streaming a file."""
-MAPS = "strict"
-"""How a parquet map column is read: as a dict (a map with a key twice is refused)."""
 UTF8_BOM = b"\xef\xbb\xbf"
 """The byte order mark an editor may start a UTF-8 file with (``json.loads`` skips it)."""
 ROLES = ("system", "user", "assistant", "tool")
@@ -164,24 +162,42 @@ def _parquet_records(path: Path) -> Iterator[dict[str, Any]]:
 
     first = 1  # the 1-based row of the batch's first record
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            try:  # a map column as a dict, as a jsonl object (pyarrow: a list of pairs)
-                records = batch.to_pylist(maps_as_pydicts=MAPS)
+        file = pq.ParquetFile(path)
+        maps = "strict" if _string_keyed(file.schema_arrow) else None
+        for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            try:
+                records = batch.to_pylist(maps_as_pydicts=maps)
             except (OverflowError, ValueError, KeyError) as exc:  # year 10000, a key twice
-                raise PromptDataError(_unconvertible(path, batch, first, exc)) from None
+                raise PromptDataError(_unconvertible(path, batch, first, exc, maps)) from None
             yield from records
             first += batch.num_rows
     except pa.ArrowException as exc:
         raise PromptDataError(f"{path}: not a readable parquet file ({exc})") from None
 
 
-def _unconvertible(path: Path, batch, first: int, exc: Exception) -> str:
+def _string_keyed(schema) -> bool:
+    """Whether every map in a parquet schema has string keys, as a JSON object has: its maps
+    are then read as dicts, as jsonl objects are (pyarrow's default: lists of ``(key, value)``
+    pairs, which hid a map ``extra_info``'s keys), a map with a key twice refused. A map keyed
+    by bytes or dates stays a list of pairs: such a dict is no JSON object."""
+    import pyarrow as pa
+
+    def string_keyed(t) -> bool:
+        key = t.key_type if pa.types.is_map(t) else None
+        if key is not None and not (pa.types.is_string(key) or pa.types.is_large_string(key)):
+            return False
+        return all(string_keyed(t.field(i).type) for i in range(t.num_fields))
+
+    return all(string_keyed(field.type) for field in schema)
+
+
+def _unconvertible(path: Path, batch, first: int, exc: Exception, maps: str | None) -> str:
     """Where a parquet batch (rows from ``first``) has a value no Python object holds (or a
     map with a key twice): its first such cell, by row."""
     for j in range(batch.num_rows):
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
             try:
-                column[j].as_py(maps_as_pydicts=MAPS)
+                column[j].as_py(maps_as_pydicts=maps)
             except (OverflowError, ValueError, KeyError) as cell:
                 return f"{path}: row {first + j}: column {name!r} cannot be read ({_reason(cell)})"
     return f"{path}: rows {first} to {first + batch.num_rows - 1} cannot be read ({_reason(exc)})"

@@ -6,6 +6,8 @@ file, row and column."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -41,3 +43,26 @@ def test_a_map_with_a_key_twice_names_file_row_and_column(tmp_path):
     assert message.startswith(f"{path}: row 2: column 'extra_info' cannot be read (")
     assert "duplicate key was 'answer'" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("key_type", "key"),
+    [(pa.large_string(), "level"), (pa.binary(), b"level"), (pa.date32(), date(1970, 1, 2))],
+)
+def test_a_map_keyed_by_what_json_cannot_key_stays_pairs(tmp_path, key_type, key):
+    """Only string keys make a JSON object: a dict keyed by bytes or dates would end the run
+    when the prompt loader digests its rows (``json.dumps``: keys must be str, ...)."""
+    from skyrl.rollouts.dataloader import PromptLoader
+
+    path = tmp_path / "keys.parquet"
+    meta = pa.array([[(key, 3)]], pa.map_(key_type, pa.int64()))
+    nested = pa.array(
+        [{"inner": [(key, 3)]}], pa.struct([("inner", pa.map_(key_type, pa.int64()))])
+    )
+    pq.write_table(pa.table({"prompt": ["q"], "answer": ["1"], "meta": meta, "n": nested}), path)
+    [row] = load_prompt_file(path)
+    if key_type == pa.large_string():
+        assert row.extras["meta"] == {"level": 3} and row.extras["n"] == {"inner": {"level": 3}}
+    else:
+        assert row.extras["meta"] == [(key, 3)] and row.extras["n"] == {"inner": [(key, 3)]}
+    assert PromptLoader([row], batch_size=1, seed=0).state_dict()["order_of"]["prompts"] == 1
