@@ -18,7 +18,8 @@ import threading
 import time
 from typing import Optional
 
-from skyrl.serve.backend import APIError, OpenAIBackend
+from skyrl.serve.backend import OpenAIBackend
+from skyrl.serve.fields import APIError
 
 logger = logging.getLogger(__name__)
 

@@ -55,19 +55,10 @@ template writes any token back) is given, then the rest of the agent's prompt. S
 special tokens inside a reply (``<|im_start|>`` written mid-reply): its text leaves them out,
 as vLLM's server does, and the engine is given them as sampled (``reconcile.Chain.left_out``).
 
-Fields the engines cannot honour are refused (a 400 naming them) unless they have their
-default values, which agents commonly send: ``tool_choice`` other than ``auto`` or ``none``,
-``parallel_tool_calls`` false where tools are offered, ``response_format`` other than text,
-a ``reasoning_effort`` (vLLM's server renders it into the chat template, and
-``enable_thinking`` with it: ``"none"`` gives a Qwen3 prompt without thinking),
-``top_logprobs`` or completions ``logprobs`` above 0 (``logprobs=0`` gives the sampled
-tokens' own), a non-empty ``logit_bias``, non-zero ``presence_penalty`` or
-``frequency_penalty``, and vLLM's own fields that no engine here honours, sent with the
-``openai`` client's ``extra_body`` (``VLLM_EXTENSIONS``: ``repetition_penalty``,
-``chat_template_kwargs``, ``stop_token_ids``, ...). Numbers must be finite (Python's json sends
-NaN and Infinity). As OpenAI refuses them: ``tool_choice`` without ``tools``,
-``stream_options`` without ``stream`` (or with an ``include_usage`` neither true nor false),
-a message without content (an assistant's may have tool calls instead).
+The request's fields are read and checked in ``skyrl.serve.fields``: those the engines cannot
+honour are refused there (a 400 naming the field) unless they have their default values. A
+message without content is refused as OpenAI refuses it (an assistant's may have tool calls
+instead: ``chat_format.normalize_messages``).
 
 Logprobs give each token's raw bytes (``bytes``; null for a special token such as the EOS a
 reply stops on, which its text leaves out) and ``token`` as their text, bytes that are only
@@ -87,7 +78,6 @@ import codecs
 import copy
 import dataclasses
 import json
-import math
 import secrets
 import threading
 import time
@@ -107,37 +97,17 @@ from skyrl.serve.chat_format import (
     normalize_messages,
     token_text,
 )
+from skyrl.serve.fields import (
+    MAX_N,
+    APIError,
+    before_stop,
+    check_flags,
+    include_usage,
+    read_number,
+    read_stops,
+    refuse_unsupported,
+)
 from skyrl.serve.reconcile import FIRST, FORK, Chain, Decision, RequestRecord
-
-MAX_N = 128
-"""Samples one request may ask for (``n``), OpenAI's limit."""
-
-
-class APIError(Exception):
-    """An OpenAI error response: HTTP ``status`` and the error object."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = (
-            status, message, type, param, code,
-        )  # fmt: skip
-
-    def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
 
 @dataclass
@@ -223,28 +193,13 @@ class SessionStore:
             return self._sessions.get(key) if key else None
 
 
-def _number(body: dict, name: str, kind: type, default: Any, low: float | None = None) -> Any:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise APIError(400, f"{name} must be a number, got {value!r}", param=name)
-    if isinstance(value, float) and not math.isfinite(value):  # Python's json sends NaN
-        raise APIError(400, f"{name} must be a finite number, got {value!r}", param=name)
-    if kind is int and value != int(value):
-        raise APIError(400, f"{name} must be an integer, got {value!r}", param=name)
-    if low is not None and value < low:
-        raise APIError(400, f"{name} must be >= {low:g}, got {value!r}", param=name)
-    return kind(value)
-
-
 def _check_drift(body: dict, session: Session) -> None:
     """A training session's request asking for another temperature, top_p, top_k or min_p
     than the training sampling: refused (400) or, with
     ``generator.agent_sampling_drift=override``, counted (the request is sampled with the
     session's sampling either way)."""
     for name, kind in (("temperature", float), ("top_p", float), ("top_k", int), ("min_p", float)):
-        asked, used = _number(body, name, kind, None), getattr(session.sampling, name)
+        asked, used = read_number(body, name, kind, None), getattr(session.sampling, name)
         if asked is None or asked == float(used):
             continue
         if session.drift == "error":
@@ -256,150 +211,6 @@ def _check_drift(body: dict, session: Session) -> None:
                 param=name,
             )
         session.sampling_overrides += 1
-
-
-def _before_stop(text: str, stops: list[str]) -> int:
-    """Where ``text`` ends without its stop string: the start of the first one in it (the
-    end of ``text`` when there is none)."""
-    return min((at for at in (text.find(s) for s in stops) if at >= 0), default=len(text))
-
-
-VLLM_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
-    "repetition_penalty": ((1,), "1: no penalty"),
-    "min_tokens": ((0,), "0: a reply may end at once"),
-    "ignore_eos": ((False,), "false: replies end at EOS"),
-    "stop_token_ids": (([],), "[]: stop strings (stop) instead"),
-    "skip_special_tokens": ((True,), "true: the text leaves special tokens out"),
-    "include_stop_str_in_output": ((False,), "false: the text ends before its stop string"),
-    "use_beam_search": ((False,), "false: each reply is sampled"),
-    "guided_json": ((), "null: no output format can be forced"),
-    "guided_regex": ((), "null: no output format can be forced"),
-    "guided_choice": ((), "null: no output format can be forced"),
-    "guided_grammar": ((), "null: no output format can be forced"),
-    "structured_outputs": ((), "null: no output format can be forced"),
-    "bad_words": (([],), "[]: no word can be banned"),
-    "allowed_token_ids": ((), "null: every token may be sampled"),
-    "truncate_prompt_tokens": ((), "null: a prompt is never cut; one too long is a 400"),
-    "prompt_logprobs": ((), "null: only the sampled tokens have logprobs"),
-    "logprob_token_ids": ((), "null: only the sampled tokens have logprobs"),
-    "return_tokens_as_token_ids": ((False,), "false: logprobs give each token's text"),
-    "thinking_token_budget": ((), "null: thinking is not budgeted"),
-}
-"""vLLM's request fields beyond OpenAI's that no engine here honours, with the values that
-pass (their defaults; null always does) and how the error says it. ``top_k`` and ``min_p``
-are read (without a session: ``SamplingParams``)."""
-VLLM_CHAT_EXTENSIONS: dict[str, tuple[tuple[Any, ...], str]] = {
-    "chat_template": ((), "null: the model's own chat template renders the messages"),
-    "chat_template_kwargs": (({},), "null: the chat template is rendered without arguments"),
-    "continue_final_message": ((False,), "false: each reply is a new assistant turn"),
-    "add_generation_prompt": ((True,), "true: each reply is a new assistant turn"),
-    "add_special_tokens": ((False,), "false: the chat template writes the special tokens"),
-    "documents": ((), "null: the chat template is rendered without documents"),
-    "echo": ((False,), "false: a reply is the assistant's text only"),
-}
-"""``VLLM_EXTENSIONS`` of chat requests only."""
-
-
-def _refuse_extensions(body: dict, chat: bool) -> None:
-    """A 400 naming a ``VLLM_EXTENSIONS`` field (chat: ``VLLM_CHAT_EXTENSIONS`` too) that
-    has another value than its default: sent with ``extra_body``, it was ignored."""
-    fields = VLLM_EXTENSIONS | (VLLM_CHAT_EXTENSIONS if chat else {})
-    for name, (defaults, allowed) in fields.items():
-        got = body.get(name)
-        if got is not None and got not in defaults:
-            raise APIError(400, f"{name} {got!r} is not supported (only {allowed})", param=name)
-
-
-def _refuse_unsupported(body: dict, chat: bool) -> None:
-    """A 400 naming a field the endpoint cannot honour, unless it has its default value
-    (which agents commonly send): ``tool_choice`` auto or none, ``response_format`` text,
-    no ``reasoning_effort``, ``top_logprobs`` 0, completions ``logprobs`` 0, ``best_of`` 1 and no ``suffix``, no
-    ``logit_bias``, penalties 0, ``parallel_tool_calls`` true where tools are offered, and
-    none of the old ``functions`` (``function_call`` auto or none): ``tools`` declares
-    functions. A ``tool_choice`` without ``tools`` is refused whatever its value, as OpenAI
-    refuses it."""
-
-    def refuse(name: str, allowed: str) -> APIError:
-        got = body[name]
-        return APIError(400, f"{name} {got!r} is not supported (only {allowed})", param=name)
-
-    _refuse_extensions(body, chat)
-    for name in ("presence_penalty", "frequency_penalty"):
-        if _number(body, name, float, 0.0) != 0:
-            raise refuse(name, "0")
-    if body.get("logit_bias") not in (None, {}):
-        raise refuse("logit_bias", "{} or null")
-    if not chat:  # completions: logprobs is how many alternatives per token
-        if _number(body, "logprobs", int, 0, low=0) > 0:
-            raise refuse("logprobs", "0: the sampled tokens' own logprobs")
-        if _number(body, "best_of", int, 1, low=1) > 1:
-            raise refuse("best_of", "1: each request is one sample")
-        if body.get("suffix") not in (None, ""):
-            raise refuse("suffix", "null: no text is inserted before a suffix")
-        return
-    if body.get("tool_choice") is not None and not body.get("tools"):  # as OpenAI answers
-        message = "tool_choice is only allowed when tools are specified"
-        raise APIError(400, message, param="tool_choice")
-    if body.get("functions") not in (None, []):
-        raise refuse("functions", "null: declare them as tools")
-    if body.get("function_call") not in (None, "auto", "none"):
-        raise refuse("function_call", '"auto" or "none": no call can be forced')
-    if body.get("tool_choice") not in (None, "auto", "none"):
-        raise refuse("tool_choice", '"auto" or "none": no tool call can be forced')
-    offered = body.get("tools") and body.get("tool_choice") != "none"
-    if offered and body.get("parallel_tool_calls") is False:
-        raise refuse("parallel_tool_calls", "true: a reply may hold several tool calls")
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise refuse("response_format", '{"type": "text"}: no output format can be forced')
-    if body.get("reasoning_effort") is not None:  # vLLM's server renders it into the template
-        raise refuse("reasoning_effort", "null: the chat template is rendered without it")
-    if _number(body, "top_logprobs", int, 0, low=0) > 0:
-        raise refuse("top_logprobs", "0: the sampled tokens' own logprobs")
-
-
-def _check_flags(body: dict, chat: bool) -> None:
-    """A 400 naming a true-or-false field that is neither (nor null): ``"stream": "false"``
-    would otherwise be read as true."""
-    chat_only = ("logprobs", "parallel_tool_calls")
-    names = ("stream", "return_token_ids") + (chat_only if chat else ("echo", "add_special_tokens"))
-    for name in names:
-        value = body.get(name)
-        if value is not None and not isinstance(value, bool):
-            raise APIError(400, f"{name} must be true or false, got {value!r}", param=name)
-
-
-def _include_usage(body: dict) -> bool:
-    """Whether a stream ends with a usage chunk (``stream_options.include_usage``), as
-    OpenAI's do: without it every chunk has a choice. As OpenAI answers, a 400 for
-    ``stream_options`` without ``stream``, and for one that is not an object or whose
-    ``include_usage`` is not true or false (``"false"`` would otherwise be read as true)."""
-    options = body.get("stream_options")
-    if options is None:
-        return False
-    if not body.get("stream"):
-        message = "stream_options is only allowed when stream is true"
-        raise APIError(400, message, param="stream_options")
-    if not isinstance(options, dict):
-        message = f"stream_options must be an object, got {options!r}"
-        raise APIError(400, message, param="stream_options")
-    usage = options.get("include_usage")
-    if usage is not None and not isinstance(usage, bool):
-        message = f"stream_options.include_usage must be true or false, got {usage!r}"
-        raise APIError(400, message, param="stream_options.include_usage")
-    return bool(usage)
-
-
-def _stops(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else stop
-    if isinstance(stops, list) and all(isinstance(s, str) for s in stops):
-        if "" in stops:  # in every text: each reply would end at its first token
-            raise APIError(400, "stop cannot contain an empty string", param="stop")
-        return list(stops)
-    raise APIError(400, f"stop must be a string or a list of strings, got {stop!r}", param="stop")
 
 
 class OpenAIBackend:
@@ -439,9 +250,9 @@ class OpenAIBackend:
 
     async def chat(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
-        _refuse_unsupported(body, chat=True)
-        _check_flags(body, chat=True)
-        usage = _include_usage(body)
+        refuse_unsupported(body, chat=True)
+        check_flags(body, chat=True)
+        usage = include_usage(body)
         session = self._session(key)
         messages, tools, rendered = self._chat_request(body)
         stop_ids, stops = self.format.turn_stop_ids, self._stop_strings(body, session)
@@ -454,7 +265,7 @@ class OpenAIBackend:
                 completion.token_ids, tools, messages, stopped, prompt_ids
             )
             if content:
-                content = content[: _before_stop(content, stops)]
+                content = content[: before_stop(content, stops)]
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
@@ -471,9 +282,9 @@ class OpenAIBackend:
 
     async def completion(self, body: Any, key: str | None) -> dict | AsyncIterator[str]:
         body = self._body(body)
-        _refuse_unsupported(body, chat=False)
-        _check_flags(body, chat=False)
-        usage = _include_usage(body)
+        refuse_unsupported(body, chat=False)
+        check_flags(body, chat=False)
+        usage = include_usage(body)
         session = self._session(key)
         if body.get("echo"):
             raise APIError(400, "echo is not supported", param="echo")
@@ -485,7 +296,7 @@ class OpenAIBackend:
         for k, (completion, record) in enumerate(choices):
             text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             text = self.format.reply_lead(prompt_ids, completion.token_ids, False) + text
-            text = text[: _before_stop(text, stops)]
+            text = text[: before_stop(text, stops)]
             if record is not None:  # no messages were sent: the reply is the text given
                 record.reply = {"role": "assistant", "content": text}
             choice: dict[str, Any] = {
@@ -586,7 +397,7 @@ class OpenAIBackend:
         """``stop_ids``: token ids the request stops on beside EOS and the session's own;
         ``messages``: the request's, as sent (a session's record keeps them); ``chat``: a
         chat request (else a completion: no template renders its reply back)."""
-        n = _number(body, "n", int, 1, low=1)
+        n = read_number(body, "n", int, 1, low=1)
         if n > MAX_N:  # its engine calls are made on the server's loop: it would stall
             raise APIError(400, f"n must be <= {MAX_N} (as in OpenAI's API), got {n}", param="n")
         if session is None:
@@ -612,16 +423,16 @@ class OpenAIBackend:
                 param=name,
             )
         max_tokens = min(max_tokens, lim.max_tokens_per_turn or max_tokens)  # as a session's
-        seed = _number(body, "seed", int, None)
+        seed = read_number(body, "seed", int, None)
         if seed is not None and not -(2**63) <= seed < 2**63:
             raise APIError(400, f"seed must fit in 64 bits (signed), got {seed}", param="seed")
         try:  # SamplingParams checks the values' ranges: a 400 naming the field, not a 500
             base = SamplingParams(
-                temperature=_number(body, "temperature", float, 1.0, low=0),
-                top_p=_number(body, "top_p", float, 1.0),
-                top_k=_number(body, "top_k", int, -1),  # vLLM's server reads these two too
-                min_p=_number(body, "min_p", float, 0.0),
-                stop=_stops(body),
+                temperature=read_number(body, "temperature", float, 1.0, low=0),
+                top_p=read_number(body, "top_p", float, 1.0),
+                top_k=read_number(body, "top_k", int, -1),  # vLLM's server reads these two too
+                min_p=read_number(body, "min_p", float, 0.0),
+                stop=read_stops(body),
                 stop_token_ids=list(stop_ids),
                 max_tokens=max_tokens,
             )
@@ -684,7 +495,7 @@ class OpenAIBackend:
         alone = self.tokenizer.decode(completion.token_ids, skip_special_tokens=False)
         lead = self.format.reply_lead(decision.prompt_ids, completion.token_ids, True)
         text = lead + alone  # as it reads after the prompt: as the client and the chain read it
-        unsent = text[_before_stop(text, sampling.stop) :] or self.format.hidden_end(
+        unsent = text[before_stop(text, sampling.stop) :] or self.format.hidden_end(
             completion.token_ids, completion.finish_reason, chat
         )
         left_out = self.format.left_out(completion.token_ids, len(alone) - len(unsent))
@@ -741,12 +552,12 @@ class OpenAIBackend:
     @classmethod
     def _max_tokens(cls, body: dict, default: int) -> int:
         """The request's ``_max_tokens_field``."""
-        return _number(body, cls._max_tokens_field(body), int, default, low=1)
+        return read_number(body, cls._max_tokens_field(body), int, default, low=1)
 
     @staticmethod
     def _stop_strings(body: dict, session: Session | None) -> list[str]:
         """The request's stop strings; in a session, the training ones where it has none."""
-        return _stops(body) or (list(session.sampling.stop) if session is not None else [])
+        return read_stops(body) or (list(session.sampling.stop) if session is not None else [])
 
     async def _engine_call(self, binding: EngineBinding, prompt, sampling, key):
         from skyrl.inference.client import EngineDiedError
