@@ -44,6 +44,8 @@ class RunPlan:
     warm_ups: tuple[str, ...] = ()
     """A line per trained role whose LR warm-up outlasts its schedule (``short_warm_ups``);
     empty when none does or the total depends on a dataset's length."""
+    single_turn_tools: str | None = None
+    """The ``tools`` environment with one turn: its tool results never reach the model."""
 
 
 def has_reference_workers(cfg: SkyRLConfig) -> bool:
@@ -95,10 +97,25 @@ def make_plan(cfg: SkyRLConfig) -> RunPlan:
             else f"{g.num_engines} x {g.backend}"
         ),
         overlap_cpus=_overlap_cpus(cfg, _cores()),
+        single_turn_tools=_single_turn_tools(cfg),
     )
     if plan.total_steps is None:  # the trainer checks once the prompts have loaded
         return plan
     return dataclasses.replace(plan, warm_ups=tuple(short_warm_ups(cfg, plan, plan.total_steps)))
+
+
+def _single_turn_tools(cfg: SkyRLConfig) -> str | None:
+    """The built-in ``tools`` environment answers a tool call in the next turn: with
+    ``generator.max_turns=1`` (the default) every call ends its trajectory unanswered, reward
+    0, though the system prompt promises the tools' output."""
+    g = cfg.generator
+    if cfg.environment.name != "tools" or g.max_turns > 1 or cfg.data.source == "fake":
+        return None
+    return (
+        "environment=tools with generator.max_turns=1: a tool call ends its trajectory before "
+        "the tool's result comes back (reward 0); raise generator.max_turns "
+        "(experiment=multi_turn_tools uses 3)"
+    )
 
 
 def optimizer_steps(cfg: SkyRLConfig, plan: RunPlan, total_steps: int) -> dict[str, int]:
@@ -210,6 +227,7 @@ def format_plan(plan: RunPlan) -> str:
         *((f"{role} workers", desc) for role, desc in plan.roles.items()),
         ("inference engines", plan.engines),
         *((("warning", plan.overlap_cpus),) if plan.overlap_cpus else ()),
+        *((("warning", plan.single_turn_tools),) if plan.single_turn_tools else ()),
         *(("warning", line) for line in plan.warm_ups),
     ]
     width = max(len(name) for name, _ in rows)

@@ -41,3 +41,23 @@ def test_the_plan_says_the_policy_trains_lora_adapters():
     assert row.endswith(", LoRA rank 4 alpha 8 on all-linear")
     [line] = [row for row in _plan_text().splitlines() if "policy workers" in row]
     assert "LoRA" not in line
+
+
+TOOLS_WARNING = (
+    "environment=tools with generator.max_turns=1: a tool call ends its trajectory before the "
+    "tool's result comes back (reward 0); raise generator.max_turns "
+    "(experiment=multi_turn_tools uses 3)"
+)
+
+
+def test_the_plan_warns_of_the_tools_environment_with_one_turn():
+    # environment=tools at the default max_turns=1 ran silently: each tool call ended its
+    # trajectory with reward 0, the tool's output never shown to the model
+    warnings = [r for r in _plan_text("environment=tools").splitlines() if "warning" in r]
+    assert [w.split("warning", 1)[1].strip() for w in warnings] == [TOOLS_WARNING]
+    for overrides in (
+        ("environment=tools", "generator.max_turns=3"),
+        ("experiment=multi_turn_tools",),
+        (),
+    ):
+        assert TOOLS_WARNING not in _plan_text(*overrides)
