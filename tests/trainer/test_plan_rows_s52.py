@@ -1,5 +1,6 @@
-"""``data=fake`` starts no engine (``FakeRollouts.engine`` is None); the run plan said
-``inference engines  1 x hf`` all the same."""
+"""Rows of the run plan that said less than the run does: ``data=fake`` starts no engine
+(``FakeRollouts.engine`` is None) but the plan said ``inference engines  1 x hf``; a LoRA run's
+policy row read as full fine-tuning; ``environment=tools`` with one turn went unwarned."""
 
 from __future__ import annotations
 
