@@ -82,6 +82,7 @@ def check_prompts(
     gives the count. Raises like ``load_checked_prompts``."""
     from skyrl.envs import make_checked_env
     from skyrl.generators.chat import ChatTokens
+    from skyrl.serve.harness import is_external_agent
 
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -92,12 +93,14 @@ def check_prompts(
     env = make_checked_env(cfg.environment)
     tools = _tools(cfg, env, chat, tokenizer)
     _check_template_appends(cfg, chat, tools)
+    graded_by_env = not is_external_agent(cfg.generator.agent)  # an agent grades its own rows
     total, longest, num_overlong = 0, 0, 0
     first_overlong: tuple[str, str, int] | None = None
     try:
         for key, where, row in source_rows(cfg, split):
             total += 1
-            _check_extras(env, cfg.environment, row, key, where)
+            if graded_by_env:
+                _check_extras(env, cfg.environment, row, key, where)
             num_tokens = _prompt_tokens(chat, env, row, key, where, tools)
             if num_tokens > limit:
                 num_overlong += 1
@@ -247,7 +250,9 @@ def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
 def _check_extras(env, env_cfg, row: PromptRow, key: str, where: str) -> None:
     """``row`` carries every field the env reads (``TextEnv.required_extras``), not null, not
     NaN (``json.dumps`` writes a missing float as ``NaN``; nothing grades equal to it) and not
-    an empty or blank string (the math grader scores an empty final answer 1 against it)."""
+    an empty or blank string (the math grader scores an empty final answer 1 against it).
+    Not checked for an external agent (``generator.agent``), which grades its rows itself:
+    the env never runs."""
     for name in getattr(env, "required_extras", ()):
         label = env_cfg._target_ or env_cfg.name
         problem = _extra_problem(name, row.extras.get(name))
