@@ -236,14 +236,18 @@ def _check_template_appends(cfg: SkyRLConfig, chat, tools) -> None:
 
 def _tools(cfg: SkyRLConfig, env, chat, tokenizer) -> list | None:
     """The tools the agent loop will declare for this env (``declared_tools``); an env that
-    needs native tools the template cannot render is the environment's problem."""
+    needs native tools the template cannot render is the environment's problem, as is one
+    whose ``tool_schemas`` or ``use_native_tools`` raises (a user env's own code)."""
     from skyrl.generators.tool_calls import ToolCallParser, declared_tools
 
+    key = "environment._target_" if cfg.environment._target_ else "environment.tool_format"
     try:
         return declared_tools(env, chat, ToolCallParser(tokenizer, cfg.generator.tool_parser))
     except ValueError as exc:
-        key = "environment._target_" if cfg.environment._target_ else "environment.tool_format"
         problem = str(exc)
+    except Exception as exc:  # the exception context is kept
+        why = f"{type(exc).__name__}: {exc}"
+        raise ConfigError(key, f"declaring the env's tools failed: {why}") from exc
     raise ConfigError(key, problem)
 
 

@@ -464,12 +464,19 @@ class AgentLoop:
     async def _turns(self, env, row, tid, sample, sampling) -> Trajectory:
         s = self.settings
         turns: list[Turn] = []
-        # toolkit code (the first call may import the tool parser): no time limit, and no
-        # slot, so it never waits behind env calls
-        tools = await self.env_threads.run(
-            env, declared_tools, env, self.chat, self.parser, timeout_s=None, slot=False
-        )
         name = type(env).__name__
+        # toolkit code (the first call may import the tool parser): no time limit, and no
+        # slot, so it never waits behind env calls; the env's tool_schemas and
+        # use_native_tools run in it, and one that raises is that trajectory's env error
+        try:
+            tools = await self.env_threads.run(
+                env, declared_tools, env, self.chat, self.parser, timeout_s=None, slot=False
+            )
+        except EnvHangError:
+            raise
+        except Exception as exc:
+            self._log_env_error(f"{name}.tool_schemas", exc)
+            return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
         messages, err = await self._safe_env_call(env, f"{name}.init", checked_opening, env, row)
         if err is not None:
             return Trajectory(row, tid, turns, 0.0, "env_error", env_errors=1)
