@@ -467,12 +467,14 @@ class AgentLoop:
         name = type(env).__name__
         # toolkit code (the first call may import the tool parser): no time limit, and no
         # slot, so it never waits behind env calls; the env's tool_schemas and
-        # use_native_tools run in it, and one that raises is that trajectory's env error
+        # use_native_tools run in it: a ValueError is the env refusing this template or
+        # parser (tool_format=native without tools in the template: the run's config, which
+        # the load check refuses too), any other error that trajectory's env error
         try:
             tools = await self.env_threads.run(
                 env, declared_tools, env, self.chat, self.parser, timeout_s=None, slot=False
             )
-        except EnvHangError:
+        except (EnvHangError, ValueError):
             raise
         except Exception as exc:
             self._log_env_error(f"{name}.tool_schemas", exc)
